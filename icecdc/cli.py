@@ -1,0 +1,119 @@
+"""The ``icecdc`` command: one entry point, one subcommand per job."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from icecdc.config import DEFAULT_STATE_DIR, EMBEDDED_BROKER_PORT, load_config
+from icecdc.errors import UserError
+
+log = logging.getLogger("icecdc")
+
+
+def _config_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
+    parser.add_argument("--config", "-c", type=Path, required=required, help="the icecdc YAML configuration file")
+
+
+def _cmd_config(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    print(json.dumps(config.redacted(), indent=2))
+    return 0
+
+
+def _cmd_tables(args: argparse.Namespace) -> int:
+    from icecdc.catalog import ensure_tables
+    from icecdc.spark import create_spark_session
+
+    config = load_config(args.config)
+    spark = create_spark_session(config, "icecdc-tables")
+    created = ensure_tables(spark, config)
+    for table in config.tables:
+        print(f"{table.name}: {'created' if table.name in created else 'exists, matches the config'}")
+    return 0
+
+
+def _broker(args: argparse.Namespace):
+    from icecdc.broker import EmbeddedBroker
+
+    return EmbeddedBroker(args.state_dir.resolve() / "broker", args.port)
+
+
+def _cmd_broker(args: argparse.Namespace) -> int:
+    broker = _broker(args)
+    if args.action == "start":
+        started = broker.start()
+        print(f"broker {'started' if started else 'already running'} on {broker.bootstrap_servers} (log: {broker.log_file})")
+    elif args.action == "stop":
+        print("broker stopped" if broker.stop() else "broker was not running")
+    else:
+        running = broker.is_running()
+        print(f"broker {'running' if running else 'not running'} on {broker.bootstrap_servers}")
+        return 0 if running else 3
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from icecdc.demo import run_demo
+
+    return run_demo(args.state_dir.resolve(), port=args.port, keep_broker=args.keep_broker)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="icecdc",
+        description="Streaming-integrated compaction sidecar for Kafka-to-Iceberg CDC pipelines.",
+    )
+    parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub.set_defaults(handler=handler)
+        return sub
+
+    def add_state(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR),
+                         help=f"local state directory (default: {DEFAULT_STATE_DIR})")
+        sub.add_argument("--port", type=int, default=EMBEDDED_BROKER_PORT,
+                         help=f"embedded broker port (default: {EMBEDDED_BROKER_PORT})")
+
+    demo = add("demo", _cmd_demo, "run the local demo on the embedded stack (broker, SQLite catalog, local warehouse)")
+    add_state(demo)
+    demo.add_argument("--keep-broker", action="store_true", help="leave the embedded broker running afterwards")
+
+    broker = add("broker", _cmd_broker, "start, stop or check the embedded Kafka-protocol broker")
+    broker.add_argument("action", choices=["start", "stop", "status"])
+    add_state(broker)
+
+    tables = add("tables", _cmd_tables, "create the configured tables that do not exist and check the ones that do")
+    _config_arg(tables)
+
+    config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")
+    _config_arg(config)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    # py4j logs every gateway call at INFO.
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    try:
+        return args.handler(args)
+    except UserError as exc:
+        print(f"icecdc: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

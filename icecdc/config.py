@@ -1,0 +1,283 @@
+"""The one YAML configuration file every icecdc command reads.
+
+Validation errors name the offending key by its path (``tables[0].partition_by[1]``). Secrets
+stay out of the file: any string value may reference the environment as ``${NAME}`` or
+``${NAME:-default}``, expanded before validation (the docker-compose convention, so the same
+file works on a laptop, in compose and in a Kubernetes pod fed from a Secret).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from icecdc.errors import UserError
+from icecdc.tablespec import PartitionField, TableShape, TableSpecError, normalize_type, parse_partition_field
+
+DEFAULT_STATE_DIR = ".icecdc"
+EMBEDDED_BROKER_PORT = 19092
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SECRET_KEY = re.compile(r"(password|secret|token|credential|jaas|private|key\.pem)", re.IGNORECASE)
+
+
+class ConfigError(UserError, ValueError):
+    """A configuration that cannot be used; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    # Unknown keys are errors: a typo such as `primry_key` must not be silently ignored.
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+ScalarProperty = str | int | float | bool
+
+
+class KafkaConfig(_Strict):
+    bootstrap_servers: str = f"127.0.0.1:{EMBEDDED_BROKER_PORT}"
+    # Extra librdkafka settings passed through as-is (security.protocol, sasl.*, ssl.*, ...).
+    properties: dict[str, ScalarProperty] = Field(default_factory=dict)
+
+    def client_config(self, defaults: dict[str, object] | None = None, **overrides: object) -> dict[str, object]:
+        """librdkafka settings: icecdc's defaults, then the user's properties, then the caller's
+        overrides (which are what the code depends on, e.g. manual offset commits)."""
+        return {"bootstrap.servers": self.bootstrap_servers, **(defaults or {}), **self.properties, **overrides}
+
+
+class CatalogConfig(_Strict):
+    name: str = "lake"
+    # Iceberg catalog properties, given to Spark (spark.sql.catalog.<name>.<key>) and to pyiceberg.
+    properties: dict[str, str]
+
+    @field_validator("name")
+    @classmethod
+    def _name_is_identifier(cls, value: str) -> str:
+        if not _IDENT.match(value):
+            raise ValueError(f"catalog name {value!r} must be a SQL identifier (letters, digits, _)")
+        return value
+
+    @field_validator("properties")
+    @classmethod
+    def _has_type(cls, value: dict[str, str]) -> dict[str, str]:
+        if "type" not in value and "catalog-impl" not in value:
+            raise ValueError("needs 'type' (jdbc, rest, hive, glue, hadoop, ...) or 'catalog-impl'")
+        return value
+
+
+class TableConfig(_Strict):
+    name: str
+    topic: str
+    primary_key: list[str] = Field(min_length=1)
+    partition_by: list[str] = Field(default_factory=list)
+    # column -> Iceberg type; when given, the table is created if missing and checked if present.
+    schema_: dict[str, str] | None = Field(default=None, alias="schema")
+    # Extra table properties applied when icecdc creates the table.
+    properties: dict[str, str] = Field(default_factory=dict)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @field_validator("name")
+    @classmethod
+    def _qualified(cls, value: str) -> str:
+        parts = value.split(".")
+        if len(parts) < 2 or not all(_IDENT.match(p) for p in parts):
+            raise ValueError(f"table name {value!r} must be namespace.table (e.g. db.orders)")
+        return value
+
+    @field_validator("schema_")
+    @classmethod
+    def _types(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        if value is None:
+            return None
+        if not value:
+            raise ValueError("schema must list at least one column")
+        out = {}
+        for column, kind in value.items():
+            if not _IDENT.match(column):
+                raise ValueError(f"column name {column!r} must be an identifier")
+            try:
+                out[column] = normalize_type(str(kind))
+            except TableSpecError as exc:
+                raise ValueError(f"column {column!r}: {exc}") from None
+        return out
+
+    @model_validator(mode="after")
+    def _keys_and_partitions_fit_schema(self) -> TableConfig:
+        columns = self.schema_
+        if columns is not None:
+            missing = [k for k in self.primary_key if k not in columns]
+            if missing:
+                raise ValueError(f"primary_key column(s) {missing} are not in the schema")
+        for text in self.partition_by:
+            try:
+                parse_partition_field(text, columns)
+            except TableSpecError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+    @property
+    def partition_fields(self) -> tuple[PartitionField, ...]:
+        return tuple(parse_partition_field(t, self.schema_) for t in self.partition_by)
+
+    @property
+    def shape(self) -> TableShape | None:
+        if self.schema_ is None:
+            return None
+        return TableShape(dict(self.schema_), tuple(self.primary_key), self.partition_fields)
+
+
+class SparkConfig(_Strict):
+    master: str = "local[2]"
+    conf: dict[str, ScalarProperty] = Field(default_factory=dict)
+
+    @field_validator("conf")
+    @classmethod
+    def _spark_keys(cls, value: dict[str, ScalarProperty]) -> dict[str, ScalarProperty]:
+        bad = [k for k in value if not k.startswith("spark.")]
+        if bad:
+            raise ValueError(f"keys must start with 'spark.': {bad}")
+        return value
+
+
+class Config(_Strict):
+    # Local state: the embedded broker's pid/log, checkpoints, and (embedded default) catalog.
+    state_dir: Path = Path(DEFAULT_STATE_DIR)
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig)
+    catalog: CatalogConfig
+    tables: list[TableConfig] = Field(default_factory=list)
+    commit_topic: str = "icecdc.commits"
+    dead_letter_topic: str = "icecdc.dlq"
+    spark: SparkConfig = Field(default_factory=SparkConfig)
+
+    @model_validator(mode="after")
+    def _unique(self) -> Config:
+        for attr in ("name", "topic"):
+            seen: set[str] = set()
+            for table in self.tables:
+                value = getattr(table, attr)
+                if value in seen:
+                    raise ValueError(f"two tables share the {attr} {value!r}")
+                seen.add(value)
+        return self
+
+    def table(self, name: str) -> TableConfig:
+        for table in self.tables:
+            if table.name == name:
+                return table
+        raise KeyError(f"table {name!r} is not in the configuration")
+
+    def redacted(self) -> dict[str, Any]:
+        """The configuration as plain data with secret-looking values masked, for display."""
+        return _redact(self.model_dump(mode="json", by_alias=True))
+
+
+def _redact(value: Any, key: str = "") -> Any:
+    if isinstance(value, dict):
+        return {k: _redact(v, k) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact(v, key) for v in value]
+    if key and _SECRET_KEY.search(key) and value not in (None, ""):
+        return "***"
+    return value
+
+
+def embedded_config(state_dir: Path, port: int = EMBEDDED_BROKER_PORT, **overrides: Any) -> Config:
+    """The zero-setup default: embedded broker, SQLite JDBC catalog and a local warehouse,
+    all under ``state_dir``."""
+    state = state_dir.resolve()
+    data: dict[str, Any] = {
+        "state_dir": str(state),
+        "kafka": {"bootstrap_servers": f"127.0.0.1:{port}"},
+        "catalog": {
+            "name": "lake",
+            "properties": {
+                "type": "jdbc",
+                "uri": f"jdbc:sqlite:{state / 'catalog.db'}",
+                "warehouse": str(state / "warehouse"),
+            },
+        },
+    }
+    data.update(overrides)
+    return Config.model_validate(data)
+
+
+def expand_env(value: Any, path: str = "", environ: dict[str, str] | None = None) -> Any:
+    """Replace ``${NAME}`` / ``${NAME:-default}`` in every string of a loaded YAML document."""
+    env = os.environ if environ is None else environ
+    if isinstance(value, dict):
+        return {k: expand_env(v, f"{path}.{k}" if path else str(k), env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [expand_env(v, f"{path}[{i}]", env) for i, v in enumerate(value)]
+    if not isinstance(value, str):
+        return value
+
+    def substitute(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        if name in env:
+            return env[name]
+        if default is not None:
+            return default
+        raise ConfigError(f"{path}: environment variable {name} is not set (write ${{{name}:-default}} to allow a default)")
+
+    return _ENV_REF.sub(substitute, value)
+
+
+def _format_location(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or "(top level)"
+
+
+def format_validation_error(error: ValidationError, source: str) -> str:
+    lines = [f"{source}: invalid configuration"]
+    for item in error.errors():
+        # A union of scalar types reports one error per member; the first says enough.
+        loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and p in {"str", "int", "float", "bool"}))
+        where = _format_location(loc)
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        elif item["type"] == "missing":
+            message = "required key is missing"
+        else:
+            message = item["msg"].removeprefix("Value error, ")
+        line = f"  {where}: {message}"
+        if line not in lines:
+            lines.append(line)
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, source: str = "<config>") -> Config:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
+    try:
+        return Config.model_validate(expand_env(data))
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source)) from None
+
+
+def load_config(path: str | os.PathLike[str]) -> Config:
+    """Read, expand and validate a configuration file. Relative ``state_dir`` paths are taken
+    relative to the file, so a config works from any working directory."""
+    file = Path(path)
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{file}: cannot read configuration: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+    config = parse_config(data if data is not None else {}, str(file))
+    if not config.state_dir.is_absolute():
+        config = config.model_copy(update={"state_dir": (file.parent / config.state_dir).resolve()})
+    return config

@@ -1,0 +1,59 @@
+"""Kafka clients built from the config, and topic creation.
+
+Every client gets ``kafka.bootstrap_servers`` plus ``kafka.properties`` verbatim, so TLS, SASL
+and any other librdkafka setting reach all of them through configuration alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from icecdc.config import KafkaConfig
+
+
+PRODUCER_DEFAULTS = {"linger.ms": 5}
+# A shorter session than librdkafka's 45 s bounds how long a dead member holds its partitions
+# (and the embedded broker completes a group join in about half a session timeout).
+CONSUMER_DEFAULTS = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
+
+
+def producer(kafka: KafkaConfig, **overrides: object) -> Producer:
+    # Idempotence: a retried send after a lost ack must not duplicate a commit event.
+    return Producer(kafka.client_config(PRODUCER_DEFAULTS, **{"enable.idempotence": True, **overrides}))
+
+
+def consumer(kafka: KafkaConfig, group_id: str, **overrides: object) -> Consumer:
+    # Offsets are committed explicitly, after the work they cover is durable.
+    return Consumer(kafka.client_config(CONSUMER_DEFAULTS, **{"group.id": group_id, "enable.auto.commit": False, **overrides}))
+
+
+def admin(kafka: KafkaConfig) -> AdminClient:
+    return AdminClient(kafka.client_config())
+
+
+def ensure_topics(kafka: KafkaConfig, topics: Iterable[str], partitions: int = 1,
+                  replication_factor: int = -1, timeout: float = 30.0) -> list[str]:
+    """Create the topics that do not exist yet; returns the ones created. A replication factor of
+    -1 takes the broker's default, which suits single-node and production clusters alike."""
+    client = admin(kafka)
+    existing = set(client.list_topics(timeout=timeout).topics)
+    wanted = [t for t in dict.fromkeys(topics) if t not in existing]
+    if not wanted:
+        return []
+    futures = client.create_topics(
+        [NewTopic(t, num_partitions=partitions, replication_factor=replication_factor) for t in wanted],
+        request_timeout=timeout,
+    )
+    created = []
+    for topic, future in futures.items():
+        try:
+            future.result(timeout)
+            created.append(topic)
+        except KafkaException as exc:
+            # Another process created it between our listing and our request: that is success.
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
+    return created

@@ -1,0 +1,157 @@
+"""The Spark session every icecdc command uses: Iceberg runtime, catalog from the config, JDBC
+drivers for JDBC catalogs.
+
+Jar resolution, in order: if the user configures ``spark.jars.packages`` with an Iceberg Spark
+runtime (production images where Maven is reachable), that is used as-is; otherwise the runtime
+jar shipped inside the pinned ``snowpark-connect-deps-iceberg`` wheel is added to ``spark.jars``,
+which works offline. JDBC catalogs need their driver on the classpath; Debian installs them under
+/usr/share/java, which is where they are looked for unless ``spark.jars`` already names one.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from icecdc.config import Config
+from icecdc.errors import UserError
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ICEBERG_RUNTIME_ARTIFACT = "iceberg-spark-runtime-3.5_2.12"
+ICEBERG_VERSION = "1.10.2"
+ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
+DEBIAN_JAVA_DIR = Path("/usr/share/java")
+
+# JDBC URI prefix -> (jar under /usr/share/java, Debian package that installs it).
+JDBC_DRIVERS: dict[str, tuple[str, str]] = {
+    "jdbc:sqlite:": ("sqlite-jdbc.jar", "libxerial-sqlite-jdbc-java"),
+    "jdbc:postgresql:": ("postgresql.jar", "libpostgresql-jdbc-java"),
+    "jdbc:mariadb:": ("mariadb-java-client.jar", "libmariadb-java"),
+    "jdbc:mysql:": ("mariadb-java-client.jar", "libmariadb-java"),
+}
+
+
+def _driver_for(uri: str) -> tuple[str, str] | None:
+    return next((driver for prefix, driver in JDBC_DRIVERS.items() if uri.startswith(prefix)), None)
+
+
+class SparkSetupError(UserError):
+    """Something Spark needs is missing; the message says what to install or configure."""
+
+
+def iceberg_runtime_jar() -> Path:
+    """The Iceberg Spark runtime jar carried by the pinned wheel."""
+    try:
+        import snowpark_connect_deps_iceberg as carrier
+    except ImportError:
+        raise SparkSetupError(
+            "the Iceberg Spark runtime is not available offline: pip install "
+            "'snowpark-connect-deps-iceberg==1.0.2', or set spark.conf spark.jars.packages to "
+            f"org.apache.iceberg:{ICEBERG_RUNTIME_ARTIFACT}:{ICEBERG_VERSION} where Maven is reachable"
+        ) from None
+    jar = Path(carrier.__file__).parent / "jars" / f"{ICEBERG_RUNTIME_ARTIFACT}-{ICEBERG_VERSION}.jar"
+    if not jar.is_file():
+        raise SparkSetupError(f"expected the Iceberg runtime jar at {jar}; reinstall snowpark-connect-deps-iceberg==1.0.2")
+    return jar
+
+
+def jdbc_driver_jar(catalog_properties: dict[str, str], user_jars: list[str], java_dir: Path = DEBIAN_JAVA_DIR) -> Path | None:
+    """The Debian driver jar a JDBC catalog needs; None when the catalog is not JDBC or the user
+    already put a driver on the classpath through spark.jars."""
+    if catalog_properties.get("type") != "jdbc":
+        return None
+    uri = catalog_properties.get("uri", "")
+    driver = _driver_for(uri)
+    if driver is None:
+        if user_jars:
+            return None
+        raise SparkSetupError(f"no known JDBC driver for catalog URI {uri.split('?')[0]!r}; add its jar to spark.conf spark.jars")
+    jar_name, package = driver
+    if any(Path(j).name == jar_name for j in user_jars):
+        return None
+    jar = java_dir / jar_name
+    if not jar.is_file():
+        raise SparkSetupError(
+            f"the catalog URI {uri.split('?')[0]} needs the JDBC driver {jar}, which is missing: "
+            f"apt-get install {package} (or add the driver jar to spark.conf spark.jars)"
+        )
+    return jar
+
+
+def check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    if java_home and (Path(java_home) / "bin" / "java").exists():
+        return
+    if shutil.which("java") is None:
+        raise SparkSetupError("Java 17 is needed for Spark and was not found: apt-get install openjdk-17-jre-headless")
+
+
+def _csv(value: object) -> list[str]:
+    return [item.strip() for item in str(value or "").split(",") if item.strip()]
+
+
+def spark_conf(config: Config) -> dict[str, str]:
+    """Every Spark setting the session gets, derived from the config (pure apart from jar lookup)."""
+    user = {k: str(v) for k, v in config.spark.conf.items()}
+    jars = _csv(user.get("spark.jars"))
+    packages = _csv(user.get("spark.jars.packages"))
+    if not any(ICEBERG_RUNTIME_ARTIFACT in p for p in packages) and not any(ICEBERG_RUNTIME_ARTIFACT in j for j in jars):
+        jars.append(str(iceberg_runtime_jar()))
+    driver = jdbc_driver_jar(config.catalog.properties, _csv(user.get("spark.jars")))
+    if driver is not None:
+        jars.append(str(driver))
+
+    prefix = f"spark.sql.catalog.{config.catalog.name}"
+    extensions = _csv(user.get("spark.sql.extensions"))
+    if ICEBERG_EXTENSIONS not in extensions:
+        extensions.insert(0, ICEBERG_EXTENSIONS)
+    conf = {
+        # Event times are stored zone-less or in UTC; a host time zone must never shift them.
+        "spark.sql.session.timeZone": "UTC",
+        # Small local clusters: 200 shuffle partitions only add scheduling overhead.
+        "spark.sql.shuffle.partitions": "8",
+        # Progress bars interleave with icecdc's own progress lines and JSON logs.
+        "spark.ui.showConsoleProgress": "false",
+        **user,
+        "spark.jars": ",".join(jars),
+        "spark.sql.extensions": ",".join(extensions),
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+    }
+    for key, value in config.catalog.properties.items():
+        conf[f"{prefix}.{key}"] = value
+    return conf
+
+
+def make_local_catalog_dirs(catalog_properties: dict[str, str]) -> None:
+    """SQLite cannot create the folder of its database file, and a first-run local warehouse
+    does not exist yet; create both when they are local paths."""
+    uri = catalog_properties.get("uri", "")
+    if uri.startswith("jdbc:sqlite:"):
+        path = uri.removeprefix("jdbc:sqlite:").removeprefix("file:").split("?")[0]
+        if path and path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    warehouse = catalog_properties.get("warehouse", "")
+    if warehouse.startswith("/") or warehouse.startswith("file:"):
+        Path(warehouse.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
+
+
+def create_spark_session(config: Config, app_name: str = "icecdc") -> SparkSession:
+    """Start (or reuse) the process's Spark session for this config."""
+    check_java()
+    make_local_catalog_dirs(config.catalog.properties)
+    from pyspark.sql import SparkSession
+
+    # Executors of a local master run Python workers; they must use this interpreter (the venv).
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name).master(config.spark.master)
+    for key, value in spark_conf(config).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,208 @@
+"""What a configured table should look like: column types, partition transforms, and the
+difference between that and a table that already exists.
+
+Pure: no Spark, no catalog. The names follow Iceberg's own spelling (the strings its Java
+``Type.toString()`` and ``Transform.toString()`` print), so a live table's description can be
+compared with a configured one as plain strings.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# Iceberg primitive type -> Spark SQL DDL type. `timestamp` is Iceberg's zone-less timestamp
+# (Spark's TIMESTAMP_NTZ); `timestamptz` is Spark's TIMESTAMP.
+_PRIMITIVES: dict[str, str] = {
+    "boolean": "BOOLEAN",
+    "int": "INT",
+    "long": "BIGINT",
+    "float": "FLOAT",
+    "double": "DOUBLE",
+    "date": "DATE",
+    "timestamp": "TIMESTAMP_NTZ",
+    "timestamptz": "TIMESTAMP",
+    "string": "STRING",
+    "binary": "BINARY",
+}
+_DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+SUPPORTED_TYPES = (*_PRIMITIVES, "decimal(P, S)")
+
+_TEMPORAL = {"date", "timestamp", "timestamptz"}
+# Which source types each transform accepts (Iceberg spec, "Partition Transforms").
+_TRANSFORM_SOURCES: dict[str, set[str] | None] = {
+    "identity": None,  # any primitive
+    "year": _TEMPORAL,
+    "month": _TEMPORAL,
+    "day": _TEMPORAL,
+    "hour": {"timestamp", "timestamptz"},
+    "bucket": {"int", "long", "date", "timestamp", "timestamptz", "string", "binary", "decimal"},
+    "truncate": {"int", "long", "string", "binary", "decimal"},
+}
+# Spark's DDL names for the time transforms; both spellings are accepted in the config.
+_TIME_TRANSFORM_ALIASES = {
+    "years": "year", "year": "year",
+    "months": "month", "month": "month",
+    "days": "day", "day": "day",
+    "hours": "hour", "hour": "hour",
+}
+_IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
+_FUNC = re.compile(rf"^({_IDENT})\(\s*(?:(\d+)\s*,\s*)?({_IDENT})\s*\)$")
+_BARE = re.compile(rf"^{_IDENT}$")
+
+
+class TableSpecError(ValueError):
+    """A column type or partition transform that Iceberg would not accept."""
+
+
+def normalize_type(name: str) -> str:
+    """Return the Iceberg spelling of a configured column type, or raise TableSpecError."""
+    text = name.strip().lower()
+    if text in _PRIMITIVES:
+        return text
+    match = _DECIMAL.match(text)
+    if match:
+        precision, scale = int(match.group(1)), int(match.group(2))
+        if not 1 <= precision <= 38 or scale > precision:
+            raise TableSpecError(f"decimal({precision}, {scale}) is out of range (precision 1..38, scale <= precision)")
+        return f"decimal({precision}, {scale})"
+    raise TableSpecError(f"unknown column type {name!r}; supported: {', '.join(SUPPORTED_TYPES)}")
+
+
+def spark_type(iceberg_type: str) -> str:
+    """The Spark SQL DDL spelling of a normalized Iceberg type."""
+    if iceberg_type.startswith("decimal("):
+        return iceberg_type.upper()
+    return _PRIMITIVES[iceberg_type]
+
+
+def _type_family(iceberg_type: str) -> str:
+    return "decimal" if iceberg_type.startswith("decimal(") else iceberg_type
+
+
+@dataclass(frozen=True)
+class PartitionField:
+    """One partition transform over one source column."""
+
+    source: str
+    transform: str  # identity, year, month, day, hour, bucket, truncate
+    param: int | None = None  # bucket count or truncate width
+
+    @property
+    def iceberg_transform(self) -> str:
+        """Iceberg's ``Transform.toString()``: ``identity``, ``day``, ``bucket[16]``."""
+        return f"{self.transform}[{self.param}]" if self.param is not None else self.transform
+
+    @property
+    def spark_ddl(self) -> str:
+        """The ``PARTITIONED BY`` term Spark's Iceberg DDL accepts."""
+        if self.transform == "identity":
+            return f"`{self.source}`"
+        if self.param is not None:
+            return f"{self.transform}({self.param}, `{self.source}`)"
+        return f"{self.transform}s(`{self.source}`)"
+
+    @classmethod
+    def from_iceberg(cls, source: str, transform: str) -> PartitionField:
+        """From a live spec's source column name and ``Transform.toString()`` (``bucket[16]``)."""
+        name, _, rest = transform.partition("[")
+        return cls(source, name, int(rest.rstrip("]")) if rest else None)
+
+    def __str__(self) -> str:
+        if self.transform == "identity":
+            return self.source
+        if self.param is not None:
+            return f"{self.transform}({self.param}, {self.source})"
+        return f"{self.transform}s({self.source})"
+
+
+def parse_partition_field(text: str, column_types: dict[str, str] | None = None) -> PartitionField:
+    """Parse ``region``, ``days(updated_at)``, ``bucket(16, id)``, ``truncate(4, name)``.
+
+    With ``column_types`` (column -> normalized Iceberg type) the source column must exist and
+    have a type the transform accepts.
+    """
+    spec = text.strip()
+    if _BARE.match(spec):
+        field = PartitionField(spec, "identity")
+    else:
+        match = _FUNC.match(spec)
+        if not match:
+            raise TableSpecError(
+                f"bad partition transform {text!r}; expected a column name or one of "
+                "years(col), months(col), days(col), hours(col), bucket(N, col), truncate(W, col)"
+            )
+        func, param, source = match.group(1).lower(), match.group(2), match.group(3)
+        if func in _TIME_TRANSFORM_ALIASES:
+            if param is not None:
+                raise TableSpecError(f"bad partition transform {text!r}: {func} takes only a column")
+            field = PartitionField(source, _TIME_TRANSFORM_ALIASES[func])
+        elif func in ("bucket", "truncate"):
+            if param is None or int(param) < 1:
+                raise TableSpecError(f"bad partition transform {text!r}: {func} needs a positive number first, e.g. {func}(16, {source})")
+            field = PartitionField(source, func, int(param))
+        else:
+            raise TableSpecError(
+                f"unknown partition transform {func!r} in {text!r}; "
+                "known: identity, years, months, days, hours, bucket, truncate"
+            )
+    if column_types is not None:
+        if field.source not in column_types:
+            raise TableSpecError(f"partition {text!r} names column {field.source!r}, which is not in the schema")
+        allowed = _TRANSFORM_SOURCES[field.transform]
+        family = _type_family(column_types[field.source])
+        if allowed is not None and family not in allowed:
+            raise TableSpecError(
+                f"partition {text!r}: {field.transform} cannot apply to {field.source!r} of type "
+                f"{column_types[field.source]} (accepts {', '.join(sorted(allowed))})"
+            )
+    return field
+
+
+@dataclass(frozen=True)
+class TableShape:
+    """The parts of a table that a configuration pins down, in comparable form."""
+
+    columns: dict[str, str]  # name -> Iceberg type, in schema order
+    identifier_fields: tuple[str, ...]
+    partition: tuple[PartitionField, ...]
+
+    def create_table_sql(self, qualified_name: str, properties: dict[str, str]) -> str:
+        """Spark SQL for a format-v2 Iceberg table of this shape (identifier fields NOT NULL)."""
+        cols = ",\n  ".join(
+            f"`{name}` {spark_type(kind)}{' NOT NULL' if name in self.identifier_fields else ''}"
+            for name, kind in self.columns.items()
+        )
+        sql = f"CREATE TABLE {qualified_name} (\n  {cols}\n) USING iceberg"
+        if self.partition:
+            sql += f"\nPARTITIONED BY ({', '.join(f.spark_ddl for f in self.partition)})"
+        props = {"format-version": "2", **properties}
+        rendered = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
+        return sql + f"\nTBLPROPERTIES ({rendered})"
+
+    def differences(self, actual: TableShape) -> list[str]:
+        """How ``actual`` (an existing table) disagrees with this configured shape; empty if it fits.
+
+        Extra columns in the table are tolerated only when the configuration does not pin a schema;
+        callers compare only configured tables, so every difference is reported.
+        """
+        problems: list[str] = []
+        for name, kind in self.columns.items():
+            if name not in actual.columns:
+                problems.append(f"column {name!r} ({kind}) is in the config but not in the table")
+            elif actual.columns[name] != kind:
+                problems.append(f"column {name!r} is {actual.columns[name]} in the table but {kind} in the config")
+        for name, kind in actual.columns.items():
+            if name not in self.columns:
+                problems.append(f"column {name!r} ({kind}) is in the table but not in the config")
+        if set(actual.identifier_fields) != set(self.identifier_fields):
+            problems.append(
+                f"primary key is {list(actual.identifier_fields)} in the table (identifier fields) "
+                f"but {list(self.identifier_fields)} in the config"
+            )
+        if actual.partition != self.partition:
+            problems.append(
+                f"partitioning is [{', '.join(map(str, actual.partition))}] in the table "
+                f"but [{', '.join(map(str, self.partition))}] in the config"
+            )
+        return problems

@@ -1,0 +1,28 @@
+"""JSON Schemas of what icecdc reads and writes on Kafka; shipped as documentation and used by
+the code to validate (compiled once with fastjsonschema: validation sits on the ingest path)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from importlib import resources
+from typing import Any
+
+import fastjsonschema
+
+DEBEZIUM_ENVELOPE = "debezium-envelope"
+COMMIT_EVENT = "commit-event"
+COMPACTION_EVENT = "compaction-event"
+
+SchemaError = fastjsonschema.JsonSchemaValueException
+
+
+def load_schema(name: str) -> dict[str, Any]:
+    return json.loads(resources.files(__name__).joinpath(f"{name}.schema.json").read_text())
+
+
+@functools.cache
+def validator(name: str) -> Callable[[Any], Any]:
+    """A compiled validator for the named schema; it raises SchemaError naming the failing path."""
+    return fastjsonschema.compile(load_schema(name))

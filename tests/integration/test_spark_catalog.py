@@ -1,0 +1,70 @@
+"""A real Spark session on the SQLite JDBC catalog, and pyiceberg on the same catalog."""
+
+import datetime as dt
+from decimal import Decimal
+
+import pytest
+
+from icecdc.catalog import TableMismatchError, ensure_tables, live_shape, pyiceberg_catalog
+from icecdc.config import Config
+
+
+def with_table(config: Config, **table) -> Config:
+    return config.model_copy(update={"tables": [Config.model_validate(
+        {"catalog": config.catalog.model_dump(), "tables": [table]}).tables[0]]})
+
+
+def orders(name: str, **overrides):
+    return {
+        "name": name, "topic": f"{name}.topic", "primary_key": ["id"],
+        "partition_by": ["region", "days(updated_at)", "bucket(4, id)"],
+        "schema": {"id": "long", "region": "string", "amount": "decimal(10, 2)", "updated_at": "timestamp"},
+        **overrides,
+    }
+
+
+def test_create_write_read_and_pyiceberg_sees_same_snapshot(spark, stack_config, unique):
+    config = with_table(stack_config, **orders(f"it.orders_{unique}"))
+    name = f"lake.it.orders_{unique}"
+    assert ensure_tables(spark, config) == [f"it.orders_{unique}"]
+    assert ensure_tables(spark, config) == []  # exists and matches: nothing to do
+
+    spark.sql(f"""INSERT INTO {name} VALUES
+        (1, 'eu', 1.50, TIMESTAMP_NTZ'2025-01-02 03:04:05'),
+        (2, 'us', 2.25, TIMESTAMP_NTZ'2025-01-03 00:00:00')""")
+    rows = sorted(spark.table(name).collect())
+    assert [tuple(r) for r in rows] == [
+        (1, "eu", Decimal("1.50"), dt.datetime(2025, 1, 2, 3, 4, 5)),
+        (2, "us", Decimal("2.25"), dt.datetime(2025, 1, 3)),
+    ]
+    spark_snapshot = spark.sql(f"SELECT snapshot_id FROM {name}.snapshots").collect()
+    assert len(spark_snapshot) == 1
+
+    table = pyiceberg_catalog(config).load_table(f"it.orders_{unique}")
+    assert table.metadata.format_version == 2
+    assert table.current_snapshot().snapshot_id == spark_snapshot[0].snapshot_id
+    assert [table.schema().find_column_name(i) for i in table.schema().identifier_field_ids] == ["id"]
+    assert {str(f.transform) for f in table.spec().fields} == {"identity", "day", "bucket[4]"}
+    assert len(table.inspect.files()) == 2  # two partitions, a file each
+
+    shape = live_shape(spark, name)
+    assert shape == config.tables[0].shape
+
+
+def test_existing_table_that_disagrees_is_an_error_saying_how(spark, stack_config, unique):
+    ensure_tables(spark, with_table(stack_config, **orders(f"it.drift_{unique}")))
+    drifted = with_table(stack_config, **orders(
+        f"it.drift_{unique}", partition_by=["region"],
+        schema={"id": "long", "region": "string", "amount": "double", "updated_at": "timestamp"},
+    ))
+    with pytest.raises(TableMismatchError) as info:
+        ensure_tables(spark, drifted)
+    message = str(info.value)
+    assert "column 'amount' is decimal(10, 2) in the table but double in the config" in message
+    assert "partitioning is [region, days(updated_at), bucket(4, id)] in the table but [region] in the config" in message
+
+
+def test_missing_table_without_schema_is_an_error(spark, stack_config, unique):
+    config = with_table(stack_config, name=f"it.absent_{unique}", topic="x", primary_key=["id"])
+    with pytest.raises(TableMismatchError, match="does not exist and has no schema"):
+        ensure_tables(spark, config)

@@ -1,0 +1,48 @@
+from pathlib import Path
+
+import pytest
+
+from icecdc.config import embedded_config
+from icecdc.spark import ICEBERG_EXTENSIONS, SparkSetupError, iceberg_runtime_jar, jdbc_driver_jar, spark_conf
+
+
+def test_embedded_conf_uses_wheel_jar_and_sqlite_driver(tmp_path):
+    conf = spark_conf(embedded_config(tmp_path))
+    jars = conf["spark.jars"].split(",")
+    assert jars[0] == str(iceberg_runtime_jar()) and Path(jars[0]).is_file()
+    assert jars[1] == "/usr/share/java/sqlite-jdbc.jar"
+    assert conf["spark.sql.catalog.lake"] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf["spark.sql.catalog.lake.type"] == "jdbc"
+    assert conf["spark.sql.catalog.lake.uri"] == f"jdbc:sqlite:{tmp_path.resolve() / 'catalog.db'}"
+    assert conf["spark.sql.extensions"] == ICEBERG_EXTENSIONS
+
+
+def test_maven_coordinates_replace_the_wheel_jar(tmp_path):
+    coordinates = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
+    config = embedded_config(tmp_path, spark={"conf": {"spark.jars.packages": coordinates,
+                                                       "spark.sql.extensions": "com.example.Ext"}})
+    conf = spark_conf(config)
+    assert conf["spark.jars"] == "/usr/share/java/sqlite-jdbc.jar"
+    assert conf["spark.jars.packages"] == coordinates
+    # The user's extensions are kept, Iceberg's is added.
+    assert conf["spark.sql.extensions"] == f"{ICEBERG_EXTENSIONS},com.example.Ext"
+
+
+def test_rest_catalog_needs_no_driver(tmp_path):
+    config = embedded_config(tmp_path, catalog={"name": "prod", "properties": {"type": "rest", "uri": "http://r:8181"}})
+    conf = spark_conf(config)
+    assert "sqlite" not in conf["spark.jars"]
+    assert conf["spark.sql.catalog.prod.uri"] == "http://r:8181"
+
+
+def test_missing_jdbc_driver_says_what_to_install(tmp_path):
+    props = {"type": "jdbc", "uri": "jdbc:postgresql://db:5432/lake"}
+    with pytest.raises(SparkSetupError, match="apt-get install libpostgresql-jdbc-java"):
+        jdbc_driver_jar(props, [], java_dir=tmp_path)
+    # A driver the user already put on spark.jars is trusted.
+    assert jdbc_driver_jar(props, ["/opt/jars/postgresql.jar"], java_dir=tmp_path) is None
+
+
+def test_user_settings_override_defaults(tmp_path):
+    conf = spark_conf(embedded_config(tmp_path, spark={"conf": {"spark.sql.shuffle.partitions": 64}}))
+    assert conf["spark.sql.shuffle.partitions"] == "64"
