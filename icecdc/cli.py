@@ -57,6 +57,13 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_ingest(args: argparse.Namespace) -> int:
+    from icecdc.ingest.runner import run_ingest
+
+    run_ingest(load_config(args.config), until_idle=args.until_idle)
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import run_demo
 
@@ -89,6 +96,11 @@ def build_parser() -> argparse.ArgumentParser:
     broker = add("broker", _cmd_broker, "start, stop or check the embedded Kafka-protocol broker")
     broker.add_argument("action", choices=["start", "stop", "status"])
     add_state(broker)
+
+    ingest = add("ingest", _cmd_ingest, "mirror the configured Debezium topics into their Iceberg tables")
+    _config_arg(ingest)
+    ingest.add_argument("--until-idle", type=float, metavar="SECONDS",
+                        help="stop after this long with nothing new to read (default: run until stopped)")
 
     tables = add("tables", _cmd_tables, "create the configured tables that do not exist and check the ones that do")
     _config_arg(tables)

@@ -11,13 +11,26 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from icecdc.errors import UserError
-from icecdc.tablespec import PartitionField, TableShape, TableSpecError, normalize_type, parse_partition_field
+from icecdc.tablespec import (
+    PartitionField,
+    TableShape,
+    TableSpecError,
+    normalize_type,
+    parse_partition_field,
+)
 
 DEFAULT_STATE_DIR = ".icecdc"
 EMBEDDED_BROKER_PORT = 19092
@@ -145,6 +158,15 @@ class SparkConfig(_Strict):
         return value
 
 
+class IngestConfig(_Strict):
+    # auto: Spark's Kafka source when its connector is on the classpath, else the direct reader.
+    source: Literal["auto", "streaming", "direct"] = "auto"
+    max_batch_records: int = Field(default=50_000, gt=0)
+    # How long a micro-batch collects records before it is written (the commit cadence).
+    trigger_seconds: float = Field(default=5.0, gt=0)
+    consumer_group: str = "icecdc-ingest"
+
+
 class Config(_Strict):
     # Local state: the embedded broker's pid/log, checkpoints, and (embedded default) catalog.
     state_dir: Path = Path(DEFAULT_STATE_DIR)
@@ -154,6 +176,7 @@ class Config(_Strict):
     commit_topic: str = "icecdc.commits"
     dead_letter_topic: str = "icecdc.dlq"
     spark: SparkConfig = Field(default_factory=SparkConfig)
+    ingest: IngestConfig = Field(default_factory=IngestConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> Config:

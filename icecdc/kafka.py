@@ -13,7 +13,6 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from icecdc.config import KafkaConfig
 
-
 PRODUCER_DEFAULTS = {"linger.ms": 5}
 # A shorter session than librdkafka's 45 s bounds how long a dead member holds its partitions
 # (and the embedded broker completes a group join in about half a session timeout).

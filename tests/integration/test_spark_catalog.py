@@ -5,7 +5,12 @@ from decimal import Decimal
 
 import pytest
 
-from icecdc.catalog import TableMismatchError, ensure_tables, live_shape, pyiceberg_catalog
+from icecdc.catalog import (
+    TableMismatchError,
+    ensure_tables,
+    live_shape,
+    pyiceberg_catalog,
+)
 from icecdc.config import Config
 
 

@@ -1,7 +1,13 @@
 import jsonschema
 import pytest
-
-from icecdc.schemas import COMMIT_EVENT, COMPACTION_EVENT, DEBEZIUM_ENVELOPE, SchemaError, load_schema, validator
+from icecdc.schemas import (
+    COMMIT_EVENT,
+    COMPACTION_EVENT,
+    DEBEZIUM_ENVELOPE,
+    SchemaError,
+    load_schema,
+    validator,
+)
 
 
 @pytest.mark.parametrize("name", [DEBEZIUM_ENVELOPE, COMMIT_EVENT, COMPACTION_EVENT])

@@ -3,7 +3,13 @@ from pathlib import Path
 import pytest
 
 from icecdc.config import embedded_config
-from icecdc.spark import ICEBERG_EXTENSIONS, SparkSetupError, iceberg_runtime_jar, jdbc_driver_jar, spark_conf
+from icecdc.spark import (
+    ICEBERG_EXTENSIONS,
+    SparkSetupError,
+    iceberg_runtime_jar,
+    jdbc_driver_jar,
+    spark_conf,
+)
 
 
 def test_embedded_conf_uses_wheel_jar_and_sqlite_driver(tmp_path):

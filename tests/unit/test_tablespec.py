@@ -1,6 +1,12 @@
 import pytest
 
-from icecdc.tablespec import PartitionField, TableShape, TableSpecError, normalize_type, parse_partition_field
+from icecdc.tablespec import (
+    PartitionField,
+    TableShape,
+    TableSpecError,
+    normalize_type,
+    parse_partition_field,
+)
 
 TYPES = {"id": "long", "region": "string", "ts": "timestamp", "d": "date", "price": "decimal(10, 2)", "ok": "boolean"}
 

@@ -1,0 +1,24 @@
+"""Named crash points for crash-recovery tests: ``ICECDC_FAILPOINT=after-commit:3`` makes the
+process SIGKILL itself the 3rd time it passes ``after-commit``. Unset (always, in production),
+``hit`` is a dictionary lookup."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter
+
+ENV = "ICECDC_FAILPOINT"
+_passes: Counter[str] = Counter()
+
+
+def hit(name: str) -> None:
+    spec = os.environ.get(ENV)
+    if not spec:
+        return
+    wanted, _, count = spec.partition(":")
+    if wanted != name:
+        return
+    _passes[name] += 1
+    if _passes[name] >= int(count or 1):
+        os.kill(os.getpid(), signal.SIGKILL)

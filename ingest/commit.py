@@ -1,0 +1,116 @@
+"""Committing a batch's files to one Iceberg table through the Java API (Spark has no way to
+commit equality deletes): one ``RowDelta`` with data and delete files, no conflict validation
+(as Flink's writer does), the source offsets in its summary.
+
+No validation is what keeps the writer from ever failing because of a concurrent compaction: the
+compaction's rewrite carries the older sequence number, so this batch's equality deletes still
+apply to the rewritten files, and Iceberg's own commit retry re-applies the RowDelta on top of
+whatever the compactor committed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from icecdc.ingest.layout import PartitionKey, TableLayout
+
+from icecdc.jvm import int_array, jvm, load_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+COMMIT_ID_PROPERTY = "icecdc.commit-id"
+
+
+@dataclass(frozen=True)
+class WrittenFile:
+    kind: str  # "data" or "delete"
+    path: str
+    partition: PartitionKey
+    record_count: int
+    file_size: int
+
+
+@dataclass(frozen=True)
+class CommittedSnapshot:
+    snapshot_id: int
+    parent_snapshot_id: int | None
+    sequence_number: int
+    timestamp_ms: int
+    operation: str
+
+
+class TableCommitter:
+    """The Java table of one configured table, and the commits the ingester makes to it."""
+
+    def __init__(self, spark: SparkSession, qualified_name: str, layout: TableLayout) -> None:
+        self._spark = spark
+        self._jvm = jvm(spark)
+        self.layout = layout
+        self.table = load_table(spark, qualified_name)
+
+    def _history(self) -> Iterator[Any]:
+        """The current snapshot and its ancestors, newest first."""
+        snapshot = self.table.currentSnapshot()
+        while snapshot is not None:
+            yield snapshot
+            parent = snapshot.parentId()
+            snapshot = self.table.snapshot(parent) if parent is not None else None
+
+    def summaries_newest_first(self) -> Iterator[Mapping[str, str]]:
+        self.table.refresh()
+        return (dict(snapshot.summary()) for snapshot in self._history())
+
+    def _partition_tuple(self, spec: Any, partition: PartitionKey, cache: dict[PartitionKey, Any]) -> Any:
+        # Iceberg's public parser from partition strings to a typed partition tuple is
+        # DataFiles.Builder.withPartitionValues; borrowing it avoids py4j's int-vs-long ambiguity
+        # (a Python int becomes a Java Integer, which a long partition field rejects).
+        if partition not in cache:
+            iceberg = self._jvm.org.apache.iceberg
+            cache[partition] = (
+                iceberg.DataFiles.builder(spec)
+                .withPartitionValues(self.layout.partition_java_strings(partition))
+                .withPath("partition-parser").withFormat(iceberg.FileFormat.PARQUET)
+                .withFileSizeInBytes(0).withRecordCount(0).build().partition()
+            )
+        return cache[partition]
+
+    def _java_file(self, file: WrittenFile, spec: Any, metrics_config: Any, cache: dict[PartitionKey, Any]) -> Any:
+        iceberg = self._jvm.org.apache.iceberg
+        metrics = iceberg.parquet.ParquetUtil.fileMetrics(self.table.io().newInputFile(file.path), metrics_config)
+        if file.kind == "data":
+            builder = iceberg.DataFiles.builder(spec)
+        else:
+            builder = iceberg.FileMetadata.deleteFileBuilder(spec).ofEqualityDeletes(int_array(self._spark, self.layout.key_field_ids))
+        builder = builder.withPath(file.path).withFormat(iceberg.FileFormat.PARQUET).withFileSizeInBytes(file.file_size).withMetrics(metrics)
+        if self.layout.partition:
+            builder = builder.withPartition(self._partition_tuple(spec, file.partition, cache))
+        return builder.build()
+
+    def commit(self, files: Sequence[WrittenFile], summary: Mapping[str, str]) -> CommittedSnapshot:
+        table = self.table
+        spec = table.specs().get(self.layout.spec_id)
+        metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table)
+        cache: dict[PartitionKey, Any] = {}
+        delta = table.newRowDelta()
+        for file in files:
+            java_file = self._java_file(file, spec, metrics_config, cache)
+            delta = delta.addRows(java_file) if file.kind == "data" else delta.addDeletes(java_file)
+        commit_id = uuid.uuid4().hex
+        for key, value in {**summary, COMMIT_ID_PROPERTY: commit_id}.items():
+            delta = delta.set(key, value)
+        delta.commit()
+        return self._find_commit(commit_id)
+
+    def _find_commit(self, commit_id: str) -> CommittedSnapshot:
+        # Another writer may have committed right after us; find ours by its id, newest first.
+        for snapshot in self._history():
+            if snapshot.summary().get(COMMIT_ID_PROPERTY) == commit_id:
+                return CommittedSnapshot(
+                    snapshot.snapshotId(), snapshot.parentId(), snapshot.sequenceNumber(),
+                    snapshot.timestampMillis(), snapshot.operation(),
+                )
+        raise RuntimeError(f"commit {commit_id} is not in the history of {self.layout.table}")

@@ -1,0 +1,277 @@
+"""Debezium change events to typed changes of one table. Pure: bytes in, a ChangeEvent or a
+Rejection out; it runs on the executors, once per Kafka record.
+
+Column values are decoded from Debezium's default JSON encodings into one canonical, JSON-safe
+form per Iceberg type (so they survive Spark's shuffle as JSON and compare exactly):
+
+| Iceberg type          | canonical value                                   |
+|-----------------------|---------------------------------------------------|
+| int, long             | int                                               |
+| float, double         | float                                             |
+| boolean               | bool                                              |
+| string                | str                                               |
+| decimal(P, S)         | str, quantized to S digits (never rounded)        |
+| date                  | int, days since 1970-01-01                        |
+| timestamp(tz)         | int, microseconds since 1970-01-01T00:00:00 UTC   |
+| binary                | str, base64                                       |
+
+Integers for timestamps are read in the unit the envelope's Connect schema names
+(``io.debezium.time.Timestamp`` millis, ``MicroTimestamp`` micros, ``NanoTimestamp`` nanos,
+truncated to micros) and as microseconds when there is no schema to say; ISO-8601 strings
+(``ZonedTimestamp`` and plain) are accepted for dates and timestamps. A zone-less ISO string for a
+``timestamptz`` column is taken as UTC; a zoned one for a ``timestamp`` column is converted to UTC.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import decimal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
+
+OPS = frozenset({"c", "r", "u", "d"})
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+EPOCH_DATE = dt.date(1970, 1, 1)
+_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+# Connect logical type -> how many of its integer units make one microsecond (negative: divide).
+_TIMESTAMP_UNITS = {
+    "io.debezium.time.Timestamp": 1000,
+    "org.apache.kafka.connect.data.Timestamp": 1000,
+    "io.debezium.time.MicroTimestamp": 1,
+    "io.debezium.time.NanoTimestamp": -1000,
+}
+CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+
+
+class Reason:
+    """Why a record went to the dead-letter topic (the ``icecdc.reason`` header)."""
+
+    UNPARSEABLE = "unparseable-json"
+    NOT_AN_ENVELOPE = "not-a-debezium-envelope"
+    UNKNOWN_OP = "unknown-op"
+    MISSING_KEY = "missing-key"
+    NULL_KEY = "null-key"
+    BAD_VALUE = "bad-value"
+    MISSING_PARTITION_VALUE = "missing-partition-value"
+    UNKNOWN_TABLE = "unknown-table"
+
+
+@dataclass(frozen=True)
+class Rejection:
+    reason: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.detail}"
+
+
+class RejectedEvent(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.rejection = Rejection(reason, detail)
+
+
+@dataclass(frozen=True)
+class ChangeEvent:
+    """One change to one row, values in canonical form."""
+
+    op: str
+    key: tuple[Any, ...]
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+
+    @property
+    def is_delete(self) -> bool:
+        return self.op == "d"
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # Iceberg type string, e.g. "long", "decimal(10, 2)"
+    required: bool = False
+
+
+def _bad(column: Column, value: Any, why: str) -> RejectedEvent:
+    shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+    return RejectedEvent(Reason.BAD_VALUE, f"column {column.name!r} ({column.type}): {shown} {why}")
+
+
+def _iso_micros(text: str) -> int:
+    parsed = dt.datetime.fromisoformat(text.strip().replace(" ", "T", 1))
+    if parsed.tzinfo is None:
+        parsed = parsed.replace(tzinfo=dt.timezone.utc)
+    delta = parsed - EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+
+
+def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> str:
+    precision, scale = (int(p) for p in column.type[len("decimal("):-1].split(","))
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        if isinstance(value, str) and logical is not None and logical.get("name") == CONNECT_DECIMAL:
+            # precise mode: base64 big-endian two's-complement unscaled value, scale in parameters
+            unscaled = int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
+            number = decimal.Decimal(unscaled).scaleb(-int(logical.get("parameters", {}).get("scale", 0)))
+        elif isinstance(value, (int, str)):
+            number = decimal.Decimal(value)
+        elif isinstance(value, float):
+            number = decimal.Decimal(repr(value))
+        else:
+            raise TypeError
+    except (TypeError, ValueError, decimal.InvalidOperation, binascii.Error):
+        raise _bad(column, value, "is not a decimal") from None
+    if not number.is_finite():
+        raise _bad(column, value, "is not a finite decimal")
+    quantized = number.quantize(decimal.Decimal(1).scaleb(-scale))
+    if quantized != number:
+        raise _bad(column, value, f"has more than {scale} decimal places")
+    if len(quantized.as_tuple().digits) > precision and quantized != 0:
+        raise _bad(column, value, f"does not fit precision {precision}")
+    return str(quantized)
+
+
+def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None = None) -> Any:
+    """Decode one Debezium JSON value to the canonical form of ``column.type`` (None stays None)."""
+    if value is None:
+        return None
+    kind = column.type
+    if kind in _INT_RANGE:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _bad(column, value, "is not an integer")
+        low, high = _INT_RANGE[kind]
+        if not low <= value <= high:
+            raise _bad(column, value, f"is out of range for {kind}")
+        return value
+    if kind in ("float", "double"):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _bad(column, value, "is not a number")
+        return float(value)
+    if kind == "boolean":
+        if not isinstance(value, bool):
+            raise _bad(column, value, "is not a boolean")
+        return value
+    if kind == "string":
+        if not isinstance(value, str):
+            raise _bad(column, value, "is not a string")
+        return value
+    if kind.startswith("decimal("):
+        return _decimal(column, value, logical)
+    if kind == "date":
+        if isinstance(value, bool):
+            raise _bad(column, value, "is not a date")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return (dt.date.fromisoformat(value.strip()[:10]) - EPOCH_DATE).days
+            except ValueError:
+                pass
+        raise _bad(column, value, "is not a date (epoch days or ISO-8601)")
+    if kind in ("timestamp", "timestamptz"):
+        if isinstance(value, bool):
+            raise _bad(column, value, "is not a timestamp")
+        if isinstance(value, int):
+            unit = _TIMESTAMP_UNITS.get(logical.get("name", "") if logical else "", 1)
+            return value * unit if unit > 0 else value // -unit
+        if isinstance(value, str):
+            try:
+                return _iso_micros(value)
+            except ValueError:
+                pass
+        raise _bad(column, value, "is not a timestamp (epoch integer or ISO-8601)")
+    if kind == "binary":
+        if not isinstance(value, str):
+            raise _bad(column, value, "is not base64 bytes")
+        try:
+            base64.b64decode(value, validate=True)
+        except binascii.Error:
+            raise _bad(column, value, "is not base64 bytes") from None
+        return value
+    raise _bad(column, value, f"has an unsupported column type {kind}")
+
+
+def _logical_types(schema: Any) -> dict[str, Mapping[str, Any]]:
+    """column -> Connect field schema ({name, parameters}) from a wrapper's before/after struct."""
+    types: dict[str, Mapping[str, Any]] = {}
+    if not isinstance(schema, Mapping):
+        return types
+    for image in schema.get("fields") or ():
+        if isinstance(image, Mapping) and image.get("field") in ("after", "before"):
+            for field in image.get("fields") or ():
+                if isinstance(field, Mapping) and field.get("name") and field.get("field"):
+                    types.setdefault(field["field"], field)
+    return types
+
+
+def _decode_row(row: Mapping[str, Any], columns: Sequence[Column], logical: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """The row's values for the table's columns; columns the event does not carry are absent
+    (not None), so callers can tell 'null' from 'not sent'. Extra source columns are ignored."""
+    return {c.name: decode_value(c, row[c.name], logical.get(c.name)) for c in columns if c.name in row}
+
+
+def parse_json(data: bytes | None) -> Any:
+    try:
+        return orjson.loads(data) if data is not None else None
+    except orjson.JSONDecodeError as exc:
+        raise RejectedEvent(Reason.UNPARSEABLE, str(exc)) from None
+
+
+def _unwrap(document: Any) -> tuple[Any, Any]:
+    """(payload, schema) for both the bare and the {schema, payload} forms."""
+    if isinstance(document, Mapping) and "payload" in document and "schema" in document:
+        return document["payload"], document["schema"]
+    return document, None
+
+
+def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], primary_key: Sequence[str]) -> ChangeEvent:
+    """Parse one Debezium record (the value must not be a tombstone). Raises RejectedEvent."""
+    payload, schema = _unwrap(parse_json(value))
+    op = payload.get("op") if isinstance(payload, Mapping) else None
+    if isinstance(payload, Mapping) and "op" in payload and op not in OPS:
+        raise RejectedEvent(Reason.UNKNOWN_OP, f"op {op!r} is not one of c, r, u, d")
+    try:
+        validator(DEBEZIUM_ENVELOPE)(payload)
+    except SchemaError as exc:
+        raise RejectedEvent(Reason.NOT_AN_ENVELOPE, exc.message) from None
+    logical = _logical_types(schema)
+    before = _decode_row(payload["before"], columns, logical) if payload.get("before") else None
+    after = _decode_row(payload["after"], columns, logical) if payload.get("after") else None
+    image = before if op == "d" else after
+    assert image is not None  # guaranteed by the envelope schema
+    key_values = _primary_key(key, image, columns, primary_key)
+    if after is not None:
+        after = {**after, **dict(zip(primary_key, key_values))}
+    return ChangeEvent(op, key_values, before, after)
+
+
+def _primary_key(key: bytes | None, image: Mapping[str, Any], columns: Sequence[Column], primary_key: Sequence[str]) -> tuple[Any, ...]:
+    """The primary key from the row image, falling back to the Kafka key (Debezium keys records
+    by primary key, and some connectors send delete before-images without every column)."""
+    by_name = {c.name: c for c in columns}
+    kafka_key: Mapping[str, Any] | None = None
+    values = []
+    for name in primary_key:
+        if name in image:
+            value = image[name]
+        else:
+            if kafka_key is None:
+                try:
+                    payload, _ = _unwrap(parse_json(key)) if key is not None else ({}, None)
+                except RejectedEvent:
+                    payload = {}
+                kafka_key = payload if isinstance(payload, Mapping) else {}
+            if name not in kafka_key:
+                raise RejectedEvent(Reason.MISSING_KEY, f"primary key column {name!r} is in neither the row image nor the record key")
+            value = decode_value(by_name[name], kafka_key[name])
+        if value is None:
+            raise RejectedEvent(Reason.NULL_KEY, f"primary key column {name!r} is null")
+        values.append(value)
+    return tuple(values)

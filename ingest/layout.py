@@ -1,0 +1,183 @@
+"""What the ingester needs to know about one target table, as plain picklable data: its columns
+with Iceberg field ids, its primary key, its partition spec, and how to turn a canonical row
+(see ``debezium``) into Arrow arrays and partition values. Built once from pyiceberg metadata on
+the driver and shipped to the executors inside the batch functions' closures.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime as dt
+import decimal
+import functools
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote_plus
+
+import pyarrow as pa
+from icecdc.ingest.debezium import EPOCH_DATE, Column
+
+FIELD_ID = b"PARQUET:field_id"
+_ARROW_TYPES: dict[str, pa.DataType] = {
+    "boolean": pa.bool_(),
+    "int": pa.int32(),
+    "long": pa.int64(),
+    "float": pa.float32(),
+    "double": pa.float64(),
+    "date": pa.date32(),
+    "timestamp": pa.timestamp("us"),
+    "timestamptz": pa.timestamp("us", tz="UTC"),
+    "string": pa.string(),
+    "binary": pa.binary(),
+}
+# A partition tuple as it travels between stages and lands in commit events: one canonical
+# value per partition field (transform results: ints for day/hour/bucket, the source value for
+# identity), None for null.
+PartitionKey = tuple[Any, ...]
+
+
+def arrow_type(iceberg_type: str) -> pa.DataType:
+    if iceberg_type.startswith("decimal("):
+        precision, scale = (int(p) for p in iceberg_type[len("decimal("):-1].split(","))
+        return pa.decimal128(precision, scale)
+    return _ARROW_TYPES[iceberg_type]
+
+
+@functools.cache
+def _transform_function(transform: str, source_type: str) -> Callable[[Any], Any]:
+    # pyiceberg implements Iceberg's transforms exactly (bucket's murmur3 included); building the
+    # function is the costly part, so it is built once per (transform, type) per process.
+    from pydantic import TypeAdapter
+    from pyiceberg.transforms import parse_transform
+    from pyiceberg.types import PrimitiveType
+
+    return parse_transform(transform).transform(TypeAdapter(PrimitiveType).validate_python(source_type))
+
+
+def to_python(iceberg_type: str, value: Any) -> Any:
+    """Canonical value -> the Python value pyarrow and pyiceberg's transforms take."""
+    if value is None:
+        return None
+    if iceberg_type.startswith("decimal("):
+        return decimal.Decimal(value)
+    if iceberg_type == "binary":
+        return base64.b64decode(value)
+    return value
+
+
+@dataclass(frozen=True)
+class PartitionTerm:
+    name: str  # partition field name, e.g. updated_at_day
+    source: str  # source column
+    transform: str  # Iceberg's spelling: identity, day, bucket[16], ...
+    source_type: str
+
+    def apply(self, canonical: Any) -> Any:
+        """The partition value of a canonical source value, itself canonical (JSON-safe)."""
+        if canonical is None:
+            return None
+        result = _transform_function(self.transform, self.source_type)(to_python(self.source_type, canonical))
+        if isinstance(result, decimal.Decimal):
+            return str(result)
+        if isinstance(result, bytes):
+            return base64.b64encode(result).decode()
+        return result
+
+    @property
+    def result_is_date(self) -> bool:
+        return self.transform == "day" or (self.transform == "identity" and self.source_type == "date")
+
+    def java_string(self, value: Any) -> str | None:
+        """The string Iceberg's ``Conversions.fromPartitionString`` parses back to this value
+        (used to build the Java partition tuple without py4j's int/long ambiguity)."""
+        if value is None:
+            return None
+        if self.result_is_date:
+            return (EPOCH_DATE + dt.timedelta(days=value)).isoformat()
+        if self.transform == "identity" and self.source_type in ("timestamp", "timestamptz"):
+            instant = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=value)
+            return instant.isoformat(timespec="microseconds") + ("+00:00" if self.source_type == "timestamptz" else "")
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        return str(value)
+
+    def path_segment(self, value: Any) -> str:
+        return f"{self.name}={'null' if value is None else quote_plus(self.java_string(value) or '')}"
+
+
+@dataclass(frozen=True)
+class TableLayout:
+    table: str  # namespace.table, as in the config
+    topic: str
+    columns: tuple[Column, ...]
+    field_ids: Mapping[str, int]
+    primary_key: tuple[str, ...]
+    partition: tuple[PartitionTerm, ...]
+    spec_id: int
+    data_location: str  # where data and delete files are written
+
+    @property
+    def key_field_ids(self) -> list[int]:
+        return [self.field_ids[name] for name in self.primary_key]
+
+    def _arrow_field(self, column: Column) -> pa.Field:
+        return pa.field(column.name, arrow_type(column.type), nullable=not column.required,
+                        metadata={FIELD_ID: str(self.field_ids[column.name]).encode()})
+
+    def arrow_schema(self) -> pa.Schema:
+        return pa.schema([self._arrow_field(c) for c in self.columns])
+
+    def key_arrow_schema(self) -> pa.Schema:
+        by_name = {c.name: c for c in self.columns}
+        return pa.schema([self._arrow_field(by_name[name]) for name in self.primary_key])
+
+    def partition_of(self, row: Mapping[str, Any]) -> PartitionKey | None:
+        """The partition a row image belongs to; None when the image lacks a source column."""
+        if any(term.source not in row for term in self.partition):
+            return None
+        return tuple(term.apply(row[term.source]) for term in self.partition)
+
+    def partition_from_key(self, key: Sequence[Any]) -> PartitionKey | None:
+        """The partition, when every partition source column is part of the primary key."""
+        return self.partition_of(dict(zip(self.primary_key, key)))
+
+    def partition_path(self, partition: PartitionKey) -> str:
+        return "/".join(term.path_segment(value) for term, value in zip(self.partition, partition))
+
+    def partition_java_strings(self, partition: PartitionKey) -> list[str | None]:
+        return [term.java_string(value) for term, value in zip(self.partition, partition)]
+
+    def partition_record(self, partition: PartitionKey) -> dict[str, Any]:
+        """The partition as a JSON object for commit events: field name -> value."""
+        return {term.name: value for term, value in zip(self.partition, partition)}
+
+    def to_arrow(self, rows: Sequence[Mapping[str, Any]], key_only: bool = False) -> pa.Table:
+        schema = self.key_arrow_schema() if key_only else self.arrow_schema()
+        by_name = {c.name: c for c in self.columns}
+        arrays = [
+            pa.array([to_python(by_name[f.name].type, row.get(f.name)) for row in rows], type=f.type)
+            for f in schema
+        ]
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str], table: Any) -> TableLayout:
+    """Build the layout from a pyiceberg ``Table`` (metadata only)."""
+    schema = table.schema()
+    spec = table.spec()
+    columns = tuple(Column(f.name, str(f.field_type), f.required) for f in schema.fields)
+    missing = [k for k in primary_key if k not in {c.name for c in columns}]
+    if missing:
+        raise ValueError(f"table {table_name} has no column(s) {missing} of its configured primary key")
+    types = {c.name: c.type for c in columns}
+    partition = tuple(
+        PartitionTerm(f.name, schema.find_column_name(f.source_id), str(f.transform), types[schema.find_column_name(f.source_id)])
+        for f in spec.fields
+    )
+    location = table.properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
+    return TableLayout(
+        table=table_name, topic=topic, columns=columns,
+        field_ids={f.name: f.field_id for f in schema.fields},
+        primary_key=tuple(primary_key), partition=partition, spec_id=spec.spec_id, data_location=location,
+    )

@@ -1,0 +1,69 @@
+"""``icecdc ingest``: wire the session, the tables, the Kafka clients and a source to the writer."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import TYPE_CHECKING
+
+from icecdc.ingest.publish import CommitEventPublisher
+from icecdc.ingest.sources import (
+    DirectKafkaSource,
+    kafka_connector_available,
+    kafka_stream,
+    run_direct,
+    run_streaming,
+)
+from icecdc.ingest.writer import BatchWriter, IngestStats
+
+from icecdc import kafka
+from icecdc.catalog import ensure_tables
+from icecdc.config import Config
+from icecdc.spark import create_spark_session
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+
+def _stop_on_signals() -> threading.Event:
+    stop = threading.Event()
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+    return stop
+
+
+def run_ingest(config: Config, until_idle: float | None = None, spark: SparkSession | None = None) -> IngestStats:
+    """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
+    if not config.tables:
+        raise ValueError("the configuration lists no tables to ingest")
+    spark = spark or create_spark_session(config, "icecdc-ingest")
+    ensure_tables(spark, config)
+    kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
+    producer = kafka.producer(config.kafka)
+    publisher = CommitEventPublisher(producer, config.commit_topic)
+    stop = _stop_on_signals()
+    use_streaming = config.ingest.source == "streaming" or (config.ingest.source == "auto" and kafka_connector_available(spark))
+    writer = BatchWriter(spark, config, producer, publisher, "streaming" if use_streaming else "direct")
+    try:
+        if use_streaming:
+            checkpoint = str(config.state_dir / "checkpoints" / "ingest")
+            log.info("ingesting with Spark's Kafka source (checkpoint %s)", checkpoint)
+            run_streaming(kafka_stream(spark, config), writer, checkpoint, config.ingest.trigger_seconds, until_idle, stop)
+        else:
+            start = writer.topic_positions(writer.layouts, writer.committed_offsets())
+            log.info("ingesting with the direct Kafka reader (no spark-sql-kafka connector on the classpath)")
+            source = DirectKafkaSource(config, start)
+            try:
+                run_direct(spark, config, source, writer, until_idle, stop)
+            finally:
+                source.close()
+    finally:
+        publisher.close()
+    stats = writer.stats
+    log.info("ingest finished: %d batches, %d records, %d commits, %d dead letters (%s), %d commit events published",
+             stats.batches, stats.records, stats.commits, stats.dead_letters, dict(stats.dead_letters_by_reason), publisher.published)
+    return stats

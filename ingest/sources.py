@@ -1,0 +1,173 @@
+"""Where micro-batches come from. Both sources feed the same ``BatchWriter``:
+
+- ``run_streaming``: a Spark Structured Streaming query with ``foreachBatch``. In production its
+  input is ``readStream.format("kafka")`` (the spark-sql-kafka connector, resolved through
+  ``spark.jars.packages``); tests drive the same function from a file stream with the Kafka
+  source's schema. Spark's checkpoint replays an unfinished batch after a crash; the writer's
+  offset filter turns an already committed replay into a no-op.
+- ``DirectKafkaSource`` + ``run_direct``: confluent-kafka reading bounded micro-batches, for
+  machines without the connector. It starts at the offsets the tables committed (the tables,
+  not the consumer group, are the source of truth); the group's offsets are committed after
+  each batch only so that standard lag tools see progress.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from icecdc.ingest.stages import KAFKA_SCHEMA
+
+from icecdc import kafka
+from icecdc.config import Config
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
+BatchFunction = Callable[["DataFrame", int], Any]
+
+
+def kafka_connector_available(spark: SparkSession) -> bool:
+    try:
+        spark.sparkContext._jvm.java.lang.Class.forName(KAFKA_PROVIDER_CLASS)
+        return True
+    except Exception:  # py4j wraps ClassNotFoundException
+        return False
+
+
+class DirectKafkaSource:
+    """Bounded micro-batches of records from the configured topics."""
+
+    def __init__(self, config: Config, start_offsets: Mapping[tuple[str, int], int]) -> None:
+        self._config = config
+        self._consumer = kafka.consumer(config.kafka, config.ingest.consumer_group)
+        metadata = self._consumer.list_topics(timeout=30)
+        assignment = []
+        for table in config.tables:
+            topic = metadata.topics.get(table.topic)
+            if topic is None or topic.error is not None:
+                raise RuntimeError(f"topic {table.topic} (table {table.name}) does not exist on {config.kafka.bootstrap_servers}")
+            for partition in sorted(topic.partitions):
+                assignment.append(TopicPartition(table.topic, partition, start_offsets.get((table.topic, partition), OFFSET_BEGINNING)))
+        self._assignment = assignment
+        self._consumer.assign(assignment)
+        self._positions: dict[tuple[str, int], int] = {}
+
+    def poll_batch(self, max_records: int, max_seconds: float) -> list[dict[str, Any]]:
+        """Records until ``max_records`` or ``max_seconds`` have passed, whichever first."""
+        records: list[dict[str, Any]] = []
+        deadline = time.monotonic() + max_seconds
+        while len(records) < max_records:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            for message in self._consumer.consume(min(max_records - len(records), 10_000), timeout=min(left, 0.5)):
+                if message.error() is not None:
+                    log.warning("kafka: %s", message.error())
+                    continue
+                kind, millis = message.timestamp()
+                records.append({
+                    "key": message.key(), "value": message.value(), "topic": message.topic(),
+                    "partition": message.partition(), "offset": message.offset(),
+                    "timestamp": dt.datetime.fromtimestamp(millis / 1000, dt.timezone.utc) if millis >= 0 else None,
+                    "timestampType": kind,
+                })
+                self._positions[(message.topic(), message.partition())] = message.offset() + 1
+        return records
+
+    def lag(self) -> int | None:
+        """Records behind the high watermarks (approximate: the embedded broker's watermarks can
+        be a few records off, so this is for progress display only)."""
+        total = 0
+        for tp in self._assignment:
+            try:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=5, cached=False)
+            except Exception:
+                return None
+            total += max(0, high - self._positions.get((tp.topic, tp.partition), tp.offset if tp.offset >= 0 else 0))
+        return total
+
+    def commit_group_offsets(self) -> None:
+        offsets = [TopicPartition(t, p, o) for (t, p), o in self._positions.items()]
+        if offsets:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def records_to_dataframe(spark: SparkSession, records: list[dict[str, Any]]) -> DataFrame:
+    import pandas as pd
+
+    return spark.createDataFrame(pd.DataFrame.from_records(records, columns=[c.split()[0] for c in KAFKA_SCHEMA.split(", ")]), KAFKA_SCHEMA)
+
+
+def run_direct(spark: SparkSession, config: Config, source: DirectKafkaSource, write: BatchFunction,
+               until_idle: float | None, stop: threading.Event | None = None) -> int:
+    """Poll, write, repeat; returns the number of batches written."""
+    run = uuid.uuid4().hex[:8]
+    batches = 0
+    idle_since = time.monotonic()
+    while stop is None or not stop.is_set():
+        records = source.poll_batch(config.ingest.max_batch_records, config.ingest.trigger_seconds)
+        if records:
+            write(records_to_dataframe(spark, records), f"{run}-{batches}")
+            source.commit_group_offsets()
+            batches += 1
+            idle_since = time.monotonic()
+            lag = source.lag()
+            if lag is not None:
+                log.info("lag: about %d records behind the high watermarks", lag)
+        elif until_idle is not None and time.monotonic() - idle_since >= until_idle:
+            log.info("no new records for %.0fs: stopping", until_idle)
+            break
+    return batches
+
+
+def kafka_stream(spark: SparkSession, config: Config) -> DataFrame:
+    """Spark's Kafka source over the configured topics. Starting at the earliest offsets is safe:
+    the writer drops what the tables already committed."""
+    reader = (spark.readStream.format("kafka")
+              .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+              .option("subscribe", ",".join(t.topic for t in config.tables))
+              .option("startingOffsets", "earliest")
+              .option("maxOffsetsPerTrigger", str(config.ingest.max_batch_records)))
+    for key, value in config.kafka.properties.items():
+        reader = reader.option(f"kafka.{key}", str(value))
+    return reader.load()
+
+
+def run_streaming(stream: DataFrame, write: BatchFunction, checkpoint: str, trigger_seconds: float,
+                  until_idle: float | None, stop: threading.Event | None = None) -> None:
+    """Run a Structured Streaming query with ``write`` as its foreachBatch function until it is
+    idle for ``until_idle`` seconds, or until ``stop`` is set."""
+    query = (stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
+             .trigger(processingTime=f"{trigger_seconds} seconds").start())
+    idle_since = time.monotonic()
+    try:
+        while query.isActive:
+            query.awaitTermination(0.5)
+            status = query.status
+            # Stop only between batches: interrupting one is safe (the replay is recognised) but wasted.
+            if status.get("isTriggerActive") or status.get("isDataAvailable"):
+                idle_since = time.monotonic()
+                continue
+            if stop is not None and stop.is_set():
+                break
+            if until_idle is not None and time.monotonic() - idle_since >= until_idle:
+                log.info("no new records for %.0fs: stopping the query", until_idle)
+                break
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception() is not None:
+        raise RuntimeError(f"the streaming query failed: {query.exception()}")

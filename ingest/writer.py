@@ -1,0 +1,216 @@
+"""The micro-batch writer: a ``foreachBatch(df, batch_id)`` function that any Structured Streaming
+query over Kafka-shaped rows can call, and that the direct Kafka source calls too.
+
+Order of work in one batch, and why:
+1. read each table's committed offsets from its snapshot history (exactly-once filter);
+2. parse, reduce and write files on the executors (Spark stages in ``stages``);
+3. send rejected records to the dead-letter topic and wait for delivery (before the commit, so
+   a crash can at worst send a dead letter twice, never lose one);
+4. per table, one RowDelta commit with the files and the advanced offsets (never two batches in
+   one commit: their equality deletes must not share a sequence number with older data);
+5. publish a commit event per commit.
+A crash anywhere before 4 leaves only unreferenced files (orphans); after 4 the table's offsets
+make the replay a no-op.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import orjson
+from icecdc.ingest import offsets as offset_log
+from icecdc.ingest.commit import CommittedSnapshot, TableCommitter, WrittenFile
+from icecdc.ingest.layout import TableLayout, layout_from_pyiceberg
+from icecdc.ingest.publish import (
+    CommitEventPublisher,
+    dead_letters_from_rows,
+    send_dead_letters,
+)
+from icecdc.ingest.stages import (
+    DATA,
+    FILES_SCHEMA,
+    PARSED_SCHEMA,
+    REDUCED_SCHEMA,
+    SKIP,
+    parse_stage,
+    reduce_stage,
+    write_stage,
+)
+
+from icecdc import failpoints
+from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc.config import Config
+from icecdc.events import CommitEvent, PartitionDelta
+
+if TYPE_CHECKING:
+    from confluent_kafka import Producer
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class IngestStats:
+    """Running totals, for progress lines and metrics."""
+
+    batches: int = 0
+    batches_skipped: int = 0
+    records: int = 0
+    dead_letters: int = 0
+    dead_letters_by_reason: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    commits: int = 0
+    data_records: int = 0
+    delete_records: int = 0
+    last_commit_seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    batch_id: str
+    records: int
+    dead_letters: int
+    commits: dict[str, CommittedSnapshot]
+    seconds: float
+
+
+def _partition_deltas(layout: TableLayout, files: list[WrittenFile]) -> list[PartitionDelta]:
+    by_partition: dict[tuple[Any, ...], dict[str, int]] = {}
+    for f in files:
+        counts = by_partition.setdefault(f.partition, defaultdict(int))
+        prefix = "data" if f.kind == DATA else "equality_delete"
+        counts[f"{prefix}_files"] += 1
+        counts[f"{prefix}_records"] += f.record_count
+        if f.kind == DATA:
+            counts["data_bytes"] += f.file_size
+    return [
+        PartitionDelta(layout.partition_record(p), layout.partition_path(p), layout.spec_id, **counts)
+        for p, counts in by_partition.items()
+    ]
+
+
+class BatchWriter:
+    """Writes micro-batches of Kafka records (Spark Kafka source schema) into the configured tables."""
+
+    def __init__(self, spark: SparkSession, config: Config, dead_letter_producer: Producer,
+                 publisher: CommitEventPublisher, source_name: str = "kafka") -> None:
+        self.spark = spark
+        self.config = config
+        self.source_name = source_name
+        self.stats = IngestStats()
+        self._dead_letter_producer = dead_letter_producer
+        self._publisher = publisher
+        catalog = pyiceberg_catalog(config)
+        self.layouts = {
+            t.name: layout_from_pyiceberg(t.name, t.topic, t.primary_key, catalog.load_table(t.name)) for t in config.tables
+        }
+        self.committers = {name: TableCommitter(spark, qualified(config, name), layout) for name, layout in self.layouts.items()}
+        self._io_properties = dict(config.catalog.properties)
+
+    def committed_offsets(self) -> dict[str, offset_log.Offsets]:
+        """table -> its committed offsets, read from the table (the source of truth)."""
+        return {name: offset_log.committed_offsets(c.summaries_newest_first()) for name, c in self.committers.items()}
+
+    @staticmethod
+    def topic_positions(layouts: Mapping[str, TableLayout], committed: Mapping[str, offset_log.Offsets]) -> dict[tuple[str, int], int]:
+        """(topic, partition) -> next offset to read, each topic as committed by its own table."""
+        return {
+            (layouts[table].topic, partition): offset
+            for table, topics in committed.items()
+            for partition, offset in topics.get(layouts[table].topic, {}).items()
+        }
+
+    def __call__(self, df: DataFrame, batch_id: int) -> BatchResult:
+        """The ``foreachBatch`` entry point."""
+        started = time.monotonic()
+        tag = f"{self.source_name}:{batch_id}"
+        committed = self.committed_offsets()
+        filter_offsets = self.topic_positions(self.layouts, committed)
+        by_topic = {layout.topic: layout for layout in self.layouts.values()}
+        parsed = df.mapInArrow(parse_stage(by_topic, filter_offsets), PARSED_SCHEMA).persist()
+        try:
+            result = self._write(parsed, tag, committed, started)
+        finally:
+            parsed.unpersist()
+        self._log(result)
+        return result
+
+    def _write(self, parsed: DataFrame, tag: str, committed: Mapping[str, offset_log.Offsets], started: float) -> BatchResult:
+        from pyspark.sql import functions as F
+
+        consumed_rows = parsed.groupBy("table", "topic", "kafka_partition").agg(
+            F.max("offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()
+        records = sum(r.n for r in consumed_rows)
+        self.stats.batches += 1
+        self.stats.records += records
+        if not consumed_rows:
+            self.stats.batches_skipped += 1
+            return BatchResult(tag, 0, 0, {}, time.monotonic() - started)
+
+        rejected = parsed.where(F.col("reason").isNotNull()).collect()
+        good = parsed.where(F.col("reason").isNull() & (F.col("op") != SKIP))
+        reduced = (good.repartition("table", "key").sortWithinPartitions("table", "key", "kafka_partition", "offset")
+                   .mapInArrow(reduce_stage(self.layouts), REDUCED_SCHEMA))
+        written = (reduced.repartition("table", "partition", "kind").sortWithinPartitions("table", "partition", "kind")
+                   .mapInArrow(write_stage(self.layouts, self._io_properties, tag.replace(":", "-")), FILES_SCHEMA).collect())
+        failpoints.hit("after-files")
+
+        letters = dead_letters_from_rows(r.asDict() for r in rejected)
+        if letters:
+            send_dead_letters(self._dead_letter_producer, self.config.dead_letter_topic, letters)
+            self.stats.dead_letters += len(letters)
+            for letter in letters:
+                self.stats.dead_letters_by_reason[letter.reason] += 1
+        failpoints.hit("after-dead-letters")
+
+        files_by_table: dict[str, list[WrittenFile]] = defaultdict(list)
+        for row in written:
+            files_by_table[row.table].append(WrittenFile(row.kind, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size))
+        consumed_by_table: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
+        rejected_tables = {letter.table for letter in letters}
+        for row in consumed_rows:
+            if row.table is not None:
+                consumed_by_table[row.table][(row.topic, row.kafka_partition)] = row.last
+
+        commits: dict[str, CommittedSnapshot] = {}
+        for table, consumed in consumed_by_table.items():
+            files = files_by_table.get(table, [])
+            # A batch of tombstones only is not worth a snapshot: replaying it changes nothing.
+            if not files and table not in rejected_tables:
+                continue
+            commits[table] = self._commit(table, files, offset_log.advance(committed.get(table, {}), consumed), tag)
+            failpoints.hit("after-commit")
+        return BatchResult(tag, records, len(letters), commits, time.monotonic() - started)
+
+    def _commit(self, table: str, files: list[WrittenFile], offsets: offset_log.Offsets, tag: str) -> CommittedSnapshot:
+        layout = self.layouts[table]
+        commit_started = time.monotonic()
+        snapshot = self.committers[table].commit(files, {
+            offset_log.OFFSETS_PROPERTY: offset_log.encode(offsets),
+            offset_log.BATCH_PROPERTY: tag,
+            offset_log.WRITER_PROPERTY: offset_log.INGEST_WRITER,
+        })
+        self.stats.last_commit_seconds = time.monotonic() - commit_started
+        self.stats.commits += 1
+        self.stats.data_records += sum(f.record_count for f in files if f.kind == DATA)
+        self.stats.delete_records += sum(f.record_count for f in files if f.kind != DATA)
+        self._publisher.publish(CommitEvent(
+            table=table, snapshot_id=snapshot.snapshot_id, parent_snapshot_id=snapshot.parent_snapshot_id,
+            sequence_number=snapshot.sequence_number, commit_time_ms=snapshot.timestamp_ms,
+            operation=snapshot.operation, writer=offset_log.INGEST_WRITER, batch_id=tag,
+            source_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
+            partitions=_partition_deltas(layout, files),
+        ))
+        return snapshot
+
+    def _log(self, result: BatchResult) -> None:
+        if not result.records:
+            log.info("batch %s: nothing new (already committed)", result.batch_id)
+            return
+        commits = ", ".join(f"{t} snapshot {s.snapshot_id} seq {s.sequence_number}" for t, s in result.commits.items()) or "no commit"
+        log.info("batch %s: %d records, %d dead letters -> %s in %.2fs (commit %.2fs)", result.batch_id, result.records,
+                 result.dead_letters, commits, result.seconds, self.stats.last_commit_seconds)

@@ -1,0 +1,138 @@
+"""``icecdc ingest`` as a process: crash and replay at every stage of a batch, and the
+Structured Streaming path against the direct Kafka path."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+from icecdc.ingest.publish import CommitEventPublisher
+from icecdc.ingest.runner import run_ingest
+from icecdc.ingest.sources import run_streaming
+from icecdc.ingest.stages import KAFKA_SCHEMA
+from icecdc.ingest.writer import BatchWriter
+
+from icecdc import kafka
+from icecdc.catalog import ensure_tables
+from icecdc.config import Config, TableConfig
+from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
+
+
+def history(source: SourceDatabase, keys: int, rounds: int) -> list[tuple[bytes, bytes]]:
+    """Inserts, updates that move rows between partitions, deletes and re-inserts."""
+    events = [source.upsert(k, REGIONS[k % 3], k, 0) for k in range(keys)]
+    for r in range(1, rounds + 1):
+        for k in range(keys):
+            if (k + r) % 5 == 0 and k in source.rows:
+                events.append(source.delete(k))
+            else:
+                events.append(source.upsert(k, REGIONS[(k + r) % 3], k * r, r % 3))
+    return events
+
+
+def produce(config: Config, topic: str, events: list[tuple[bytes | None, bytes | None]]) -> None:
+    producer = kafka.producer(config.kafka)
+    for key, value in events:
+        producer.produce(topic, key=key, value=value)
+    assert producer.flush(30) == 0
+
+
+def write_config(config: Config, path: Path) -> Path:
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    return path
+
+
+def ingest_process(config_path: Path, failpoint: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}
+    if failpoint:
+        env["ICECDC_FAILPOINT"] = failpoint
+    return subprocess.run([sys.executable, "-m", "icecdc.cli", "ingest", "--config", str(config_path), "--until-idle", "3"],
+                          env=env, capture_output=True, text=True, timeout=600)
+
+
+def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark, stack_config, unique, tmp_path):
+    table = TableConfig.model_validate(orders_table(f"it.crash_{unique}", f"crash-{unique}"))
+    config = stack_config.model_copy(update={
+        "tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}",
+        "ingest": stack_config.ingest.model_copy(update={"max_batch_records": 40, "trigger_seconds": 0.5, "source": "direct"}),
+    })
+    kafka.ensure_topics(config.kafka, [table.topic])
+    source = SourceDatabase()
+    events = history(source, keys=30, rounds=6)
+    events.insert(50, (b"k", b"{broken"))  # one dead letter, to exercise the dead-letter stage
+    produce(config, table.topic, events)
+    config_path = write_config(config, tmp_path / "icecdc.yaml")
+
+    for failpoint in ("after-files:2", "after-dead-letters:2", "after-commit:2", "after-files:1"):
+        crashed = ingest_process(config_path, failpoint)
+        assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
+    finished = ingest_process(config_path)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    name = f"lake.{table.name}"
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == source.expected_rows()
+    # Each crash before a commit left written files behind that no snapshot references.
+    referenced = {r.file_path for r in spark.sql(f"SELECT file_path FROM {name}.all_files").collect()}
+    on_disk = {str(p) for p in Path(config.catalog.properties["warehouse"]).rglob("*.parquet") if f"crash_{unique}" in str(p)}
+    assert referenced < on_disk
+
+
+def test_streaming_path_and_direct_path_build_identical_tables(spark, stack_config, unique, tmp_path):
+    source = SourceDatabase()
+    events = history(source, keys=25, rounds=4) + [(b"k", b"{broken")]
+
+    # Structured Streaming over a file source whose rows have the Kafka source's schema, one
+    # micro-batch per file, stopped half way and restarted from its checkpoint.
+    streamed = TableConfig.model_validate(orders_table(f"it.streamed_{unique}", f"orders-{unique}"))
+    stream_config = stack_config.model_copy(update={"tables": [streamed], "commit_topic": f"commits-{unique}",
+                                                     "dead_letter_topic": f"dlq-{unique}"})
+    ensure_tables(spark, stream_config)
+    kafka.ensure_topics(stream_config.kafka, [stream_config.commit_topic, stream_config.dead_letter_topic])
+    inbox, checkpoint = tmp_path / "inbox", str(tmp_path / "checkpoint")
+    inbox.mkdir()
+    chunks = [events[i:i + 30] for i in range(0, len(events), 30)]
+
+    def drop_files(numbers: range) -> None:
+        for n in numbers:
+            rows = kafka_records(streamed.topic, chunks[n], first_offset=30 * n)
+            spark.createDataFrame(rows, KAFKA_SCHEMA).coalesce(1).write.parquet(str(inbox / f"part-{n:03d}"))
+
+    def stream_once() -> BatchWriter:
+        producer = kafka.producer(stream_config.kafka)
+        writer = BatchWriter(spark, stream_config, producer, CommitEventPublisher(producer, stream_config.commit_topic), "streaming")
+        stream = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true").parquet(str(inbox))
+        run_streaming(stream, writer, checkpoint, trigger_seconds=0.2, until_idle=4)
+        return writer
+
+    half = len(chunks) // 2
+    drop_files(range(half))
+    first = stream_once()
+    assert first.stats.commits == half
+    # Forget that Spark finished the last batch: the restart replays it, and the table must
+    # recognise it as committed.
+    commit_log = Path(checkpoint, "commits")
+    last = max(int(p.name) for p in commit_log.iterdir() if p.name.isdigit())
+    (commit_log / str(last)).unlink()
+    (commit_log / f".{last}.crc").unlink(missing_ok=True)
+    drop_files(range(half, len(chunks)))
+    second = stream_once()
+    assert second.stats.batches_skipped == 1
+    assert second.stats.commits == len(chunks) - half
+
+    # The direct Kafka path, from the broker, over the same events.
+    direct = TableConfig.model_validate(orders_table(f"it.direct_{unique}", f"direct-{unique}"))
+    direct_config = stream_config.model_copy(update={"tables": [direct], "ingest": stream_config.ingest.model_copy(
+        update={"source": "direct", "trigger_seconds": 0.5})})
+    kafka.ensure_topics(direct_config.kafka, [direct.topic])
+    produce(direct_config, direct.topic, events)
+    stats = run_ingest(direct_config, until_idle=3, spark=spark)
+    assert stats.dead_letters == 1
+
+    expected = source.expected_rows()
+    assert table_rows(spark, f"lake.{streamed.name}") == expected
+    assert table_rows(spark, f"lake.{direct.name}") == expected

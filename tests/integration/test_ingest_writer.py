@@ -1,0 +1,208 @@
+"""The micro-batch writer against real Spark, Iceberg, the SQLite catalog and the broker."""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import hypothesis.strategies as st
+import orjson
+from confluent_kafka import TopicPartition
+from hypothesis import HealthCheck, given, settings
+from icecdc.ingest.publish import CommitEventPublisher
+from icecdc.ingest.sources import records_to_dataframe
+from icecdc.ingest.writer import BatchWriter
+
+from icecdc import kafka
+from icecdc.catalog import ensure_tables
+from icecdc.config import Config, TableConfig
+from icecdc.events import CommitEvent
+from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
+
+
+def config_for(stack_config: Config, unique: str) -> Config:
+    table = TableConfig.model_validate(orders_table(f"it.orders_{unique}", f"orders-{unique}"))
+    return stack_config.model_copy(update={
+        "tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}",
+    })
+
+
+@contextmanager
+def batch_writer(spark, config: Config):
+    ensure_tables(spark, config)
+    kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
+    producer = kafka.producer(config.kafka)
+    publisher = CommitEventPublisher(producer, config.commit_topic)
+    yield BatchWriter(spark, config, producer, publisher, "test")
+    assert publisher.close() == 0
+
+
+def read_topic(config: Config, topic: str, expected: int, timeout: float = 30.0):
+    consumer = kafka.consumer(config.kafka, f"reader-{time.monotonic_ns()}")
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    messages = []
+    deadline = time.monotonic() + timeout
+    while len(messages) < expected and time.monotonic() < deadline:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            messages.append(message)
+    consumer.close()
+    return messages
+
+
+# One step of a random history: (key, region or None for delete, amount cents, day, flags).
+steps = st.lists(
+    st.tuples(
+        st.integers(1, 6),
+        st.one_of(st.none(), st.sampled_from(REGIONS)),
+        st.integers(0, 99_999),
+        st.integers(0, 3),
+        st.sampled_from(["plain", "plain", "snapshot", "no-before", "wrapped"]),
+        st.booleans(),  # end the micro-batch after this step
+    ),
+    min_size=1, max_size=40,
+)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(history=steps)
+def test_random_histories_end_in_the_state_they_imply(spark, stack_config, history):
+    unique = f"p{time.monotonic_ns()}"
+    config = config_for(stack_config, unique)
+    topic = config.tables[0].topic
+    source = SourceDatabase()
+    batches: list[list[tuple[bytes, bytes]]] = [[]]
+    for key, region, cents, day, flavour, cut in history:
+        if region is None:
+            if key in source.rows:
+                batches[-1].append(source.delete(key))
+        else:
+            existing = source.rows.get(key)
+            # An update without a before-image is only sound when it stays in its partition.
+            omit = flavour == "no-before" and existing is not None and existing["region"] == region and source.row(key, region, cents, day, key)["updated_at"] // 86_400_000_000 == existing["updated_at"] // 86_400_000_000
+            batches[-1].append(source.upsert(key, region, cents, day, snapshot_read=flavour == "snapshot",
+                                             omit_before=omit, wrapped=flavour == "wrapped"))
+        if cut:
+            batches.append([])
+
+    with batch_writer(spark, config) as write:
+        offset = 0
+        for number, pairs in enumerate(b for b in batches if b):
+            write(records_to_dataframe(spark, kafka_records(topic, pairs, offset)), number)
+            offset += len(pairs)
+    name = f"lake.{config.tables[0].name}"
+    assert table_rows(spark, name) == source.expected_rows()
+    contents = {r.content for r in spark.sql(f"SELECT content FROM {name}.files").collect()}
+    assert 1 not in contents  # never position deletes
+
+
+def test_updates_and_deletes_are_equality_deletes_and_bucket_pruning_agrees(spark, stack_config, unique):
+    table = TableConfig.model_validate({**orders_table(f"it.bucketed_{unique}", f"bucketed-{unique}"),
+                                        "partition_by": ["bucket(4, id)", "days(updated_at)"]})
+    config = stack_config.model_copy(update={"tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}"})
+    source = SourceDatabase()
+    first = [source.upsert(k, "eu", 100 * k, 0) for k in range(1, 21)]
+    second = [source.upsert(k, "us", 7, 1) for k in range(1, 11)] + [source.delete(k) for k in range(15, 21)]
+    with batch_writer(spark, config) as write:
+        write(records_to_dataframe(spark, kafka_records(table.topic, first)), 0)
+        write(records_to_dataframe(spark, kafka_records(table.topic, second, len(first))), 1)
+    name = f"lake.{table.name}"
+    assert table_rows(spark, name) == source.expected_rows()
+    files = spark.sql(f"SELECT content, count(*) AS n FROM {name}.files GROUP BY content").collect()
+    counts = {r.content: r.n for r in files}
+    assert counts.get(2, 0) > 0 and counts.get(1, 0) == 0
+    # Point lookups prune by bucket; a bucket computed differently from Iceberg's would miss.
+    for key in (1, 7, 12):
+        assert [r.id for r in spark.sql(f"SELECT id FROM {name} WHERE id = {key}").collect()] == [key]
+
+
+def test_replayed_batch_is_skipped(spark, stack_config, unique):
+    config = config_for(stack_config, unique)
+    topic = config.tables[0].topic
+    source = SourceDatabase()
+    pairs = [source.upsert(k, "eu", k, 0) for k in range(1, 6)] + [source.upsert(2, "us", 5, 1), source.delete(3)]
+    with batch_writer(spark, config) as write:
+        records = kafka_records(topic, pairs)
+        first = write(records_to_dataframe(spark, records), 0)
+        snapshots = spark.sql(f"SELECT count(*) AS n FROM lake.{config.tables[0].name}.snapshots").collect()[0].n
+        again = write(records_to_dataframe(spark, records), 0)  # e.g. Spark replaying after a crash
+        # A batch overlapping the committed range: only its new part is written.
+        source_more = [source.upsert(4, "apac", 9, 2)]
+        partly = write(records_to_dataframe(spark, records + kafka_records(topic, source_more, len(pairs))), 1)
+    assert first.records == len(pairs) and again.records == 0 and not again.commits
+    assert partly.records == 1
+    name = f"lake.{config.tables[0].name}"
+    assert spark.sql(f"SELECT count(*) AS n FROM {name}.snapshots").collect()[0].n == snapshots + 1
+    assert table_rows(spark, name) == source.expected_rows()
+
+
+def test_bad_input_goes_to_the_dead_letter_topic_and_good_input_commits(spark, stack_config, unique):
+    config = config_for(stack_config, unique)
+    topic = config.tables[0].topic
+    source = SourceDatabase()
+    good = [source.upsert(1, "eu", 100, 0), source.upsert(2, "us", 200, 1)]
+    bad = [
+        (b"k", b"{not json", "unparseable-json"),
+        (b"k", orjson.dumps({"op": "x", "after": {"id": 5}}), "unknown-op"),
+        (None, orjson.dumps({"op": "c", "after": {"region": "eu"}}), "missing-key"),
+        (b"k", orjson.dumps({"op": "c", "after": {"id": None, "region": "eu"}}), "null-key"),
+        (b"k", orjson.dumps({"op": "c", "after": {"id": 6, "region": "eu", "amount": "lots"}}), "bad-value"),
+        (b"k", orjson.dumps({"op": "d", "before": {"id": 1}}), "missing-partition-value"),
+    ]
+    records = kafka_records(topic, [good[0], *[(k, v) for k, v, _ in bad], good[1], (b"tombstone", None)])
+    records += kafka_records(f"unmapped-{unique}", [(b"k", good[0][1])])
+    with batch_writer(spark, config) as write:
+        result = write(records_to_dataframe(spark, records), 0)
+    assert result.dead_letters == len(bad) + 1
+    assert table_rows(spark, f"lake.{config.tables[0].name}") == source.expected_rows()
+
+    letters = read_topic(config, config.dead_letter_topic, len(bad) + 1)
+    by_reason = {dict(m.headers())["icecdc.reason"].decode(): m for m in letters}
+    assert set(by_reason) == {reason for _, _, reason in bad} | {"unknown-table"}
+    for key, value, reason in bad:
+        message = by_reason[reason]
+        headers = dict(message.headers())
+        assert message.value() == value and message.key() == key  # the original bytes
+        assert headers["icecdc.source.topic"] == topic.encode()
+        assert int(headers["icecdc.source.offset"]) == next(r["offset"] for r in records if r["value"] == value)
+        assert headers["icecdc.detail"]
+    assert dict(by_reason["unknown-table"].headers())["icecdc.source.topic"] == f"unmapped-{unique}".encode()
+
+
+def test_commit_events_match_the_snapshot_metadata(spark, stack_config, unique):
+    config = config_for(stack_config, unique)
+    topic = config.tables[0].topic
+    source = SourceDatabase()
+    first = [source.upsert(k, REGIONS[k % 3], k, k % 2) for k in range(1, 13)]
+    second = [source.upsert(k, "eu", 1, 3) for k in range(1, 5)] + [source.delete(9)]
+    with batch_writer(spark, config) as write:
+        write(records_to_dataframe(spark, kafka_records(topic, first)), 0)
+        write(records_to_dataframe(spark, kafka_records(topic, second, len(first))), 1)
+    events = [CommitEvent.from_json(m.value()) for m in read_topic(config, config.commit_topic, 2)]  # validates the schema
+    assert len(events) == 2
+    name = f"lake.{config.tables[0].name}"
+    for event, next_offset in zip(events, (len(first), len(first) + len(second))):
+        assert event.table == config.tables[0].name and event.writer == "icecdc-ingest"
+        assert event.source_offsets == {topic: {"0": next_offset}}
+        snapshot = spark.sql(f"SELECT sequence_number FROM {name}.entries WHERE snapshot_id = {event.snapshot_id} LIMIT 1").collect()
+        assert snapshot[0].sequence_number == event.sequence_number
+        added = spark.sql(f"""
+            SELECT data_file.partition AS p, data_file.content AS content, count(*) AS files,
+                   sum(data_file.record_count) AS records, sum(data_file.file_size_in_bytes) AS bytes
+            FROM {name}.entries WHERE snapshot_id = {event.snapshot_id} AND status = 1
+            GROUP BY data_file.partition, data_file.content""").collect()
+        expected = {}
+        for r in added:
+            day = (r.p.updated_at_day - __import__("datetime").date(1970, 1, 1)).days
+            counts = expected.setdefault((r.p.region, day), {})
+            if r.content == 0:
+                counts.update(data_files=r.files, data_records=r.records, data_bytes=r.bytes)
+            else:
+                counts.update(equality_delete_files=r.files, equality_delete_records=r.records)
+        reported = {
+            (p.partition["region"], p.partition["updated_at_day"]): {
+                k: v for k, v in vars(p).items() if k not in ("partition", "partition_path", "spec_id") and v
+            }
+            for p in event.partitions
+        }
+        assert reported == expected

@@ -1,0 +1,122 @@
+import base64
+
+import orjson
+import pytest
+from icecdc.ingest.debezium import (
+    Column,
+    Reason,
+    RejectedEvent,
+    decode_value,
+    parse_change,
+)
+
+COLUMNS = (
+    Column("id", "long", True), Column("region", "string"), Column("amount", "decimal(10, 2)"),
+    Column("updated_at", "timestamp"), Column("day", "date"), Column("ok", "boolean"), Column("score", "double"),
+)
+KEY = ("id",)
+
+
+def dump(document) -> bytes:
+    return orjson.dumps(document)
+
+
+def test_bare_envelope_update():
+    event = parse_change(b'{"id": 1}', dump({
+        "op": "u", "before": {"id": 1, "region": "eu"}, "after": {"id": 1, "region": "us", "amount": "12.5", "extra": 1},
+    }), COLUMNS, KEY)
+    assert event.op == "u" and event.key == (1,)
+    assert event.before == {"id": 1, "region": "eu"}
+    # Extra source columns are ignored; decimals are quantized to the column's scale.
+    assert event.after == {"id": 1, "region": "us", "amount": "12.50"}
+
+
+def test_wrapped_envelope_uses_logical_types():
+    schema = {"type": "struct", "fields": [
+        {"field": "before", "type": "struct", "fields": []},
+        {"field": "after", "type": "struct", "fields": [
+            {"field": "updated_at", "type": "int64", "name": "io.debezium.time.Timestamp"},
+            {"field": "day", "type": "int32", "name": "io.debezium.time.Date"},
+            {"field": "amount", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}},
+        ]},
+    ]}
+    unscaled = (12345).to_bytes(2, "big", signed=True)
+    value = dump({"schema": schema, "payload": {"op": "c", "after": {
+        "id": 7, "updated_at": 1_735_787_045_123, "day": 20090, "amount": base64.b64encode(unscaled).decode(),
+    }}})
+    event = parse_change(None, value, COLUMNS, KEY)
+    assert event.after == {"id": 7, "updated_at": 1_735_787_045_123_000, "day": 20090, "amount": "123.45"}
+
+
+@pytest.mark.parametrize(("logical", "raw", "micros"), [
+    (None, 1_700_000_000_123_456, 1_700_000_000_123_456),  # no schema: microseconds
+    ("io.debezium.time.Timestamp", 1_700_000_000_123, 1_700_000_000_123_000),
+    ("io.debezium.time.MicroTimestamp", 1_700_000_000_123_456, 1_700_000_000_123_456),
+    ("io.debezium.time.NanoTimestamp", 1_700_000_000_123_456_789, 1_700_000_000_123_456),
+    ("io.debezium.time.ZonedTimestamp", "2023-11-14T22:13:20.123456Z", 1_700_000_000_123_456),
+    (None, "2023-11-14T23:13:20.123456+01:00", 1_700_000_000_123_456),
+    (None, "2023-11-14 22:13:20.123456", 1_700_000_000_123_456),
+])
+def test_timestamps(logical, raw, micros):
+    column = Column("t", "timestamp")
+    assert decode_value(column, raw, {"name": logical} if logical else None) == micros
+    assert decode_value(Column("t", "timestamptz"), raw, {"name": logical} if logical else None) == micros
+
+
+@pytest.mark.parametrize(("column", "raw", "expected"), [
+    (Column("d", "date"), 20090, 20090),
+    (Column("d", "date"), "2025-01-02", 20090),
+    (Column("x", "decimal(5, 2)"), 12.5, "12.50"),
+    (Column("x", "decimal(5, 2)"), "-0.1", "-0.10"),
+    (Column("x", "decimal(5, 2)"), 3, "3.00"),
+    (Column("x", "double"), 3, 3.0),
+    (Column("x", "float"), 1.5, 1.5),
+    (Column("x", "int"), -5, -5),
+    (Column("x", "boolean"), False, False),
+    (Column("x", "binary"), "AAE=", "AAE="),
+    (Column("x", "string"), None, None),
+])
+def test_values(column, raw, expected):
+    assert decode_value(column, raw) == expected
+
+
+@pytest.mark.parametrize(("column", "raw", "why"), [
+    (Column("x", "long"), "12", "is not an integer"),
+    (Column("x", "long"), True, "is not an integer"),
+    (Column("x", "long"), 1.5, "is not an integer"),
+    (Column("x", "int"), 2**31, "out of range for int"),
+    (Column("x", "decimal(5, 2)"), "1.234", "more than 2 decimal places"),
+    (Column("x", "decimal(5, 2)"), "12345.6", "does not fit precision 5"),
+    (Column("x", "decimal(5, 2)"), "abc", "is not a decimal"),
+    (Column("x", "decimal(5, 2)"), "NaN", "not a finite decimal"),
+    (Column("x", "string"), 5, "is not a string"),
+    (Column("x", "boolean"), "true", "is not a boolean"),
+    (Column("x", "timestamp"), "yesterday", "is not a timestamp"),
+    (Column("x", "date"), "02/01/2025", "is not a date"),
+    (Column("x", "binary"), "%%%", "is not base64"),
+])
+def test_bad_values_are_rejected_with_the_column(column, raw, why):
+    with pytest.raises(RejectedEvent) as info:
+        decode_value(column, raw)
+    assert info.value.rejection.reason == Reason.BAD_VALUE
+    assert "column 'x'" in info.value.rejection.detail and why in info.value.rejection.detail
+
+
+@pytest.mark.parametrize(("value", "reason"), [
+    (b"{not json", Reason.UNPARSEABLE),
+    (b'{"op": "t", "after": {"id": 1}}', Reason.UNKNOWN_OP),
+    (b'{"op": "c"}', Reason.NOT_AN_ENVELOPE),
+    (b'{"op": "c", "after": {"region": "eu"}}', Reason.MISSING_KEY),
+    (b'{"op": "c", "after": {"id": null}}', Reason.NULL_KEY),
+    (b'{"op": "c", "after": {"id": 1, "score": "high"}}', Reason.BAD_VALUE),
+    (b"[1, 2]", Reason.NOT_AN_ENVELOPE),
+])
+def test_rejections(value, reason):
+    with pytest.raises(RejectedEvent) as info:
+        parse_change(None, value, COLUMNS, KEY)
+    assert info.value.rejection.reason == reason
+
+
+def test_delete_key_falls_back_to_the_record_key():
+    event = parse_change(b'{"schema": {}, "payload": {"id": 9}}', b'{"op": "d", "before": {"region": "eu"}}', COLUMNS, KEY)
+    assert event.is_delete and event.key == (9,) and event.after is None
