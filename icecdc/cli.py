@@ -64,6 +64,16 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_ingest(args: argparse.Namespace) -> int:
+    from icecdc.bench import ingest
+
+    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    results = ingest.run(sizes, args.changes, args.batches, args.out, args.state_dir.resolve())
+    print(ingest.summary(results))
+    print(f"results: {args.out / 'ingest.json'}, plot: {args.out / 'ingest.png'}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import run_demo
 
@@ -104,6 +114,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     tables = add("tables", _cmd_tables, "create the configured tables that do not exist and check the ones that do")
     _config_arg(tables)
+
+    bench = add("bench", lambda _: 2, "benchmarks against the alternatives (see docs/BENCHMARKS.md)")
+    benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
+    bench_ingest = benches.add_parser("ingest", help="icecdc's writer against MERGE INTO (merge-on-read) on growing tables")
+    bench_ingest.set_defaults(handler=_cmd_bench_ingest)
+    bench_ingest.add_argument("--sizes", default="1000000,5000000", help="starting table sizes, comma-separated (default: 1M,5M)")
+    bench_ingest.add_argument("--changes", type=int, default=10_000, help="changes per batch (default: 10000)")
+    bench_ingest.add_argument("--batches", type=int, default=5, help="measured batches per size, after one warm-up (default: 5)")
+    bench_ingest.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
+    bench_ingest.add_argument("--state-dir", type=Path, default=Path(".icecdc-bench"), help="catalog, warehouse and broker state")
 
     config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")
     _config_arg(config)

@@ -238,7 +238,7 @@ def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], pri
     if isinstance(payload, Mapping) and "op" in payload and op not in OPS:
         raise RejectedEvent(Reason.UNKNOWN_OP, f"op {op!r} is not one of c, r, u, d")
     try:
-        validator(DEBEZIUM_ENVELOPE)(payload)
+        validator(DEBEZIUM_ENVELOPE, "payload")(payload)
     except SchemaError as exc:
         raise RejectedEvent(Reason.NOT_AN_ENVELOPE, exc.message) from None
     logical = _logical_types(schema)

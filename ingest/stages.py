@@ -1,13 +1,18 @@
-"""The three executor-side stages of a micro-batch, as ``mapInArrow`` functions over Arrow
-record batches: parse Kafka records, reduce each key to what the batch commits, write one
-Parquet file per (table, partition, kind). Only the rows describing written files (and rejected
-records) ever reach the driver.
+"""The two executor-side stages of a micro-batch, as ``mapInArrow`` functions over Arrow record
+batches: parse Kafka records; then, after one shuffle by (table, key), reduce each key to what the
+batch commits and write one Parquet file per (table, partition, kind) of the task's share. Only
+offset marks, rejected records and the facts of written files ever reach the driver.
+
+One shuffle, not two: grouping by partition as well would give one file per partition per batch
+instead of one per partition per write task, at the price of a second shuffle that costs more
+than it saves; the writer sizes the number of write tasks so that small batches use one.
 
 Rows travel between stages with JSON payloads (orjson), so one plan serves tables of any schema.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import uuid
 from collections.abc import Callable, Iterator, Mapping
@@ -21,40 +26,50 @@ from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import Reason, RejectedEvent, parse_change
 from icecdc.ingest.layout import TableLayout
 
+_DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
+
+
+def _ddl(schema: pa.Schema) -> str:
+    """The Spark DDL of an Arrow schema, so each stage's row shape is declared once."""
+    return ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in schema)
+
+
 # What Spark's Kafka source yields (the foreachBatch writer's input contract).
 KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
                 "timestamp timestamp, timestampType int")
-PARSED_SCHEMA = ("table string, topic string, kafka_partition int, offset long, key string, op string, "
-                 "change binary, reason string, detail string, raw_key binary, raw_value binary")
-REDUCED_SCHEMA = "table string, kind string, partition string, row binary"
-FILES_SCHEMA = "table string, kind string, path string, partition string, record_count long, file_size long"
+PARSED = pa.schema([
+    ("table", pa.string()), ("topic", pa.string()), ("kafka_partition", pa.int32()), ("offset", pa.int64()),
+    ("records", pa.int64()), ("key", pa.string()), ("op", pa.string()), ("change", pa.binary()),
+    ("reason", pa.string()), ("detail", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
+])
+FILES = pa.schema([
+    ("table", pa.string()), ("kind", pa.string()), ("path", pa.string()), ("partition", pa.string()),
+    ("record_count", pa.int64()), ("file_size", pa.int64()),
+])
+PARSED_SCHEMA, FILES_SCHEMA = _ddl(PARSED), _ddl(FILES)
 
 DATA, DELETE = "data", "delete"
-SKIP = "skip"  # tombstones: they advance offsets and nothing else
+# Not changes: MARK rows carry, per (table, topic, partition) and input batch, the highest offset
+# read and how many records; tombstones (SKIP) advance offsets and nothing else.
+MARK, SKIP = "mark", "skip"
 
 ArrowStage = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def _parsed_arrow_schema() -> pa.Schema:
-    return pa.schema([
-        ("table", pa.string()), ("topic", pa.string()), ("kafka_partition", pa.int32()), ("offset", pa.int64()),
-        ("key", pa.string()), ("op", pa.string()), ("change", pa.binary()), ("reason", pa.string()),
-        ("detail", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
-    ])
-
-
 def parse_stage(layouts_by_topic: Mapping[str, TableLayout], committed: Mapping[tuple[str, int], int]) -> ArrowStage:
-    """Kafka records -> one parsed row each. Records below the table's committed offset (a
+    """Kafka records -> one parsed row each, plus offset marks. Records below the table's committed offset (a
     replayed batch, or the replayed part of one) are dropped here: that is the exactly-once filter."""
-    schema = _parsed_arrow_schema()
 
     def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             out: list[dict[str, Any]] = []
+            marks: dict[tuple[str, int], list[int]] = {}
             for record in batch.to_pylist():
                 topic, partition, offset = record["topic"], record["partition"], record["offset"]
                 if offset < committed.get((topic, partition), 0):
                     continue
+                mark = marks.setdefault((topic, partition), [offset, 0])
+                mark[0], mark[1] = max(mark[0], offset), mark[1] + 1
                 row: dict[str, Any] = {"topic": topic, "kafka_partition": partition, "offset": offset}
                 layout = layouts_by_topic.get(topic)
                 try:
@@ -72,17 +87,43 @@ def parse_stage(layouts_by_topic: Mapping[str, TableLayout], committed: Mapping[
                     row.update(reason=rejected.rejection.reason, detail=rejected.rejection.detail,
                                raw_key=record["key"], raw_value=record["value"])
                 out.append(row)
-            yield pa.RecordBatch.from_pylist(out, schema=schema)
+            for (topic, partition), (last, count) in marks.items():
+                layout = layouts_by_topic.get(topic)
+                out.append({"table": layout.table if layout else None, "topic": topic, "kafka_partition": partition,
+                            "offset": last, "records": count, "op": MARK})
+            yield pa.RecordBatch.from_pylist(out, schema=PARSED)
 
     return parse
 
 
-def reduce_stage(layouts_by_table: Mapping[str, TableLayout]) -> ArrowStage:
-    """Rows grouped by (table, key), in source order -> one data row per surviving key and one
-    delete row per partition where an earlier version may live."""
-    schema = pa.schema([("table", pa.string()), ("kind", pa.string()), ("partition", pa.string()), ("row", pa.binary())])
+@functools.lru_cache(maxsize=8)
+def _file_io(properties: tuple[tuple[str, str], ...], scheme: str) -> Any:
+    from pyiceberg.io import load_file_io
 
-    def reduce(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    return load_file_io(dict(properties), f"{scheme}://" if scheme else "/")
+
+
+def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> int:
+    """Write through pyiceberg's FileIO (so object stores and their credentials work from the same
+    catalog properties the JVM uses); returns the file size."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    data = buffer.getvalue()
+    scheme = path.split("://", 1)[0] if "://" in path else ""
+    with _file_io(tuple(sorted(io_properties.items())), scheme).new_output(path).create(overwrite=False) as stream:
+        stream.write(data)
+    return len(data)
+
+
+def reduce_and_write_stage(layouts_by_table: Mapping[str, TableLayout], io_properties: Mapping[str, str], batch_tag: str) -> ArrowStage:
+    """Rows grouped by (table, key) in source order -> per key, the surviving after-image (data)
+    and a key row per partition where an earlier version may live (equality deletes); then one
+    Parquet file per (table, partition, kind) of this task, with Iceberg field ids. File names
+    are unique per attempt, so a retried or replayed batch never overwrites a file a committed
+    snapshot references; files of attempts that never commit are orphans."""
+
+    def reduce_and_write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        outputs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         rows = (r for batch in batches for r in batch.to_pylist())
         for (table, key), group in groupby(rows, key=lambda r: (r["table"], r["key"])):
             layout = layouts_by_table[table]
@@ -91,51 +132,23 @@ def reduce_stage(layouts_by_table: Mapping[str, TableLayout]) -> ArrowStage:
                 change = orjson.loads(r["change"])
                 changes.append(KeyChange(r["op"], change["after"], tuple(tuple(p) for p in change["prior"])))
             result = reduce_key(changes)
-            out: list[dict[str, Any]] = []
             if result.row is not None:
-                out.append({"table": table, "kind": DATA, "partition": orjson.dumps(layout.partition_of(result.row)).decode(),
-                            "row": orjson.dumps(result.row)})
-            key_row = orjson.dumps(dict(zip(layout.primary_key, orjson.loads(key))))
-            out.extend({"table": table, "kind": DELETE, "partition": orjson.dumps(p).decode(), "row": key_row}
-                       for p in sorted(result.delete_partitions, key=repr))
-            yield pa.RecordBatch.from_pylist(out, schema=schema)
+                partition = orjson.dumps(layout.partition_of(result.row)).decode()
+                outputs.setdefault((table, partition, DATA), []).append(result.row)
+            key_row = dict(zip(layout.primary_key, orjson.loads(key)))
+            for p in result.delete_partitions:
+                outputs.setdefault((table, orjson.dumps(p).decode(), DELETE), []).append(key_row)
 
-    return reduce
-
-
-def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> int:
-    """Write through pyiceberg's FileIO (so object stores and their credentials work from the same
-    catalog properties the JVM uses); returns the file size."""
-    from pyiceberg.io import load_file_io
-
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd")
-    data = buffer.getvalue()
-    with load_file_io(dict(io_properties), path).new_output(path).create(overwrite=False) as stream:
-        stream.write(data)
-    return len(data)
-
-
-def write_stage(layouts_by_table: Mapping[str, TableLayout], io_properties: Mapping[str, str], batch_tag: str) -> ArrowStage:
-    """Rows grouped by (table, partition, kind) -> one Parquet file each, with Iceberg field ids.
-    File names are unique per attempt, so a retried or replayed batch never overwrites a file a
-    committed snapshot references; files of attempts that never commit are orphans."""
-    schema = pa.schema([("table", pa.string()), ("kind", pa.string()), ("path", pa.string()),
-                        ("partition", pa.string()), ("record_count", pa.int64()), ("file_size", pa.int64())])
-
-    def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        rows = (r for batch in batches for r in batch.to_pylist())
-        for (table, partition, kind), group in groupby(rows, key=lambda r: (r["table"], r["partition"], r["kind"])):
+        facts = []
+        for (table, partition, kind), records in outputs.items():
             layout = layouts_by_table[table]
-            records = [orjson.loads(r["row"]) for r in group]
             arrow = layout.to_arrow(records, key_only=kind == DELETE)
             partition_path = layout.partition_path(tuple(orjson.loads(partition)))
             name = f"{batch_tag}-{uuid.uuid4().hex}-{kind}.parquet"
             path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
-            size = write_parquet(arrow, path, io_properties)
-            yield pa.RecordBatch.from_pylist([{
-                "table": table, "kind": kind, "path": path, "partition": partition,
-                "record_count": arrow.num_rows, "file_size": size,
-            }], schema=schema)
+            facts.append({"table": table, "kind": kind, "path": path, "partition": partition,
+                          "record_count": arrow.num_rows, "file_size": write_parquet(arrow, path, io_properties)})
+        if facts:
+            yield pa.RecordBatch.from_pylist(facts, schema=FILES)
 
-    return write
+    return reduce_and_write

@@ -31,16 +31,7 @@ from icecdc.ingest.publish import (
     dead_letters_from_rows,
     send_dead_letters,
 )
-from icecdc.ingest.stages import (
-    DATA,
-    FILES_SCHEMA,
-    PARSED_SCHEMA,
-    REDUCED_SCHEMA,
-    SKIP,
-    parse_stage,
-    reduce_stage,
-    write_stage,
-)
+from icecdc.ingest.stages import DATA, FILES_SCHEMA, MARK, PARSED_SCHEMA, SKIP, parse_stage, reduce_and_write_stage
 
 from icecdc import failpoints
 from icecdc.catalog import pyiceberg_catalog, qualified
@@ -52,6 +43,10 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 log = logging.getLogger(__name__)
+
+# A write task reduces and writes this many records at most; a batch of up to this size is
+# written by one task, so it adds one file per touched partition and kind.
+ROWS_PER_WRITE_TASK = 200_000
 
 
 @dataclass
@@ -142,24 +137,28 @@ class BatchWriter:
     def _write(self, parsed: DataFrame, tag: str, committed: Mapping[str, offset_log.Offsets], started: float) -> BatchResult:
         from pyspark.sql import functions as F
 
-        consumed_rows = parsed.groupBy("table", "topic", "kafka_partition").agg(
-            F.max("offset").alias("last"), F.count(F.lit(1)).alias("n")).collect()
-        records = sum(r.n for r in consumed_rows)
+        meta = parsed.where((F.col("op") == MARK) | F.col("reason").isNotNull()).collect()
+        consumed_by_table: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
+        records = 0
+        for mark in (r for r in meta if r.op == MARK):
+            records += mark.records
+            if mark.table is not None:
+                position = (mark.topic, mark.kafka_partition)
+                consumed_by_table[mark.table][position] = max(mark.offset, consumed_by_table[mark.table].get(position, -1))
         self.stats.batches += 1
         self.stats.records += records
-        if not consumed_rows:
+        if not records:
             self.stats.batches_skipped += 1
             return BatchResult(tag, 0, 0, {}, time.monotonic() - started)
 
-        rejected = parsed.where(F.col("reason").isNotNull()).collect()
-        good = parsed.where(F.col("reason").isNull() & (F.col("op") != SKIP))
-        reduced = (good.repartition("table", "key").sortWithinPartitions("table", "key", "kafka_partition", "offset")
-                   .mapInArrow(reduce_stage(self.layouts), REDUCED_SCHEMA))
-        written = (reduced.repartition("table", "partition", "kind").sortWithinPartitions("table", "partition", "kind")
-                   .mapInArrow(write_stage(self.layouts, self._io_properties, tag.replace(":", "-")), FILES_SCHEMA).collect())
+        changes = parsed.where(F.col("reason").isNull() & ~F.col("op").isin(MARK, SKIP))
+        written = (changes.repartition(max(1, -(-records // ROWS_PER_WRITE_TASK)), "table", "key")
+                   .sortWithinPartitions("table", "key", "kafka_partition", "offset")
+                   .mapInArrow(reduce_and_write_stage(self.layouts, self._io_properties, tag.replace(":", "-")), FILES_SCHEMA)
+                   .collect())
         failpoints.hit("after-files")
 
-        letters = dead_letters_from_rows(r.asDict() for r in rejected)
+        letters = dead_letters_from_rows(r.asDict() for r in meta if r.reason is not None)
         if letters:
             send_dead_letters(self._dead_letter_producer, self.config.dead_letter_topic, letters)
             self.stats.dead_letters += len(letters)
@@ -170,12 +169,7 @@ class BatchWriter:
         files_by_table: dict[str, list[WrittenFile]] = defaultdict(list)
         for row in written:
             files_by_table[row.table].append(WrittenFile(row.kind, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size))
-        consumed_by_table: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
         rejected_tables = {letter.table for letter in letters}
-        for row in consumed_rows:
-            if row.table is not None:
-                consumed_by_table[row.table][(row.topic, row.kafka_partition)] = row.last
-
         commits: dict[str, CommittedSnapshot] = {}
         for table, consumed in consumed_by_table.items():
             files = files_by_table.get(table, [])

@@ -23,6 +23,12 @@ def load_schema(name: str) -> dict[str, Any]:
 
 
 @functools.cache
-def validator(name: str) -> Callable[[Any], Any]:
-    """A compiled validator for the named schema; it raises SchemaError naming the failing path."""
-    return fastjsonschema.compile(load_schema(name))
+def validator(name: str, definition: str | None = None) -> Callable[[Any], Any]:
+    """A compiled validator for the named schema, or for one of its ``definitions`` (the
+    Debezium payload alone, once unwrapped, is checked twice as fast as the whole oneOf);
+    it raises SchemaError naming the failing path."""
+    schema = load_schema(name)
+    if definition is not None:
+        schema = {**schema, "$ref": f"#/definitions/{definition}"}
+        schema.pop("oneOf", None)
+    return fastjsonschema.compile(schema)

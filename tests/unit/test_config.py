@@ -67,57 +67,23 @@ def test_secrets_are_masked_for_display(tmp_path):
     assert "s3cret" not in repr(shown)
 
 
-def test_unknown_key_is_named(tmp_path):
-    message = error_of(tmp_path, VALID.replace("primary_key: [id]", "primary_key: [id]\n    primry: 1"))
-    assert "tables[0].primry: unknown key" in message
-
-
-def test_unknown_top_level_key_is_named(tmp_path):
-    assert "kafak: unknown key" in error_of(tmp_path, VALID + "kafak: {}\n")
-
-
-def test_wrong_type_is_named(tmp_path):
-    message = error_of(tmp_path, VALID.replace('master: "local[2]"', "master: [1]"))
-    assert "spark.master" in message and "string" in message
-
-
-def test_missing_table_key_is_named(tmp_path):
-    message = error_of(tmp_path, VALID.replace("    topic: shop.public.orders\n", ""))
-    assert "tables[0].topic: required key is missing" in message
-
-
-def test_bad_partition_transform_is_named(tmp_path):
-    message = error_of(tmp_path, VALID.replace('"days(updated_at)"', '"dayz(updated_at)"'))
-    assert "tables[0]" in message and "unknown partition transform 'dayz'" in message
-
-
-def test_transform_on_wrong_column_type(tmp_path):
-    message = error_of(tmp_path, VALID.replace('"days(updated_at)"', '"days(region)"'))
-    assert "day cannot apply to 'region' of type string" in message
-
-
-def test_partition_on_unknown_column(tmp_path):
-    message = error_of(tmp_path, VALID.replace('"bucket(16, id)"', '"bucket(16, nope)"'))
-    assert "names column 'nope', which is not in the schema" in message
-
-
-def test_unknown_column_type(tmp_path):
-    message = error_of(tmp_path, VALID.replace("amount: double", "amount: dubble"))
-    assert "tables[0].schema: column 'amount': unknown column type 'dubble'" in message
-
-
-def test_primary_key_must_be_in_schema(tmp_path):
-    message = error_of(tmp_path, VALID.replace("primary_key: [id]", "primary_key: [order_id]"))
-    assert "primary_key column(s) ['order_id'] are not in the schema" in message
-
-
-def test_spark_conf_keys_must_be_spark_settings(tmp_path):
-    assert "keys must start with 'spark.'" in error_of(tmp_path, VALID.replace("spark.driver.memory", "driver.memory"))
-
-
-def test_catalog_needs_a_type(tmp_path):
-    message = error_of(tmp_path, VALID.replace("    type: jdbc\n", ""))
-    assert "catalog.properties: needs 'type'" in message
+@pytest.mark.parametrize(("old", "new", "message"), [
+    pytest.param("primary_key: [id]", "primary_key: [id]\n    primry: 1", "tables[0].primry: unknown key", id="unknown-key"),
+    pytest.param("commit_topic:", "kafak: {}\ncommit_topic:", "kafak: unknown key", id="unknown-top-level-key"),
+    pytest.param('master: "local[2]"', "master: [1]", "spark.master: Input should be a valid string", id="wrong-type"),
+    pytest.param("    topic: shop.public.orders\n", "", "tables[0].topic: required key is missing", id="missing-table-key"),
+    pytest.param('"days(updated_at)"', '"dayz(updated_at)"', "tables[0]: unknown partition transform 'dayz'", id="bad-transform"),
+    pytest.param('"days(updated_at)"', '"days(region)"', "day cannot apply to 'region' of type string", id="transform-type"),
+    pytest.param('"bucket(16, id)"', '"bucket(16, nope)"', "names column 'nope', which is not in the schema", id="partition-column"),
+    pytest.param("amount: double", "amount: dubble", "tables[0].schema: column 'amount': unknown column type 'dubble'", id="column-type"),
+    pytest.param("primary_key: [id]", "primary_key: [order_id]", "primary_key column(s) ['order_id'] are not in the schema", id="key-column"),
+    pytest.param("spark.driver.memory", "driver.memory", "spark.conf: keys must start with 'spark.'", id="spark-conf-key"),
+    pytest.param("    type: jdbc\n", "", "catalog.properties: needs 'type'", id="catalog-type"),
+    pytest.param("name: db.orders", "name: orders", "must be namespace.table", id="table-namespace"),
+])
+def test_bad_files_fail_naming_the_problem(tmp_path, old, new, message):
+    assert old in VALID
+    assert message in error_of(tmp_path, VALID.replace(old, new))
 
 
 def test_duplicate_topics_are_rejected():
@@ -125,10 +91,6 @@ def test_duplicate_topics_are_rejected():
     with pytest.raises(ConfigError, match="two tables share the topic 't'"):
         parse_config({"catalog": {"properties": {"type": "rest"}},
                       "tables": [{"name": "db.a", **table}, {"name": "db.b", **table}]})
-
-
-def test_table_name_needs_a_namespace(tmp_path):
-    assert "must be namespace.table" in error_of(tmp_path, VALID.replace("name: db.orders", "name: orders"))
 
 
 def test_missing_environment_variable_is_named(tmp_path, monkeypatch):

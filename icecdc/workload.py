@@ -1,0 +1,107 @@
+"""A synthetic upstream table that emits Debezium change events, for the demo and the
+benchmarks: inserts, updates (some moving rows to another partition) and deletes in a chosen
+mix, with the state those changes imply kept alongside so results can be checked."""
+
+from __future__ import annotations
+
+import datetime as dt
+import random
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import Any
+
+import orjson
+
+ORDERS_SCHEMA = {"id": "long", "region": "string", "status": "string", "amount": "decimal(12, 2)", "updated_at": "timestamp"}
+ORDERS_PARTITIONING = ["region", "days(updated_at)"]
+REGIONS = ("eu", "us", "apac", "latam")
+STATUSES = ("new", "paid", "shipped", "returned")
+START = dt.datetime(2025, 1, 1)
+_EPOCH = dt.datetime(1970, 1, 1)
+
+
+def orders_table(name: str, topic: str) -> dict[str, Any]:
+    return {"name": name, "topic": topic, "primary_key": ["id"], "partition_by": ORDERS_PARTITIONING, "schema": ORDERS_SCHEMA}
+
+
+@dataclass(frozen=True)
+class Change:
+    op: str  # c, u, d
+    key: int
+    row: dict[str, Any] | None  # after-image (None for deletes)
+    record: tuple[bytes, bytes]  # the Debezium record (key, value)
+
+
+@dataclass
+class OrdersWorkload:
+    """An ``orders`` table changing over simulated days; ``rows`` is its current state."""
+
+    seed: int = 7
+    days: int = 3
+    rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    next_key: int = 1
+
+    def __post_init__(self) -> None:
+        self._random = random.Random(self.seed)
+
+    def _row(self, key: int) -> dict[str, Any]:
+        r = self._random
+        moment = START + dt.timedelta(days=r.randrange(self.days), seconds=r.randrange(86_400))
+        return {
+            "id": key, "region": r.choice(REGIONS), "status": r.choice(STATUSES),
+            "amount": f"{r.randrange(100, 1_000_000) / 100:.2f}",
+            "updated_at": (moment - _EPOCH) // dt.timedelta(microseconds=1),
+        }
+
+    def _record(self, op: str, key: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[bytes, bytes]:
+        value = {"op": op, "before": before, "after": after, "source": {"connector": "icecdc-workload"},
+                 "ts_ms": self._random.randrange(1 << 40)}
+        return orjson.dumps({"id": key}), orjson.dumps(value)
+
+    def insert(self) -> Change:
+        key, self.next_key = self.next_key, self.next_key + 1
+        row = self._row(key)
+        self.rows[key] = row
+        return Change("c", key, row, self._record("c", key, None, row))
+
+    def update(self) -> Change:
+        key = self._random.choice(list(self.rows)) if len(self.rows) < 1000 else self._pick()
+        before = self.rows[key]
+        after = {**self._row(key), "id": key}
+        self.rows[key] = after
+        return Change("u", key, after, self._record("u", key, before, after))
+
+    def delete(self) -> Change:
+        key = self._pick()
+        before = self.rows.pop(key)
+        return Change("d", key, None, self._record("d", key, before, None))
+
+    def _pick(self) -> int:
+        # Sampling from a large dict without listing it: retry random ids until one exists.
+        while True:
+            key = self._random.randrange(1, self.next_key)
+            if key in self.rows:
+                return key
+
+    def load(self, count: int) -> list[Change]:
+        return [self.insert() for _ in range(count)]
+
+    def changes(self, count: int, updates: float = 0.7, inserts: float = 0.2) -> list[Change]:
+        """``count`` changes: the given shares of updates and inserts, deletes for the rest."""
+        out = []
+        for _ in range(count):
+            draw = self._random.random()
+            if not self.rows or (draw >= updates and draw < updates + inserts):
+                out.append(self.insert())
+            elif draw < updates:
+                out.append(self.update())
+            else:
+                out.append(self.delete())
+        return out
+
+    def expected_rows(self) -> list[tuple[Any, ...]]:
+        """The current state as Spark returns it (Decimal amounts, naive UTC datetimes)."""
+        return sorted(
+            (r["id"], r["region"], r["status"], Decimal(r["amount"]), _EPOCH + dt.timedelta(microseconds=r["updated_at"]))
+            for r in self.rows.values()
+        )
