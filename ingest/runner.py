@@ -54,7 +54,7 @@ def run_ingest(config: Config, until_idle: float | None = None, spark: SparkSess
             log.info("ingesting with Spark's Kafka source (checkpoint %s)", checkpoint)
             run_streaming(kafka_stream(spark, config), writer, checkpoint, config.ingest.trigger_seconds, until_idle, stop)
         else:
-            start = writer.topic_positions(writer.layouts, writer.committed_offsets())
+            start = writer.topic_positions(writer.committed_offsets())
             log.info("ingesting with the direct Kafka reader (no spark-sql-kafka connector on the classpath)")
             source = DirectKafkaSource(config, start)
             try:

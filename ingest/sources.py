@@ -26,6 +26,7 @@ from icecdc.ingest.stages import KAFKA_SCHEMA
 
 from icecdc import kafka
 from icecdc.config import Config
+from icecdc.errors import UserError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -44,18 +45,21 @@ def kafka_connector_available(spark: SparkSession) -> bool:
         return False
 
 
+class MissingTopicError(UserError):
+    pass
+
+
 class DirectKafkaSource:
     """Bounded micro-batches of records from the configured topics."""
 
     def __init__(self, config: Config, start_offsets: Mapping[tuple[str, int], int]) -> None:
-        self._config = config
         self._consumer = kafka.consumer(config.kafka, config.ingest.consumer_group)
         metadata = self._consumer.list_topics(timeout=30)
         assignment = []
         for table in config.tables:
             topic = metadata.topics.get(table.topic)
             if topic is None or topic.error is not None:
-                raise RuntimeError(f"topic {table.topic} (table {table.name}) does not exist on {config.kafka.bootstrap_servers}")
+                raise MissingTopicError(f"topic {table.topic} (table {table.name}) does not exist on {config.kafka.bootstrap_servers}")
             for partition in sorted(topic.partitions):
                 assignment.append(TopicPartition(table.topic, partition, start_offsets.get((table.topic, partition), OFFSET_BEGINNING)))
         self._assignment = assignment

@@ -110,13 +110,12 @@ class BatchWriter:
         """table -> its committed offsets, read from the table (the source of truth)."""
         return {name: offset_log.committed_offsets(c.summaries_newest_first()) for name, c in self.committers.items()}
 
-    @staticmethod
-    def topic_positions(layouts: Mapping[str, TableLayout], committed: Mapping[str, offset_log.Offsets]) -> dict[tuple[str, int], int]:
+    def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[tuple[str, int], int]:
         """(topic, partition) -> next offset to read, each topic as committed by its own table."""
         return {
-            (layouts[table].topic, partition): offset
+            (self.layouts[table].topic, partition): offset
             for table, topics in committed.items()
-            for partition, offset in topics.get(layouts[table].topic, {}).items()
+            for partition, offset in topics.get(self.layouts[table].topic, {}).items()
         }
 
     def __call__(self, df: DataFrame, batch_id: int) -> BatchResult:
@@ -124,7 +123,7 @@ class BatchWriter:
         started = time.monotonic()
         tag = f"{self.source_name}:{batch_id}"
         committed = self.committed_offsets()
-        filter_offsets = self.topic_positions(self.layouts, committed)
+        filter_offsets = self.topic_positions(committed)
         by_topic = {layout.topic: layout for layout in self.layouts.values()}
         parsed = df.mapInArrow(parse_stage(by_topic, filter_offsets), PARSED_SCHEMA).persist()
         try:

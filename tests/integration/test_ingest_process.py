@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import orjson
 import yaml
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.runner import run_ingest
@@ -60,7 +61,7 @@ def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark,
         "tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}",
         "ingest": stack_config.ingest.model_copy(update={"max_batch_records": 40, "trigger_seconds": 0.5, "source": "direct"}),
     })
-    kafka.ensure_topics(config.kafka, [table.topic])
+    kafka.ensure_topics(config.kafka, [table.topic], partitions=3)  # keyed: a key's changes share a partition
     source = SourceDatabase()
     events = history(source, keys=30, rounds=6)
     events.insert(50, (b"k", b"{broken"))  # one dead letter, to exercise the dead-letter stage
@@ -76,6 +77,9 @@ def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark,
     name = f"lake.{table.name}"
     spark.sql(f"REFRESH TABLE {name}")
     assert table_rows(spark, name) == source.expected_rows()
+    summary = spark.sql(f"SELECT summary FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0].summary
+    offsets = orjson.loads(summary["icecdc.offsets"])[table.topic]
+    assert sum(offsets.values()) == len(events)  # every record of every partition, once
     # Each crash before a commit left written files behind that no snapshot references.
     referenced = {r.file_path for r in spark.sql(f"SELECT file_path FROM {name}.all_files").collect()}
     on_disk = {str(p) for p in Path(config.catalog.properties["warehouse"]).rglob("*.parquet") if f"crash_{unique}" in str(p)}
