@@ -1,14 +1,12 @@
 import base64
 
+import hypothesis.strategies as st
 import orjson
 import pytest
-from icecdc.ingest.debezium import (
-    Column,
-    Reason,
-    RejectedEvent,
-    decode_value,
-    parse_change,
-)
+from hypothesis import HealthCheck, given, settings
+
+from icecdc.ingest.debezium import Column, Reason, RejectedEvent, _looks_like_payload, decode_value, parse_change
+from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
 
 COLUMNS = (
     Column("id", "long", True), Column("region", "string"), Column("amount", "decimal(10, 2)"),
@@ -110,6 +108,7 @@ def test_bad_values_are_rejected_with_the_column(column, raw, why):
     (b'{"op": "c", "after": {"id": null}}', Reason.NULL_KEY),
     (b'{"op": "c", "after": {"id": 1, "score": "high"}}', Reason.BAD_VALUE),
     (b"[1, 2]", Reason.NOT_AN_ENVELOPE),
+    (b'{"op": {}, "after": {"id": 1}}', Reason.UNKNOWN_OP),
 ])
 def test_rejections(value, reason):
     with pytest.raises(RejectedEvent) as info:
@@ -120,3 +119,40 @@ def test_rejections(value, reason):
 def test_delete_key_falls_back_to_the_record_key():
     event = parse_change(b'{"schema": {}, "payload": {"id": 9}}', b'{"op": "d", "before": {"region": "eu"}}', COLUMNS, KEY)
     assert event.is_delete and event.key == (9,) and event.after is None
+
+
+_json_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=2), st.just({}), st.just({"id": 1}), st.just([]))
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.dictionaries(st.sampled_from(["op", "before", "after", "source", "ts_ms", "ts_us", "transaction", "x"]),
+                       st.one_of(st.sampled_from(["c", "r", "u", "d", "t"]), _json_values), max_size=6))
+def test_quick_envelope_check_never_accepts_what_the_schema_rejects(payload):
+    try:
+        validator(DEBEZIUM_ENVELOPE, "payload")(payload)
+        schema_ok = True
+    except SchemaError:
+        schema_ok = False
+    assert _looks_like_payload(payload, payload.get("op")) == schema_ok
+
+
+_json = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=5)),
+    lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(max_size=3), children, max_size=3)),
+    max_leaves=10,
+)
+_rows = st.dictionaries(st.sampled_from([c.name for c in COLUMNS] + ["other"]), _json, max_size=5)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(op=st.one_of(st.sampled_from(["c", "r", "u", "d"]), _json), before=st.one_of(st.none(), _rows), after=st.one_of(st.none(), _rows),
+       wrapped=st.booleans(), key=st.one_of(st.none(), st.binary(max_size=8)))
+def test_any_json_is_parsed_or_rejected_never_crashes(op, before, after, wrapped, key):
+    payload = {"op": op, "before": before, "after": after}
+    document = {"schema": {"fields": [{"field": "after", "fields": [{"field": "updated_at", "name": "io.debezium.time.Timestamp"}]}]},
+                "payload": payload} if wrapped else payload
+    try:
+        event = parse_change(key, orjson.dumps(document), COLUMNS, KEY)
+    except RejectedEvent:
+        return
+    assert event.op in {"c", "r", "u", "d"} and event.key[0] is not None
