@@ -88,9 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_text: str) -> argparse.ArgumentParser:
+    def add(name: str, handler: Callable[[argparse.Namespace], int] | None, help_text: str) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text)
-        sub.set_defaults(handler=handler)
+        if handler is not None:
+            sub.set_defaults(handler=handler)
         return sub
 
     def add_state(sub: argparse.ArgumentParser) -> None:
@@ -115,7 +116,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables = add("tables", _cmd_tables, "create the configured tables that do not exist and check the ones that do")
     _config_arg(tables)
 
-    bench = add("bench", lambda _: 2, "benchmarks against the alternatives (see docs/BENCHMARKS.md)")
+    bench = add("bench", None, "benchmarks against the alternatives (see docs/BENCHMARKS.md)")
     benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
     bench_ingest = benches.add_parser("ingest", help="icecdc's writer against MERGE INTO (merge-on-read) on growing tables")
     bench_ingest.set_defaults(handler=_cmd_bench_ingest)

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icecdc.ingest.layout import PartitionKey, TableLayout
-
 from icecdc.jvm import int_array, jvm, load_table
 
 if TYPE_CHECKING:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
 
 OPS = frozenset({"c", "r", "u", "d"})

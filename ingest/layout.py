@@ -16,6 +16,7 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import pyarrow as pa
+
 from icecdc.ingest.debezium import EPOCH_DATE, Column
 
 FIELD_ID = b"PARQUET:field_id"

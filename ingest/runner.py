@@ -7,6 +7,9 @@ import signal
 import threading
 from typing import TYPE_CHECKING
 
+from icecdc import kafka
+from icecdc.catalog import ensure_tables
+from icecdc.config import Config
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import (
     DirectKafkaSource,
@@ -16,10 +19,6 @@ from icecdc.ingest.sources import (
     run_streaming,
 )
 from icecdc.ingest.writer import BatchWriter, IngestStats
-
-from icecdc import kafka
-from icecdc.catalog import ensure_tables
-from icecdc.config import Config
 from icecdc.spark import create_spark_session
 
 if TYPE_CHECKING:

@@ -22,11 +22,11 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
-from icecdc.ingest.stages import KAFKA_SCHEMA
 
 from icecdc import kafka
 from icecdc.config import Config
 from icecdc.errors import UserError
+from icecdc.ingest.stages import KAFKA_SCHEMA
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

@@ -22,6 +22,7 @@ from typing import Any
 import orjson
 import pyarrow as pa
 import pyarrow.parquet as pq
+
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import Reason, RejectedEvent, parse_change
 from icecdc.ingest.layout import TableLayout

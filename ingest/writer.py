@@ -23,6 +23,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
+
+from icecdc import failpoints
+from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc.config import Config
+from icecdc.events import CommitEvent, PartitionDelta
 from icecdc.ingest import offsets as offset_log
 from icecdc.ingest.commit import CommittedSnapshot, TableCommitter, WrittenFile
 from icecdc.ingest.layout import TableLayout, layout_from_pyiceberg
@@ -32,11 +37,6 @@ from icecdc.ingest.publish import (
     send_dead_letters,
 )
 from icecdc.ingest.stages import DATA, FILES_SCHEMA, MARK, PARSED_SCHEMA, SKIP, parse_stage, reduce_and_write_stage
-
-from icecdc import failpoints
-from icecdc.catalog import pyiceberg_catalog, qualified
-from icecdc.config import Config
-from icecdc.events import CommitEvent, PartitionDelta
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer

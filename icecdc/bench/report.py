@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-import platform
 import os
+import platform
 from pathlib import Path
 from typing import Any
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import orjson
 import yaml
+
+from icecdc import kafka
+from icecdc.catalog import ensure_tables
+from icecdc.config import Config, TableConfig
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.runner import run_ingest
 from icecdc.ingest.sources import run_streaming
 from icecdc.ingest.stages import KAFKA_SCHEMA
 from icecdc.ingest.writer import BatchWriter
-
-from icecdc import kafka
-from icecdc.catalog import ensure_tables
-from icecdc.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
 
 

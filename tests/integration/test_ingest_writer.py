@@ -9,14 +9,14 @@ import hypothesis.strategies as st
 import orjson
 from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
-from icecdc.ingest.publish import CommitEventPublisher
-from icecdc.ingest.sources import records_to_dataframe
-from icecdc.ingest.writer import BatchWriter
 
 from icecdc import kafka
 from icecdc.catalog import ensure_tables
 from icecdc.config import Config, TableConfig
 from icecdc.events import CommitEvent
+from icecdc.ingest.publish import CommitEventPublisher
+from icecdc.ingest.sources import records_to_dataframe
+from icecdc.ingest.writer import BatchWriter
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
 
 

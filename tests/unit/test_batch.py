@@ -1,6 +1,7 @@
 """The per-batch upsert rule, over plain data."""
 
 import pytest
+
 from icecdc.ingest.batch import KeyChange, complete_row, reduce_key, to_key_change
 from icecdc.ingest.debezium import ChangeEvent, Column, Reason, RejectedEvent
 from icecdc.ingest.layout import PartitionTerm, TableLayout

@@ -1,6 +1,7 @@
 import datetime as dt
 
 import pyarrow as pa
+
 from icecdc.ingest import offsets
 from icecdc.ingest.debezium import Column
 from icecdc.ingest.layout import FIELD_ID, PartitionTerm, TableLayout

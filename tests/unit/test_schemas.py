@@ -1,5 +1,6 @@
 import jsonschema
 import pytest
+
 from icecdc.schemas import (
     COMMIT_EVENT,
     COMPACTION_EVENT,
