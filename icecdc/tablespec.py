@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from icecdc.errors import UserError
+
 # Iceberg primitive type -> Spark SQL DDL type. `timestamp` is Iceberg's zone-less timestamp
 # (Spark's TIMESTAMP_NTZ); `timestamptz` is Spark's TIMESTAMP.
 _PRIMITIVES: dict[str, str] = {
@@ -31,7 +33,10 @@ SUPPORTED_TYPES = (*_PRIMITIVES, "decimal(P, S)")
 _TEMPORAL = {"date", "timestamp", "timestamptz"}
 # Which source types each transform accepts (Iceberg spec, "Partition Transforms").
 _TRANSFORM_SOURCES: dict[str, set[str] | None] = {
-    "identity": None,  # any primitive
+    # Not timestamps: a partition per microsecond is never what is meant (use hours/days), and
+    # Iceberg cannot parse a timestamp partition value from its string form, which the ingester
+    # relies on to build partition tuples.
+    "identity": {"boolean", "int", "long", "float", "double", "date", "string", "decimal"},
     "year": _TEMPORAL,
     "month": _TEMPORAL,
     "day": _TEMPORAL,
@@ -51,7 +56,7 @@ _FUNC = re.compile(rf"^({_IDENT})\(\s*(?:(\d+)\s*,\s*)?({_IDENT})\s*\)$")
 _BARE = re.compile(rf"^{_IDENT}$")
 
 
-class TableSpecError(ValueError):
+class TableSpecError(UserError, ValueError):
     """A column type or partition transform that Iceberg would not accept."""
 
 

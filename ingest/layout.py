@@ -18,6 +18,7 @@ from urllib.parse import quote_plus
 import pyarrow as pa
 
 from icecdc.ingest.debezium import EPOCH_DATE, Column
+from icecdc.tablespec import PartitionField, TableSpecError, parse_partition_field
 
 FIELD_ID = b"PARQUET:field_id"
 _ARROW_TYPES: dict[str, pa.DataType] = {
@@ -96,9 +97,6 @@ class PartitionTerm:
             return None
         if self.result_is_date:
             return (EPOCH_DATE + dt.timedelta(days=value)).isoformat()
-        if self.transform == "identity" and self.source_type in ("timestamp", "timestamptz"):
-            instant = dt.datetime(1970, 1, 1) + dt.timedelta(microseconds=value)
-            return instant.isoformat(timespec="microseconds") + ("+00:00" if self.source_type == "timestamptz" else "")
         if isinstance(value, bool):
             return "true" if value else "false"
         return str(value)
@@ -172,6 +170,14 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
     if missing:
         raise ValueError(f"table {table_name} has no column(s) {missing} of its configured primary key")
     types = {c.name: c.type for c in columns}
+    for field in spec.fields:
+        # The same rules as for configured tables: an existing table partitioned in a way the
+        # ingester cannot write (identity on a timestamp) is refused up front, with the reason.
+        term = PartitionField.from_iceberg(schema.find_column_name(field.source_id), str(field.transform))
+        try:
+            parse_partition_field(str(term), types)
+        except TableSpecError as exc:
+            raise TableSpecError(f"table {table_name}: {exc}") from None
     partition = tuple(
         PartitionTerm(f.name, schema.find_column_name(f.source_id), str(f.transform), types[schema.find_column_name(f.source_id)])
         for f in spec.fields

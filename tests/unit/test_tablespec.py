@@ -39,6 +39,7 @@ def test_parse_partition_fields(text, expected):
         ("truncate(2, ok)", "truncate cannot apply to 'ok' of type boolean"),
         ("days(missing)", "names column 'missing'"),
         ("region id", "bad partition transform"),
+        ("ts", "identity cannot apply to 'ts' of type timestamp"),
     ],
 )
 def test_bad_partition_fields(text, fragment):
