@@ -35,7 +35,8 @@ _TEMPORAL = {"date", "timestamp", "timestamptz"}
 _TRANSFORM_SOURCES: dict[str, set[str] | None] = {
     # Not timestamps: a partition per microsecond is never what is meant (use hours/days), and
     # Iceberg cannot parse a timestamp partition value from its string form, which the ingester
-    # relies on to build partition tuples.
+    # relies on to build partition tuples. Not binary: that parser takes the string's own bytes,
+    # so arbitrary bytes cannot round-trip (use bucket or truncate).
     "identity": {"boolean", "int", "long", "float", "double", "date", "string", "decimal"},
     "year": _TEMPORAL,
     "month": _TEMPORAL,

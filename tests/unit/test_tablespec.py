@@ -8,7 +8,7 @@ from icecdc.tablespec import (
     parse_partition_field,
 )
 
-TYPES = {"id": "long", "region": "string", "ts": "timestamp", "d": "date", "price": "decimal(10, 2)", "ok": "boolean"}
+TYPES = {"id": "long", "region": "string", "ts": "timestamp", "d": "date", "price": "decimal(10, 2)", "ok": "boolean", "blob": "binary"}
 
 
 @pytest.mark.parametrize(
@@ -40,6 +40,7 @@ def test_parse_partition_fields(text, expected):
         ("days(missing)", "names column 'missing'"),
         ("region id", "bad partition transform"),
         ("ts", "identity cannot apply to 'ts' of type timestamp"),
+        ("blob", "identity cannot apply to 'blob' of type binary"),
     ],
 )
 def test_bad_partition_fields(text, fragment):
