@@ -137,8 +137,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    # py4j logs every gateway call at INFO.
-    logging.getLogger("py4j").setLevel(logging.WARNING)
+    # py4j logs every gateway call at INFO; pyiceberg announces its FileIO choice on every load.
+    for chatty in ("py4j", "pyiceberg"):
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         return args.handler(args)
     except UserError as exc:

@@ -223,6 +223,8 @@ def embedded_config(state_dir: Path, port: int = EMBEDDED_BROKER_PORT, **overrid
                 "type": "jdbc",
                 "uri": f"jdbc:sqlite:{state / 'catalog.db'}",
                 "warehouse": str(state / "warehouse"),
+                # The current JDBC catalog layout (with views); pyiceberg's sql catalog reads it too.
+                "jdbc.schema-version": "V1",
             },
         },
     }
