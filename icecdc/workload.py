@@ -65,7 +65,7 @@ class OrdersWorkload:
         return Change("c", key, row, self._record("c", key, None, row))
 
     def update(self) -> Change:
-        key = self._random.choice(list(self.rows)) if len(self.rows) < 1000 else self._pick()
+        key = self._pick()
         before = self.rows[key]
         after = {**self._row(key), "id": key}
         self.rows[key] = after
@@ -77,7 +77,8 @@ class OrdersWorkload:
         return Change("d", key, None, self._record("d", key, before, None))
 
     def _pick(self) -> int:
-        # Sampling from a large dict without listing it: retry random ids until one exists.
+        # An existing key without listing them all: retry random ids until one exists (callers
+        # only pick when rows is non-empty).
         while True:
             key = self._random.randrange(1, self.next_key)
             if key in self.rows:
