@@ -87,10 +87,6 @@ class ChangeEvent:
     before: dict[str, Any] | None
     after: dict[str, Any] | None
 
-    @property
-    def is_delete(self) -> bool:
-        return self.op == "d"
-
 
 @dataclass(frozen=True)
 class Column:

@@ -118,7 +118,7 @@ def test_rejections(value, reason):
 
 def test_delete_key_falls_back_to_the_record_key():
     event = parse_change(b'{"schema": {}, "payload": {"id": 9}}', b'{"op": "d", "before": {"region": "eu"}}', COLUMNS, KEY)
-    assert event.is_delete and event.key == (9,) and event.after is None
+    assert event.op == "d" and event.key == (9,) and event.after is None
 
 
 _json_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=2), st.just({}), st.just({"id": 1}), st.just([]))
