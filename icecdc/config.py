@@ -167,6 +167,62 @@ class IngestConfig(_Strict):
     consumer_group: str = "icecdc-ingest"
 
 
+MIB = 1024 * 1024
+
+
+class SettleConfig(_Strict):
+    """When a partition counts as settled: no write for ``cadence_multiple`` times its usual gap
+    between writes (the median of the recent gaps seen in the commit stream), clamped to
+    [min_seconds, max_seconds]. A partition written every 5 s settles after 15 s of silence, one
+    written every 10 min after 30 min. Until two writes give it a cadence: ``initial_seconds``."""
+
+    cadence_multiple: float = Field(default=3.0, ge=1.0)
+    min_seconds: float = Field(default=30.0, ge=0)
+    max_seconds: float = Field(default=1800.0, gt=0)
+    initial_seconds: float = Field(default=120.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> SettleConfig:
+        if self.min_seconds > self.max_seconds:
+            raise ValueError(f"min_seconds ({self.min_seconds}) is above max_seconds ({self.max_seconds})")
+        return self
+
+
+class CompactorConfig(_Strict):
+    consumer_group: str = "icecdc-compactor"
+    # Names this replica in snapshot summaries and compaction events; default: host-pid.
+    replica_id: str | None = None
+    # Amoro's defaults: 128 MB files; a "small" file is under target / small_file_ratio; files of
+    # at least large_file_ratio * target are left whole (deletes on them become position deletes).
+    target_file_size_bytes: int = Field(default=128 * MIB, gt=0)
+    small_file_ratio: float = Field(default=8.0, gt=1.0)
+    large_file_ratio: float = Field(default=0.75, gt=0, le=1.0)
+    # Bin-packing is worth a commit from this many small files in a partition.
+    min_small_files: int = Field(default=12, ge=2)
+    # A large file carrying position deletes for at least this share of its rows is rewritten.
+    position_delete_rewrite_ratio: float = Field(default=0.1, gt=0, le=1.0)
+    # A hot partition is compacted anyway when it passes either ceiling (read cost must not rot
+    # without bound under a writer that never pauses).
+    hot_max_delete_files: int = Field(default=64, ge=1)
+    hot_max_small_files: int = Field(default=128, ge=2)
+    # How often every table's metadata is re-read, to catch what commit events missed.
+    reconcile_seconds: float = Field(default=60.0, gt=0)
+    # A failed compaction is retried after retry_base_seconds * 2^(n-1) (jittered, capped),
+    # and given up after max_attempts until the partition is written again.
+    max_attempts: int = Field(default=5, ge=1)
+    retry_base_seconds: float = Field(default=10.0, ge=0)
+    retry_max_seconds: float = Field(default=600.0, ge=0)
+    settle: SettleConfig = Field(default_factory=SettleConfig)
+
+    @property
+    def small_file_bytes(self) -> int:
+        return int(self.target_file_size_bytes / self.small_file_ratio)
+
+    @property
+    def large_file_bytes(self) -> int:
+        return int(self.target_file_size_bytes * self.large_file_ratio)
+
+
 class Config(_Strict):
     # Local state: the embedded broker's pid/log, checkpoints, and (embedded default) catalog.
     state_dir: Path = Path(DEFAULT_STATE_DIR)
@@ -175,8 +231,10 @@ class Config(_Strict):
     tables: list[TableConfig] = Field(default_factory=list)
     commit_topic: str = "icecdc.commits"
     dead_letter_topic: str = "icecdc.dlq"
+    compaction_topic: str = "icecdc.compactions"
     spark: SparkConfig = Field(default_factory=SparkConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
+    compactor: CompactorConfig = Field(default_factory=CompactorConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> Config:

@@ -6,13 +6,27 @@ to ``Integer``; helpers here build the exact Java values Iceberg's API expects.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 JavaObject = Any
+# Every icecdc commit carries a unique id in its summary, so that it can find its own snapshot
+# even when another writer committed right after it.
+COMMIT_ID_PROPERTY = "icecdc.commit-id"
+
+
+@dataclass(frozen=True)
+class CommittedSnapshot:
+    snapshot_id: int
+    parent_snapshot_id: int | None
+    sequence_number: int
+    timestamp_ms: int
+    operation: str
 
 
 def jvm(spark: SparkSession) -> JavaObject:
@@ -30,3 +44,42 @@ def int_array(spark: SparkSession, values: Sequence[int]) -> JavaObject:
     for i, value in enumerate(values):
         array[i] = value
     return array
+
+
+def static_call(spark: SparkSession, java_class: JavaObject, method: str) -> JavaObject:
+    """Call a no-argument static method through reflection: py4j cannot call a static method
+    that shares its name with an instance method (``SparkTableCache.get()`` and ``get(key)``)."""
+    gateway = spark.sparkContext._gateway
+    found = java_class._java_lang_class.getMethod(method, gateway.new_array(gateway.jvm.java.lang.Class, 0))
+    return found.invoke(None, gateway.new_array(gateway.jvm.java.lang.Object, 0))
+
+
+def java_exception_class(error: BaseException) -> str | None:
+    """The Java class name of an exception that crossed py4j, if it did."""
+    java = getattr(error, "java_exception", None)
+    return java.getClass().getName() if java is not None else None
+
+
+def history(table: JavaObject) -> Iterator[JavaObject]:
+    """The table's current snapshot and its ancestors, newest first."""
+    snapshot = table.currentSnapshot()
+    while snapshot is not None:
+        yield snapshot
+        parent = snapshot.parentId()
+        snapshot = table.snapshot(parent) if parent is not None else None
+
+
+def commit_tagged(update: JavaObject, summary: Mapping[str, str], table: JavaObject) -> CommittedSnapshot:
+    """Commit a snapshot-producing update with ``summary`` in its snapshot summary, and return
+    the snapshot it made."""
+    commit_id = uuid.uuid4().hex
+    for key, value in {**summary, COMMIT_ID_PROPERTY: commit_id}.items():
+        update = update.set(key, value)
+    update.commit()
+    for snapshot in history(table):
+        if snapshot.summary().get(COMMIT_ID_PROPERTY) == commit_id:
+            return CommittedSnapshot(
+                snapshot.snapshotId(), snapshot.parentId(), snapshot.sequenceNumber(),
+                snapshot.timestampMillis(), snapshot.operation(),
+            )
+    raise RuntimeError(f"commit {commit_id} is not in the history of {table.name()}")

@@ -10,19 +10,15 @@ whatever the compactor committed.
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icecdc.ingest.layout import PartitionKey, TableLayout
-from icecdc.jvm import int_array, jvm, load_table
+from icecdc.jvm import CommittedSnapshot, commit_tagged, history, int_array, jvm, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-COMMIT_ID_PROPERTY = "icecdc.commit-id"
-
 
 @dataclass(frozen=True)
 class WrittenFile:
@@ -31,15 +27,6 @@ class WrittenFile:
     partition: PartitionKey
     record_count: int
     file_size: int
-
-
-@dataclass(frozen=True)
-class CommittedSnapshot:
-    snapshot_id: int
-    parent_snapshot_id: int | None
-    sequence_number: int
-    timestamp_ms: int
-    operation: str
 
 
 class TableCommitter:
@@ -51,17 +38,9 @@ class TableCommitter:
         self.layout = layout
         self.table = load_table(spark, qualified_name)
 
-    def _history(self) -> Iterator[Any]:
-        """The current snapshot and its ancestors, newest first."""
-        snapshot = self.table.currentSnapshot()
-        while snapshot is not None:
-            yield snapshot
-            parent = snapshot.parentId()
-            snapshot = self.table.snapshot(parent) if parent is not None else None
-
     def summaries_newest_first(self) -> Iterator[Mapping[str, str]]:
         self.table.refresh()
-        return (dict(snapshot.summary()) for snapshot in self._history())
+        return (dict(snapshot.summary()) for snapshot in history(self.table))
 
     def _partition_tuple(self, spec: Any, partition: PartitionKey, cache: dict[PartitionKey, Any]) -> Any:
         # Iceberg's public parser from partition strings to a typed partition tuple is
@@ -98,18 +77,4 @@ class TableCommitter:
         for file in files:
             java_file = self._java_file(file, spec, metrics_config, cache)
             delta = delta.addRows(java_file) if file.kind == "data" else delta.addDeletes(java_file)
-        commit_id = uuid.uuid4().hex
-        for key, value in {**summary, COMMIT_ID_PROPERTY: commit_id}.items():
-            delta = delta.set(key, value)
-        delta.commit()
-        return self._find_commit(commit_id)
-
-    def _find_commit(self, commit_id: str) -> CommittedSnapshot:
-        # Another writer may have committed right after us; find ours by its id, newest first.
-        for snapshot in self._history():
-            if snapshot.summary().get(COMMIT_ID_PROPERTY) == commit_id:
-                return CommittedSnapshot(
-                    snapshot.snapshotId(), snapshot.parentId(), snapshot.sequenceNumber(),
-                    snapshot.timestampMillis(), snapshot.operation(),
-                )
-        raise RuntimeError(f"commit {commit_id} is not in the history of {self.layout.table}")
+        return commit_tagged(delta, summary, self.table)

@@ -17,10 +17,10 @@ from urllib.parse import quote_plus
 
 import pyarrow as pa
 
+from icecdc.fileio import FIELD_ID
 from icecdc.ingest.debezium import EPOCH_DATE, Column
 from icecdc.tablespec import PartitionField, TableSpecError, parse_partition_field
 
-FIELD_ID = b"PARQUET:field_id"
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
     "int": pa.int32(),
@@ -65,6 +65,16 @@ def to_python(iceberg_type: str, value: Any) -> Any:
         return decimal.Decimal(value)
     if iceberg_type == "binary":
         return base64.b64decode(value)
+    return value
+
+
+def _canonical(value: Any) -> Any:
+    if isinstance(value, dt.date) and not isinstance(value, dt.datetime):
+        return (value - EPOCH_DATE).days
+    if isinstance(value, decimal.Decimal):
+        return str(value)
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode()
     return value
 
 
@@ -143,6 +153,11 @@ class TableLayout:
 
     def partition_path(self, partition: PartitionKey) -> str:
         return "/".join(term.path_segment(value) for term, value in zip(self.partition, partition))
+
+    def partition_from_metadata(self, record: Mapping[str, Any]) -> PartitionKey:
+        """The canonical partition of a pyiceberg metadata row (``inspect.files`` gives day
+        partitions as dates, decimals as Decimals, binary as bytes)."""
+        return tuple(_canonical(record.get(term.name)) for term in self.partition)
 
     def partition_java_strings(self, partition: PartitionKey) -> list[str | None]:
         return [term.java_string(value) for term, value in zip(self.partition, partition)]

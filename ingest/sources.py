@@ -97,7 +97,7 @@ class DirectKafkaSource:
                 _, high = self._consumer.get_watermark_offsets(TopicPartition(tp.topic, tp.partition), timeout=5, cached=False)
             except Exception:
                 return None
-            total += max(0, high - self._positions.get((tp.topic, tp.partition), tp.offset if tp.offset >= 0 else 0))
+            total += max(0, high - self._positions.get((tp.topic, tp.partition), max(tp.offset, 0)))
         return total
 
     def commit_group_offsets(self) -> None:

@@ -12,8 +12,6 @@ Rows travel between stages with JSON payloads (orjson), so one plan serves table
 
 from __future__ import annotations
 
-import functools
-import io
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from itertools import groupby
@@ -21,8 +19,8 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
-import pyarrow.parquet as pq
 
+from icecdc.fileio import write_parquet
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import Reason, RejectedEvent, parse_change
 from icecdc.ingest.layout import TableLayout
@@ -95,25 +93,6 @@ def parse_stage(layouts_by_topic: Mapping[str, TableLayout], committed: Mapping[
             yield pa.RecordBatch.from_pylist(out, schema=PARSED)
 
     return parse
-
-
-@functools.lru_cache(maxsize=8)
-def _file_io(properties: tuple[tuple[str, str], ...], scheme: str) -> Any:
-    from pyiceberg.io import load_file_io
-
-    return load_file_io(dict(properties), f"{scheme}://" if scheme else "/")
-
-
-def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> int:
-    """Write through pyiceberg's FileIO (so object stores and their credentials work from the same
-    catalog properties the JVM uses); returns the file size."""
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd")
-    data = buffer.getvalue()
-    scheme = path.split("://", 1)[0] if "://" in path else ""
-    with _file_io(tuple(sorted(io_properties.items())), scheme).new_output(path).create(overwrite=False) as stream:
-        stream.write(data)
-    return len(data)
 
 
 def reduce_and_write_stage(layouts_by_table: Mapping[str, TableLayout], io_properties: Mapping[str, str], batch_tag: str) -> ArrowStage:

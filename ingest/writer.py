@@ -29,7 +29,7 @@ from icecdc.catalog import pyiceberg_catalog, qualified
 from icecdc.config import Config
 from icecdc.events import CommitEvent, PartitionDelta
 from icecdc.ingest import offsets as offset_log
-from icecdc.ingest.commit import CommittedSnapshot, TableCommitter, WrittenFile
+from icecdc.ingest.commit import TableCommitter, WrittenFile
 from icecdc.ingest.layout import TableLayout, layout_from_pyiceberg
 from icecdc.ingest.publish import (
     CommitEventPublisher,
@@ -37,6 +37,7 @@ from icecdc.ingest.publish import (
     send_dead_letters,
 )
 from icecdc.ingest.stages import DATA, FILES_SCHEMA, MARK, PARSED_SCHEMA, SKIP, parse_stage, reduce_and_write_stage
+from icecdc.jvm import CommittedSnapshot
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer

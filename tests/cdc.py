@@ -49,7 +49,7 @@ class SourceDatabase:
         self.rows[key] = after
         payload = {"op": op, "before": None if omit_before else before, "after": after, "source": {"lsn": 1}, "ts_ms": 0}
         if wrapped:
-            millis = lambda r: r and {**r, "updated_at": r["updated_at"] // 1000}  # noqa: E731
+            millis = lambda r: r and {**r, "updated_at": r["updated_at"] // 1000}
             return self._key(key), orjson.dumps({"schema": _WRAPPER_SCHEMA, "payload": {
                 **payload, "before": millis(payload["before"]), "after": millis(after)}})
         return self._key(key), orjson.dumps(payload)

@@ -1,0 +1,225 @@
+"""What the sidecar knows about every partition: file statistics (from table metadata, kept
+current between reads by the commit events), write cadence, and the outcome of its own work.
+Plain data and plain decisions; the sidecar feeds it and acts on ``candidates``.
+
+Time is wall-clock epoch seconds throughout, because commit events carry the catalog's commit
+time; the writer and the sidecar are expected to run on hosts with synchronised clocks (they
+share a pod in the Kubernetes deployment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from icecdc.compactor.policy import (
+    Candidate,
+    PartitionStats,
+    Work,
+    benefit_and_cost,
+    ideal_read_cost,
+    needed_work,
+    over_hot_ceiling,
+    rank,
+    read_cost,
+)
+from icecdc.compactor.settle import Phase, WriteCadence, phase, settle_window, settles_at
+from icecdc.config import CompactorConfig
+from icecdc.events import CommitEvent
+
+COMPACTING = "compacting"
+
+
+@dataclass(frozen=True)
+class PartitionMetadata:
+    """One partition as the table's metadata describes it."""
+
+    partition: Mapping[str, Any]
+    stats: PartitionStats
+    # The last commit that touched the partition, unless it was one of ours.
+    last_write: float | None
+    last_compaction: float | None
+
+
+@dataclass
+class PartitionState:
+    table: str
+    path: str
+    partition: Mapping[str, Any]
+    stats: PartitionStats = field(default_factory=PartitionStats)
+    cadence: WriteCadence = field(default_factory=WriteCadence)
+    last_compaction: float | None = None
+    compacting: bool = False
+    failures: int = 0
+    retry_at: float | None = None
+    # The last write a compaction already answered (done, found nothing to do, or given up):
+    # no new work until the partition is written again. This is what makes the policy stop.
+    answered_write: float | None = None
+    settled_at: float | None = None
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.table, self.path
+
+    def answered(self) -> bool:
+        return self.answered_write is not None and self.answered_write == self.cadence.last_write
+
+
+def retry_delay(failures: int, settings: CompactorConfig, rng: random.Random) -> float:
+    """Exponential backoff with jitter (half to full delay), so replicas do not retry in step."""
+    delay = min(settings.retry_max_seconds, settings.retry_base_seconds * 2 ** max(0, failures - 1))
+    return delay * rng.uniform(0.5, 1.0)
+
+
+def _add(stats: PartitionStats, delta: Any, small_file_bytes: int) -> PartitionStats:
+    # A commit event sums a batch's files per partition; a batch's files are small or not alike.
+    small = delta.data_files and delta.data_bytes / delta.data_files < small_file_bytes
+    return dataclasses.replace(
+        stats,
+        data_files=stats.data_files + delta.data_files,
+        data_bytes=stats.data_bytes + delta.data_bytes,
+        records=stats.records + delta.data_records,
+        small_files=stats.small_files + (delta.data_files if small else 0),
+        small_bytes=stats.small_bytes + (delta.data_bytes if small else 0),
+        equality_delete_files=stats.equality_delete_files + delta.equality_delete_files,
+        equality_delete_records=stats.equality_delete_records + delta.equality_delete_records,
+    )
+
+
+class PartitionTracker:
+    def __init__(self, settings: CompactorConfig, seed: int | None = None) -> None:
+        self.settings = settings
+        self._partitions: dict[tuple[str, str], PartitionState] = {}
+        self._rng = random.Random(seed)
+
+    def __iter__(self) -> Iterator[PartitionState]:
+        return iter(self._partitions.values())
+
+    def get(self, table: str, path: str) -> PartitionState | None:
+        return self._partitions.get((table, path))
+
+    def _state(self, table: str, path: str, partition: Mapping[str, Any]) -> PartitionState:
+        state = self._partitions.get((table, path))
+        if state is None:
+            state = self._partitions[(table, path)] = PartitionState(table, path, dict(partition))
+        return state
+
+    def on_commit(self, event: CommitEvent) -> None:
+        at = event.commit_time_ms / 1000
+        for delta in event.partitions:
+            state = self._state(event.table, delta.partition_path, delta.partition)
+            if at not in state.cadence.times:
+                state.stats = _add(state.stats, delta, self.settings.small_file_bytes)
+            state.cadence.record(at)
+            state.settled_at = None
+
+    def on_metadata(self, table: str, partitions: Mapping[str, PartitionMetadata]) -> None:
+        """Replace a table's statistics with what its metadata says now; partitions that have
+        no live file any more are forgotten."""
+        for path, meta in partitions.items():
+            state = self._state(table, path, meta.partition)
+            state.stats = meta.stats
+            if meta.last_write is not None:
+                state.cadence.record(meta.last_write)
+            if meta.last_compaction is not None:
+                state.last_compaction = max(state.last_compaction or 0.0, meta.last_compaction)
+        for key in [k for k in self._partitions if k[0] == table and k[1] not in partitions]:
+            if not self._partitions[key].compacting:
+                del self._partitions[key]
+
+    def phase_of(self, state: PartitionState, now: float) -> str:
+        if state.compacting:
+            return COMPACTING
+        current = phase(state.cadence, now, self.settings.settle)
+        if current is Phase.SETTLED and state.settled_at is None:
+            state.settled_at = settles_at(state.cadence, self.settings.settle) or now
+        return current.value
+
+    def _due(self, state: PartitionState, now: float) -> tuple[Work, str] | None:
+        if state.compacting or state.answered() or (state.retry_at is not None and now < state.retry_at):
+            return None
+        work = needed_work(state.stats, self.settings)
+        if work is None:
+            return None
+        current = phase(state.cadence, now, self.settings.settle)
+        if current is Phase.SETTLED:
+            return work
+        if over_hot_ceiling(state.stats, self.settings):
+            return work[0], f"{work[1]} (hot partition over its ceiling)"
+        return None
+
+    def candidates(self, now: float) -> list[Candidate]:
+        out = []
+        for state in self._partitions.values():
+            due = self._due(state, now)
+            if due is not None:
+                benefit, cost = benefit_and_cost(state.stats, due[0], self.settings)
+                out.append(Candidate(state.table, state.path, due[0], due[1], benefit, cost))
+        return rank(out)
+
+    def waiting(self, now: float) -> list[PartitionState]:
+        """Partitions that need work which is not due yet (still hot, or backing off)."""
+        return [
+            s for s in self._partitions.values()
+            if not s.compacting and not s.answered() and needed_work(s.stats, self.settings) is not None
+            and self._due(s, now) is None
+        ]
+
+    # ---- outcomes of the sidecar's own work ----
+
+    def started(self, state: PartitionState) -> None:
+        state.compacting = True
+
+    def finished(self, state: PartitionState, now: float, *, committed: bool) -> None:
+        """A compaction committed, or found nothing to do: answered until the next write."""
+        state.compacting = False
+        state.failures = 0
+        state.retry_at = None
+        state.answered_write = state.cadence.last_write
+        if committed:
+            state.last_compaction = now
+
+    def failed(self, state: PartitionState, now: float) -> bool:
+        """Schedule a retry with backoff; returns False when the partition is given up (until
+        it is written again)."""
+        state.compacting = False
+        state.failures += 1
+        if state.failures >= self.settings.max_attempts:
+            state.failures = 0
+            state.retry_at = None
+            state.answered_write = state.cadence.last_write
+            return False
+        state.retry_at = now + retry_delay(state.failures, self.settings, self._rng)
+        return True
+
+    # ---- reporting ----
+
+    def report(self, now: float, tables: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        wanted = set(tables) if tables is not None else None
+        rows = []
+        for state in sorted(self._partitions.values(), key=lambda s: s.key):
+            if wanted is not None and state.table not in wanted:
+                continue
+            stats = state.stats
+            rows.append({
+                "table": state.table,
+                "partition": state.path or "(unpartitioned)",
+                "state": self.phase_of(state, now),
+                "data_files": stats.data_files,
+                "small_files": stats.small_files,
+                "data_bytes": stats.data_bytes,
+                "records": stats.records,
+                "equality_delete_files": stats.equality_delete_files,
+                "equality_delete_records": stats.equality_delete_records,
+                "position_delete_files": stats.position_delete_files,
+                "position_delete_records": stats.position_delete_records,
+                "last_write": state.cadence.last_write,
+                "last_compaction": state.last_compaction,
+                "settle_window_seconds": round(settle_window(state.cadence, self.settings.settle), 1),
+                "read_cost": read_cost(stats),
+                "ideal_read_cost": ideal_read_cost(stats, self.settings),
+            })
+        return rows

@@ -1,0 +1,52 @@
+"""Reading and writing Parquet files through pyiceberg's FileIO, so that object stores and their
+credentials work from the same catalog properties the JVM uses, on the driver and on executors."""
+
+from __future__ import annotations
+
+import functools
+import io
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+FIELD_ID = b"PARQUET:field_id"
+
+
+@functools.lru_cache(maxsize=8)
+def _file_io(properties: tuple[tuple[str, str], ...], scheme: str) -> Any:
+    from pyiceberg.io import load_file_io
+
+    return load_file_io(dict(properties), f"{scheme}://" if scheme else "/")
+
+
+def file_io(path: str, io_properties: Mapping[str, str]) -> Any:
+    scheme = path.split("://", 1)[0] if "://" in path else ""
+    return _file_io(tuple(sorted(io_properties.items())), scheme)
+
+
+def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> int:
+    """Write a new file (never overwriting one); returns its size."""
+    buffer = io.BytesIO()
+    pq.write_table(table, buffer, compression="zstd")
+    data = buffer.getvalue()
+    with file_io(path, io_properties).new_output(path).create(overwrite=False) as stream:
+        stream.write(data)
+    return len(data)
+
+
+def read_parquet_fields(path: str, field_ids: list[int], io_properties: Mapping[str, str]) -> pa.Table:
+    """The columns of a Parquet file that carry the given Iceberg field ids, in that order and
+    named by field id, so that a column renamed since the file was written is still found."""
+    with file_io(path, io_properties).new_input(path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        by_id = {}
+        for field in parquet.schema_arrow:
+            if field.metadata and FIELD_ID in field.metadata:
+                by_id[int(field.metadata[FIELD_ID])] = field.name
+        missing = [f for f in field_ids if f not in by_id]
+        if missing:
+            raise ValueError(f"{path} has no column with field id(s) {missing}")
+        table = parquet.read(columns=[by_id[f] for f in field_ids])
+    return table.rename_columns([str(f) for f in field_ids])
