@@ -64,6 +64,21 @@ def _cmd_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_compact(args: argparse.Namespace) -> int:
+    from icecdc.compactor.sidecar import run_compactor
+
+    run_compactor(load_config(args.config), until_idle=args.until_idle)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace) -> int:
+    from icecdc.compactor import status
+
+    report = status.collect(load_config(args.config))
+    print(json.dumps(report, indent=2) if args.json else status.render(report))
+    return 0
+
+
 def _cmd_bench_ingest(args: argparse.Namespace) -> int:
     from icecdc.bench import ingest
 
@@ -112,6 +127,15 @@ def build_parser() -> argparse.ArgumentParser:
     _config_arg(ingest)
     ingest.add_argument("--until-idle", type=float, metavar="SECONDS",
                         help="stop after this long with nothing new to read (default: run until stopped)")
+
+    compact = add("compact", _cmd_compact, "run the compactor sidecar: compact settled partitions as the commit events show them")
+    _config_arg(compact)
+    compact.add_argument("--until-idle", type=float, metavar="SECONDS",
+                         help="stop when nothing is left to do and no commit event arrived for this long")
+
+    status = add("status", _cmd_status, "show every partition's state, files, deletes and estimated read cost")
+    _config_arg(status)
+    status.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     tables = add("tables", _cmd_tables, "create the configured tables that do not exist and check the ones that do")
     _config_arg(tables)

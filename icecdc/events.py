@@ -1,5 +1,6 @@
-"""The commit event: what the ingester publishes after every Iceberg commit and the compactor
-consumes (schemas/commit-event.schema.json is its contract)."""
+"""The events icecdc publishes on Kafka: the commit event (the ingester, after every Iceberg
+commit; the compactor consumes it) and the compaction event (a compactor replica, for each
+compaction it attempts). schemas/ holds their contracts."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import orjson
 
-from icecdc.schemas import COMMIT_EVENT, validator
+from icecdc.schemas import COMMIT_EVENT, COMPACTION_EVENT, validator
 
 EVENT_VERSION = 1
 
@@ -50,3 +51,41 @@ class CommitEvent:
         validator(COMMIT_EVENT)(document)
         partitions = [PartitionDelta(**p) for p in document.pop("partitions")]
         return cls(**document, partitions=partitions)
+
+
+@dataclass(frozen=True)
+class CompactionEvent:
+    """What a compactor replica did to one partition (schemas/compaction-event.schema.json)."""
+
+    table: str
+    partition: dict[str, Any]
+    partition_path: str
+    kind: str
+    outcome: str
+    replica: str
+    starting_snapshot_id: int | None
+    started_ms: int
+    finished_ms: int
+    reason: str | None = None
+    attempt: int = 1
+    starting_sequence_number: int | None = None
+    snapshot_id: int | None = None
+    sequence_number: int | None = None
+    data_files_rewritten: int = 0
+    data_files_added: int = 0
+    bytes_rewritten: int = 0
+    bytes_added: int = 0
+    delete_files_removed: int = 0
+    position_delete_files_added: int = 0
+    version: int = EVENT_VERSION
+
+    def to_json(self) -> bytes:
+        document = asdict(self)
+        validator(COMPACTION_EVENT)(document)
+        return orjson.dumps(document)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> CompactionEvent:
+        document = orjson.loads(data)
+        validator(COMPACTION_EVENT)(document)
+        return cls(**document)

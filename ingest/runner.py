@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import logging
-import signal
-import threading
 from typing import TYPE_CHECKING
 
 from icecdc import kafka
 from icecdc.catalog import ensure_tables
 from icecdc.config import Config
+from icecdc.lifecycle import stop_on_signals
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import (
     DirectKafkaSource,
@@ -27,14 +26,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def _stop_on_signals() -> threading.Event:
-    stop = threading.Event()
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, lambda *_: stop.set())
-    return stop
-
-
 def run_ingest(config: Config, until_idle: float | None = None, spark: SparkSession | None = None) -> IngestStats:
     """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
     if not config.tables:
@@ -44,7 +35,7 @@ def run_ingest(config: Config, until_idle: float | None = None, spark: SparkSess
     kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
     producer = kafka.producer(config.kafka)
     publisher = CommitEventPublisher(producer, config.commit_topic)
-    stop = _stop_on_signals()
+    stop = stop_on_signals()
     use_streaming = config.ingest.source == "streaming" or (config.ingest.source == "auto" and kafka_connector_available(spark))
     writer = BatchWriter(spark, config, producer, publisher, "streaming" if use_streaming else "direct")
     try:

@@ -1,0 +1,89 @@
+"""Partition statistics from a table's own metadata, through pyiceberg (metadata only: it reads
+manifests, never rows). This is how the sidecar knows every partition at start-up and catches up
+with whatever the commit events did not tell it (a late start, a restart, a lost event)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from icecdc.compactor.policy import PartitionStats
+from icecdc.compactor.rewrite import COMPACTOR_PROPERTY
+from icecdc.compactor.tracker import PartitionMetadata
+from icecdc.config import CompactorConfig, TableConfig
+from icecdc.ingest.layout import TableLayout, layout_from_pyiceberg
+
+DATA, POSITION_DELETES, EQUALITY_DELETES = 0, 1, 2
+
+
+def _snapshot_time_and_owner(table: Any, snapshot_id: int | None) -> tuple[float | None, bool]:
+    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
+    if snapshot is None:
+        return None, False
+    ours = COMPACTOR_PROPERTY in snapshot.summary.additional_properties
+    return snapshot.timestamp_ms / 1000, ours
+
+
+def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) -> dict[str, PartitionMetadata]:
+    """Every partition of the table's current spec that has live files, by partition path.
+    Files of older specs are left to a full rewrite and not reported."""
+    if table.current_snapshot() is None:
+        return {}
+    counters: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    keys: dict[str, Any] = {}
+    files = table.inspect.files().select(["content", "spec_id", "partition", "record_count", "file_size_in_bytes"])
+    for row in files.to_pylist():
+        if row["spec_id"] != layout.spec_id:
+            continue
+        key = layout.partition_from_metadata(row["partition"] or {})
+        path = layout.partition_path(key)
+        keys[path] = key
+        c = counters[path]
+        size, records = row["file_size_in_bytes"], row["record_count"]
+        if row["content"] == DATA:
+            c["data_files"] += 1
+            c["data_bytes"] += size
+            c["records"] += records
+            if size < settings.small_file_bytes:
+                c["small_files"] += 1
+                c["small_bytes"] += size
+            elif size < settings.large_file_bytes:
+                c["medium_files"] += 1
+                c["medium_bytes"] += size
+        elif row["content"] == EQUALITY_DELETES:
+            c["equality_delete_files"] += 1
+            c["equality_delete_records"] += records
+        else:
+            c["position_delete_files"] += 1
+            c["position_delete_records"] += records
+    last_updated: dict[str, int | None] = {}
+    if layout.partition:
+        for row in table.inspect.partitions().select(["partition", "spec_id", "last_updated_snapshot_id"]).to_pylist():
+            if row["spec_id"] == layout.spec_id:
+                last_updated[layout.partition_path(layout.partition_from_metadata(row["partition"]))] = row["last_updated_snapshot_id"]
+    else:
+        last_updated[""] = table.current_snapshot().snapshot_id
+    out = {}
+    for path, counts in counters.items():
+        when, ours = _snapshot_time_and_owner(table, last_updated.get(path))
+        out[path] = PartitionMetadata(
+            partition=layout.partition_record(keys[path]),
+            stats=PartitionStats(**counts),
+            last_write=None if ours else when,
+            last_compaction=when if ours else None,
+        )
+    return out
+
+
+def load_table_partitions(catalog: Any, table_config: TableConfig,
+                          settings: CompactorConfig) -> tuple[TableLayout, dict[str, PartitionMetadata]] | None:
+    """A configured table's layout and partitions; None while the table does not exist (the
+    ingester creates it)."""
+    from pyiceberg.exceptions import NoSuchTableError
+
+    try:
+        table = catalog.load_table(table_config.name)
+    except NoSuchTableError:
+        return None
+    layout = layout_from_pyiceberg(table_config.name, table_config.topic, table_config.primary_key, table)
+    return layout, read_partitions(table, layout, settings)

@@ -1,0 +1,275 @@
+"""``icecdc compact``: the sidecar loop. It consumes commit events, reconciles with table
+metadata, and compacts the most worthwhile due partition, one at a time; every attempt ends in a
+compaction event, metrics and a log line. Decisions live in ``tracker`` and ``policy``; Kafka,
+pyiceberg and Spark are reached only from here and from ``rewrite``/``metadata``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from icecdc import kafka
+from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc.compactor import metrics
+from icecdc.compactor.metadata import load_table_partitions
+from icecdc.compactor.policy import Candidate, plan_rewrite
+from icecdc.compactor.rewrite import COMPACTOR_PROPERTY, CompactionConflict, CompactionResult, PartitionCompaction
+from icecdc.compactor.settle import settles_at
+from icecdc.compactor.tracker import PartitionState, PartitionTracker
+from icecdc.config import Config, TableConfig
+from icecdc.events import CommitEvent, CompactionEvent
+from icecdc.ingest.layout import TableLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+STATUS_FILE = "compactor-status.json"
+# The status file is rewritten at most this often; `icecdc status` trusts it while it is fresh.
+STATUS_INTERVAL = 1.0
+
+
+def default_replica_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def status_path(config: Config) -> Path:
+    return config.state_dir / "compactor" / STATUS_FILE
+
+
+@dataclass
+class CompactorStats:
+    commit_events: int = 0
+    bad_commit_events: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    results: list[CompactionEvent] = field(default_factory=list)
+
+    @property
+    def committed(self) -> int:
+        return self.outcomes.get("committed", 0)
+
+
+class CompactorSidecar:
+    def __init__(self, config: Config, spark: SparkSession, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.settings = config.compactor
+        self.replica = self.settings.replica_id or default_replica_id()
+        self._spark = spark
+        self._clock = clock
+        self._catalog = pyiceberg_catalog(config)
+        self._layouts: dict[str, TableLayout] = {}
+        self.tracker = PartitionTracker(self.settings)
+        self.stats = CompactorStats()
+        kafka.ensure_topics(config.kafka, [config.commit_topic, config.compaction_topic])
+        self._consumer = kafka.consumer(config.kafka, self.settings.consumer_group, **{"enable.auto.commit": True})
+        self._consumer.subscribe([config.commit_topic])
+        self._producer = kafka.producer(config.kafka)
+        self._last_reconcile = float("-inf")
+        self._last_status = float("-inf")
+        self.last_event = clock()
+
+    # ---- inputs ----
+
+    def _table_config(self, name: str) -> TableConfig | None:
+        return next((t for t in self.config.tables if t.name == name), None)
+
+    def reconcile(self, table_name: str) -> None:
+        """Replace the tracker's view of one table with its metadata now."""
+        table_config = self._table_config(table_name)
+        loaded = load_table_partitions(self._catalog, table_config, self.settings) if table_config else None
+        if loaded is None:
+            log.info("table %s does not exist yet; the ingester creates it", table_name)
+            return
+        self._layouts[table_name], partitions = loaded
+        self.tracker.on_metadata(table_name, partitions)
+
+    def reconcile_all(self) -> None:
+        for table in self.config.tables:
+            self.reconcile(table.name)
+        self._last_reconcile = self._clock()
+
+    def poll_events(self, timeout: float) -> int:
+        count = 0
+        messages = self._consumer.consume(500, timeout)
+        for message in messages:
+            if message.error() is not None:
+                log.warning("commit topic: %s", message.error())
+                continue
+            try:
+                event = CommitEvent.from_json(message.value())
+            except Exception as exc:  # noqa: BLE001 - a bad event must not stop the sidecar
+                self.stats.bad_commit_events += 1
+                metrics.COMMIT_EVENTS.labels("invalid").inc()
+                log.warning("ignoring an invalid commit event at %s[%d]@%d: %s", message.topic(), message.partition(), message.offset(), exc)
+                continue
+            if self._table_config(event.table) is None:
+                continue
+            self.tracker.on_commit(event)
+            self.stats.commit_events += 1
+            metrics.COMMIT_EVENTS.labels("applied").inc()
+            count += 1
+        if count:
+            self.last_event = self._clock()
+        return count
+
+    # ---- work ----
+
+    def compact(self, candidate: Candidate) -> CompactionEvent:
+        state = self.tracker.get(candidate.table, candidate.partition_path)
+        assert state is not None
+        layout = self._layouts[candidate.table]
+        started = self._clock()
+        self.tracker.started(state)
+        self.write_status(force=True)
+        metrics.STARTED.labels(candidate.table, candidate.work.value).inc()
+        attempt = state.failures + 1
+        result: CompactionResult | None = None
+        reason = candidate.reason
+        kind = candidate.work.value
+        try:
+            partition = tuple(state.partition.get(term.name) for term in layout.partition)
+            compaction = PartitionCompaction(self._spark, qualified(self.config, self._table_config(candidate.table)),
+                                             layout, partition, self.config.catalog.properties, self.settings.target_file_size_bytes)
+            files = compaction.files()
+            plan = plan_rewrite(files, candidate.work, self.settings) if files is not None else None
+            if plan is None or plan.empty:
+                outcome = "skipped"
+                reason = f"{reason}; nothing to rewrite at the current snapshot"
+            else:
+                kind = plan.work.value
+                result = compaction.run(plan, {COMPACTOR_PROPERTY: self.replica})
+                outcome = "committed"
+        except CompactionConflict as exc:
+            outcome, reason = "conflict", str(exc)
+        except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the sidecar
+            log.exception("compaction of %s %s failed", candidate.table, candidate.partition_path)
+            outcome, reason = "failed", f"{type(exc).__name__}: {exc}"
+        now = self._clock()
+        if outcome in ("committed", "skipped"):
+            settled = settles_at(state.cadence, self.settings.settle)
+            self.tracker.finished(state, now, committed=outcome == "committed")
+            if outcome == "committed" and settled is not None and settled <= started:
+                metrics.SETTLE_TO_COMPACTED.labels(candidate.table).observe(now - settled)
+        elif not self.tracker.failed(state, now):
+            outcome, reason = "abandoned", f"{reason} (gave up after {self.settings.max_attempts} attempts, until the next write)"
+        event = self._event(state, kind, outcome, reason, attempt, started, now, result)
+        self._record(event)
+        self.reconcile(candidate.table)
+        return event
+
+    def _event(self, state: PartitionState, kind: str, outcome: str, reason: str, attempt: int,
+               started: float, finished: float, result: CompactionResult | None) -> CompactionEvent:
+        counts: dict[str, Any] = {}
+        if result is not None:
+            counts = {
+                "starting_snapshot_id": result.starting_snapshot_id,
+                "starting_sequence_number": result.starting_sequence_number,
+                "snapshot_id": result.committed.snapshot_id if result.committed else None,
+                "sequence_number": result.committed.sequence_number if result.committed else None,
+                "data_files_rewritten": result.data_files_rewritten, "data_files_added": result.data_files_added,
+                "bytes_rewritten": result.bytes_rewritten, "bytes_added": result.bytes_added,
+                "delete_files_removed": result.delete_files_removed,
+                "position_delete_files_added": result.position_delete_files_added,
+            }
+        return CompactionEvent(
+            table=state.table, partition=dict(state.partition), partition_path=state.path, kind=kind, outcome=outcome,
+            replica=self.replica, reason=reason, attempt=attempt, started_ms=int(started * 1000),
+            finished_ms=int(finished * 1000), **{"starting_snapshot_id": None, **counts},
+        )
+
+    def _record(self, event: CompactionEvent) -> None:
+        table = event.table
+        metrics.FINISHED.labels(table, event.kind, event.outcome).inc()
+        metrics.BYTES_READ.labels(table).inc(event.bytes_rewritten)
+        metrics.BYTES_WRITTEN.labels(table).inc(event.bytes_added)
+        metrics.DATA_FILES_REMOVED.labels(table).inc(event.data_files_rewritten)
+        metrics.DATA_FILES_ADDED.labels(table).inc(event.data_files_added)
+        metrics.DELETE_FILES_REMOVED.labels(table).inc(event.delete_files_removed)
+        metrics.POSITION_DELETE_FILES_ADDED.labels(table).inc(event.position_delete_files_added)
+        self.stats.outcomes[event.outcome] = self.stats.outcomes.get(event.outcome, 0) + 1
+        self.stats.results.append(event)
+        self._producer.produce(self.config.compaction_topic, key=table.encode(), value=event.to_json())
+        self._producer.poll(0)
+        seconds = (event.finished_ms - event.started_ms) / 1000
+        log.info("%s %s %s: %s in %.1fs (%s; %d data files -> %d, %d delete files removed, %d position-delete files added)",
+                 event.kind, table, event.partition_path or "(unpartitioned)", event.outcome, seconds, event.reason,
+                 event.data_files_rewritten, event.data_files_added, event.delete_files_removed, event.position_delete_files_added)
+
+    # ---- the loop ----
+
+    def run_once(self, poll_timeout: float = 0.0) -> CompactionEvent | None:
+        """One turn: read events, reconcile when due, compact the best due partition if any."""
+        self.poll_events(poll_timeout)
+        now = self._clock()
+        if now - self._last_reconcile >= self.settings.reconcile_seconds:
+            self.reconcile_all()
+        candidates = self.tracker.candidates(now)
+        event = self.compact(candidates[0]) if candidates else None
+        self.write_status()
+        return event
+
+    def idle(self, until_idle: float) -> bool:
+        now = self._clock()
+        return now - self.last_event >= until_idle and not self.tracker.candidates(now) and not self.tracker.waiting(now)
+
+    def run(self, until_idle: float | None = None, stop: threading.Event | None = None) -> CompactorStats:
+        stop = stop or threading.Event()
+        log.info("compactor %s watching %s on %s", self.replica, ", ".join(t.name for t in self.config.tables), self.config.commit_topic)
+        while not stop.is_set():
+            event = self.run_once(poll_timeout=0.0 if self.tracker.candidates(self._clock()) else 1.0)
+            if event is None and until_idle is not None and self.idle(until_idle):
+                break
+        return self.stats
+
+    def write_status(self, force: bool = False) -> None:
+        now = self._clock()
+        if not force and now - self._last_status < STATUS_INTERVAL:
+            return
+        self._last_status = now
+        rows = self.tracker.report(now)
+        for table in self.config.tables:
+            counts: dict[str, int] = {}
+            for row in rows:
+                if row["table"] == table.name:
+                    counts[row["state"]] = counts.get(row["state"], 0) + 1
+            for state in ("hot", "settling", "settled", "compacting"):
+                metrics.PARTITIONS.labels(table.name, state).set(counts.get(state, 0))
+        path = status_path(self.config)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_bytes(orjson.dumps({"replica": self.replica, "updated": now, "partitions": rows}, option=orjson.OPT_INDENT_2))
+        temporary.replace(path)
+
+    def close(self) -> None:
+        self.write_status(force=True)
+        self._consumer.close()
+        self._producer.flush(30)
+
+
+def run_compactor(config: Config, until_idle: float | None = None, spark: SparkSession | None = None,
+                  stop: threading.Event | None = None) -> CompactorStats:
+    """Run the sidecar until stopped (SIGTERM/SIGINT finish the current compaction first) or idle."""
+    from icecdc.lifecycle import stop_on_signals
+    from icecdc.spark import create_spark_session
+
+    if not config.tables:
+        raise ValueError("the configuration lists no tables to compact")
+    spark = spark or create_spark_session(config, "icecdc-compactor")
+    sidecar = CompactorSidecar(config, spark)
+    try:
+        stats = sidecar.run(until_idle, stop or stop_on_signals())
+    finally:
+        sidecar.close()
+    log.info("compactor finished: %d commit events, compactions %s", stats.commit_events, stats.outcomes or "none")
+    return stats
