@@ -5,6 +5,7 @@ with whatever the commit events did not tell it (a late start, a restart, a lost
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass
 from typing import Any
 
 from icecdc.compactor.policy import PartitionStats
@@ -75,8 +76,16 @@ def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) 
     return out
 
 
-def load_table_partitions(catalog: Any, table_config: TableConfig,
-                          settings: CompactorConfig) -> tuple[TableLayout, dict[str, PartitionMetadata]] | None:
+@dataclass(frozen=True)
+class TableMetadata:
+    layout: TableLayout
+    # The sequence number of the snapshot the partitions were read from: commit events up to it
+    # are already counted in them.
+    sequence_number: int
+    partitions: dict[str, PartitionMetadata]
+
+
+def load_table_partitions(catalog: Any, table_config: TableConfig, settings: CompactorConfig) -> TableMetadata | None:
     """A configured table's layout and partitions; None while the table does not exist (the
     ingester creates it)."""
     from pyiceberg.exceptions import NoSuchTableError
@@ -86,4 +95,6 @@ def load_table_partitions(catalog: Any, table_config: TableConfig,
     except NoSuchTableError:
         return None
     layout = layout_from_pyiceberg(table_config.name, table_config.topic, table_config.primary_key, table)
-    return layout, read_partitions(table, layout, settings)
+    snapshot = table.current_snapshot()
+    sequence_number = snapshot.sequence_number if snapshot is not None else 0
+    return TableMetadata(layout, sequence_number, read_partitions(table, layout, settings))

@@ -91,8 +91,8 @@ class CompactorSidecar:
         if loaded is None:
             log.info("table %s does not exist yet; the ingester creates it", table_name)
             return
-        self._layouts[table_name], partitions = loaded
-        self.tracker.on_metadata(table_name, partitions)
+        self._layouts[table_name] = loaded.layout
+        self.tracker.on_metadata(table_name, loaded.sequence_number, loaded.partitions)
 
     def reconcile_all(self) -> None:
         for table in self.config.tables:

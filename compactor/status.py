@@ -31,7 +31,7 @@ def collect(config: Config, now: float | None = None) -> dict[str, Any]:
     for table in config.tables:
         loaded = load_table_partitions(catalog, table, config.compactor)
         if loaded is not None:
-            tracker.on_metadata(table.name, loaded[1])
+            tracker.on_metadata(table.name, loaded.sequence_number, loaded.partitions)
     return {"source": "table metadata (no running compactor)", "updated": now, "partitions": tracker.report(now)}
 
 

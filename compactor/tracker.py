@@ -93,6 +93,8 @@ class PartitionTracker:
     def __init__(self, settings: CompactorConfig, seed: int | None = None) -> None:
         self.settings = settings
         self._partitions: dict[tuple[str, str], PartitionState] = {}
+        # Per table, the sequence number its statistics were last read at from metadata.
+        self._counted_up_to: dict[str, int] = {}
         self._rng = random.Random(seed)
 
     def __iter__(self) -> Iterator[PartitionState]:
@@ -109,16 +111,20 @@ class PartitionTracker:
 
     def on_commit(self, event: CommitEvent) -> None:
         at = event.commit_time_ms / 1000
+        # A commit the last metadata read already saw (events lag, or were replayed) only
+        # tells the cadence; its files are counted.
+        counted = event.sequence_number <= self._counted_up_to.get(event.table, -1)
         for delta in event.partitions:
             state = self._state(event.table, delta.partition_path, delta.partition)
-            if at not in state.cadence.times:
+            if not counted:
                 state.stats = _add(state.stats, delta, self.settings.small_file_bytes)
             state.cadence.record(at)
             state.settled_at = None
 
-    def on_metadata(self, table: str, partitions: Mapping[str, PartitionMetadata]) -> None:
-        """Replace a table's statistics with what its metadata says now; partitions that have
-        no live file any more are forgotten."""
+    def on_metadata(self, table: str, sequence_number: int, partitions: Mapping[str, PartitionMetadata]) -> None:
+        """Replace a table's statistics with what its metadata says at ``sequence_number``;
+        partitions that have no live file any more are forgotten."""
+        self._counted_up_to[table] = sequence_number
         for path, meta in partitions.items():
             state = self._state(table, path, meta.partition)
             state.stats = meta.stats

@@ -3,14 +3,11 @@ Structured Streaming path against the direct Kafka path."""
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import orjson
-import yaml
 
 from icecdc import kafka
 from icecdc.catalog import ensure_tables
@@ -21,6 +18,7 @@ from icecdc.ingest.sources import run_streaming
 from icecdc.ingest.stages import KAFKA_SCHEMA
 from icecdc.ingest.writer import BatchWriter
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
+from tests.processes import icecdc_process, write_config
 
 
 def history(source: SourceDatabase, keys: int, rounds: int) -> list[tuple[bytes, bytes]]:
@@ -42,17 +40,8 @@ def produce(config: Config, topic: str, events: list[tuple[bytes | None, bytes |
     assert producer.flush(30) == 0
 
 
-def write_config(config: Config, path: Path) -> Path:
-    path.write_text(yaml.safe_dump(config.model_dump(mode="json", by_alias=True, exclude_none=True)))
-    return path
-
-
 def ingest_process(config_path: Path, failpoint: str | None = None) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}
-    if failpoint:
-        env["ICECDC_FAILPOINT"] = failpoint
-    return subprocess.run([sys.executable, "-m", "icecdc.cli", "ingest", "--config", str(config_path), "--until-idle", "3"],
-                          env=env, capture_output=True, text=True, timeout=600)
+    return icecdc_process("ingest", "--config", str(config_path), "--until-idle", "3", failpoint=failpoint)
 
 
 def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark, stack_config, unique, tmp_path):

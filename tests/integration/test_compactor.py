@@ -1,0 +1,213 @@
+"""The compactor sidecar against real Spark, Iceberg, the SQLite catalog and the broker, fed by
+the real ingester's commits and commit events. Row sets are checked against the independent CDC
+model (tests/cdc.py) and against the table just before each compaction (time travel)."""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+
+import orjson
+
+from icecdc.compactor.policy import Work, plan_rewrite
+from icecdc.compactor.rewrite import PartitionCompaction
+from icecdc.compactor.sidecar import CompactorSidecar
+from icecdc.compactor.status import collect, render
+from icecdc.config import Config
+from icecdc.events import CompactionEvent
+from icecdc.ingest.sources import records_to_dataframe
+from tests.cdc import SourceDatabase, kafka_records, table_rows
+from tests.integration.test_ingest_writer import batch_writer, config_for, read_topic
+from tests.processes import icecdc_process, write_config
+
+KB = 1024
+EQUALITY_DELETES, POSITION_DELETES = 2, 1
+
+
+def compactor_config(stack_config: Config, unique: str, **settings) -> Config:
+    config = config_for(stack_config, unique)
+    compactor = {
+        "consumer_group": f"compactor-{unique}", "min_small_files": 2, "reconcile_seconds": 3600,
+        "settle": {"cadence_multiple": 3, "min_seconds": 1, "initial_seconds": 3, "max_seconds": 8},
+        **settings,
+    }
+    return Config.model_validate({**config.model_dump(by_alias=True), "compaction_topic": f"compactions-{unique}",
+                                  "compactor": compactor})
+
+
+class Stream:
+    """The upstream database and the ingester's writer, one micro-batch per call."""
+
+    def __init__(self, spark, config: Config, write) -> None:
+        self.spark, self.topic, self.write = spark, config.tables[0].topic, write
+        self.source = SourceDatabase()
+        self.offset = self.batch = 0
+
+    def __call__(self, pairs) -> None:
+        self.write(records_to_dataframe(self.spark, kafka_records(self.topic, pairs, self.offset)), self.batch)
+        self.offset += len(pairs)
+        self.batch += 1
+
+
+def partition_files(spark, name: str, region: str) -> dict[int, list]:
+    rows = spark.sql(f"SELECT content, file_path, file_size_in_bytes, record_count FROM {name}.files "
+                     f"WHERE partition.region = '{region}'").collect()
+    out: dict[int, list] = {0: [], 1: [], 2: []}
+    for row in rows:
+        out[row.content].append(row)
+    return out
+
+
+def assert_compactions_kept_rows(spark, name: str, events: list[CompactionEvent]) -> None:
+    """Every committed compaction's snapshot holds exactly the rows of the snapshot before it."""
+    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
+    for event in events:
+        if event.outcome == "committed":
+            before = spark.sql(f"SELECT * FROM {name} VERSION AS OF {parents[event.snapshot_id]}").collect()
+            after = spark.sql(f"SELECT * FROM {name} VERSION AS OF {event.snapshot_id}").collect()
+            assert sorted(map(tuple, before)) == sorted(map(tuple, after)), event
+
+
+def test_only_the_settled_partition_is_compacted_while_the_hot_one_takes_writes(spark, stack_config, unique):
+    config = compactor_config(stack_config, unique, target_file_size_bytes=256 * KB)
+    name = f"lake.{config.tables[0].name}"
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        sidecar = CompactorSidecar(config, spark)
+        src = stream.source
+        events: list[CompactionEvent] = []
+        for n in range(10):
+            pairs = [src.upsert(k, "eu", 100 * k + n, 0) for k in range(1, 40)]  # hot: every batch
+            if n < 4:  # cold: stops after four batches, with deletes
+                pairs += [src.upsert(k, "us", 100 * k + n, 1) for k in range(100, 130)]
+                pairs += [src.delete(k) for k in (100 + n,)]
+            stream(pairs)
+            event = sidecar.run_once(poll_timeout=0.5)
+            if event is not None:
+                events.append(event)
+                assert event.partition_path.startswith("region=us"), "the hot partition must be left alone"
+        sidecar.write_status(force=True)
+        report = collect(config)
+        sidecar.close()
+
+    assert [e.outcome for e in events] == ["committed"], events
+    cold = partition_files(spark, name, "us")
+    cold_bytes = sum(f.file_size_in_bytes for f in cold[0])
+    assert len(cold[0]) <= math.ceil(cold_bytes / (256 * KB)) + 1
+    assert cold[EQUALITY_DELETES] == []
+    hot = partition_files(spark, name, "eu")
+    assert len(hot[0]) == 10 and len(hot[EQUALITY_DELETES]) == 10  # untouched: one of each per batch
+    assert table_rows(spark, name) == src.expected_rows()
+    assert_compactions_kept_rows(spark, name, events)
+
+    # Fixed point: a second pass over the compacted partition finds nothing to do.
+    layout = sidecar._layouts[config.tables[0].name]
+    us_key = next(tuple(s.partition[t.name] for t in layout.partition) for s in sidecar.tracker if s.path.startswith("region=us"))
+    compaction = PartitionCompaction(spark, name, layout, us_key, config.catalog.properties, 256 * KB)
+    files = compaction.files()
+    assert all(plan_rewrite(files, work, config.compactor).empty for work in (Work.MINOR, Work.DELETE_MERGE))
+
+    # The status report tells the two apart, with counts that match the table.
+    by_partition = {row["partition"].split("/")[0]: row for row in report["partitions"]}
+    assert by_partition["region=eu"]["state"] == "hot" and by_partition["region=eu"]["equality_delete_files"] == 10
+    assert by_partition["region=us"]["equality_delete_files"] == 0 and by_partition["region=us"]["last_compaction"]
+    assert "region=us" in render(report)
+
+    published = [CompactionEvent.from_json(m.value()) for m in read_topic(config, config.compaction_topic, 1)]
+    assert [(e.outcome, e.partition_path) for e in published] == [(e.outcome, e.partition_path) for e in events]
+
+
+def test_equality_deletes_on_a_large_file_become_position_deletes(spark, stack_config, unique):
+    # Files of 8 KB and more are "large" here, so the first batch's file qualifies.
+    config = compactor_config(stack_config, unique, target_file_size_bytes=32 * KB, large_file_ratio=0.25,
+                              settle={"min_seconds": 0, "initial_seconds": 0})
+    name = f"lake.{config.tables[0].name}"
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, "eu", k, 0) for k in range(1, 3001)])
+        [large] = partition_files(spark, name, "eu")[0]
+        assert large.file_size_in_bytes >= 8 * KB
+        stream([src.upsert(k, "eu", 7, 0) for k in (10, 20, 30)] + [src.delete(k) for k in (40, 50)])
+        before = table_rows(spark, name)
+        sidecar = CompactorSidecar(config, spark)
+        event = sidecar.run_once(poll_timeout=1.0)
+        sidecar.close()
+
+    assert event is not None and event.outcome == "committed" and event.kind == "delete-merge"
+    assert event.data_files_rewritten == 0 and event.position_delete_files_added == 1
+    files = partition_files(spark, name, "eu")
+    assert large.file_path in {f.file_path for f in files[0]}  # not rewritten
+    assert files[EQUALITY_DELETES] == []
+    [positions] = files[POSITION_DELETES]
+    assert positions.record_count == 5  # three updated and two deleted keys
+    assert table_rows(spark, name) == before == src.expected_rows()
+
+
+def test_compaction_during_writes_to_the_same_partition_loses_no_delete(spark, stack_config, unique):
+    # A low hot ceiling makes the sidecar compact the partition the writer keeps changing.
+    config = compactor_config(stack_config, unique, hot_max_delete_files=2, min_small_files=2)
+    name = f"lake.{config.tables[0].name}"
+    stop = threading.Event()
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, "eu", k, 0) for k in range(1, 200)])
+        sidecar = CompactorSidecar(config, spark)
+        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
+        worker.start()
+        try:
+            for n in range(1, 13):
+                changes = [src.upsert(k, "eu", 1000 * n + k, 0) for k in range(n, 200, 7) if k in src.rows]
+                changes += [src.delete(k) for k in range(n * 3, 200, 29) if k in src.rows]
+                changes += [src.upsert(k, "us", n, 1) for k in range(n * 5, 200, 31) if k in src.rows]  # moves
+                changes += [src.upsert(k, "eu", n, 0) for k in range(200 + n * 3, 203 + n * 3)]  # inserts
+                stream(changes)  # any writer failure raises here
+        finally:
+            # Let the partition settle and the sidecar finish, then stop it.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and not sidecar.idle(2.0):
+                time.sleep(0.5)
+            stop.set()
+            worker.join(120)
+            sidecar.close()
+
+    events = sidecar.stats.results
+    assert sum(e.outcome == "committed" for e in events) >= 2, events
+    assert not [e for e in events if e.outcome == "failed"], events
+    assert table_rows(spark, name) == src.expected_rows()
+    assert_compactions_kept_rows(spark, name, events)
+    assert partition_files(spark, name, "eu")[EQUALITY_DELETES] == []  # settled at the end: merged
+
+
+def test_a_compactor_killed_mid_compaction_restarts_and_finishes(spark, stack_config, unique, tmp_path):
+    config = compactor_config(stack_config, unique, settle={"min_seconds": 0, "initial_seconds": 0})
+    name = f"lake.{config.tables[0].name}"
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, "eu", k, 0) for k in range(1, 70)])
+        for n in range(1, 4):
+            stream([src.upsert(k, "eu", 10 * k + n, 0) for k in range(1, 60)] + [src.delete(60 + n)])
+    expected = src.expected_rows()
+    before = partition_files(spark, name, "eu")
+    path = write_config(config, tmp_path / "icecdc.yaml")
+
+    crashed = icecdc_process("compact", "--config", str(path), "--until-idle", "2", failpoint="compactor-before-commit:1")
+    assert crashed.returncode == -9, crashed.stderr[-3000:]
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == expected
+    assert {f.file_path for f in partition_files(spark, name, "eu")[0]} == {f.file_path for f in before[0]}
+
+    finished = icecdc_process("compact", "--config", str(path), "--until-idle", "2")
+    assert finished.returncode == 0, finished.stderr[-3000:]
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == expected
+    after = partition_files(spark, name, "eu")
+    assert after[EQUALITY_DELETES] == [] and len(after[0]) == 1
+
+    status = icecdc_process("status", "--config", str(path), "--json")
+    assert status.returncode == 0, status.stderr
+    [row] = orjson.loads(status.stdout)["partitions"]
+    assert row["data_files"] == 1 and row["equality_delete_files"] == 0 and row["state"] == "settled"

@@ -1,0 +1,242 @@
+"""The compactor's decisions, without Spark, Kafka or a catalog: settle detection, the hot
+ceiling, benefit/cost ordering, file-level planning and its fixed point."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from icecdc.compactor.policy import (
+    DataFileFacts,
+    DeleteFileFacts,
+    PartitionFiles,
+    PartitionStats,
+    Work,
+    benefit_and_cost,
+    needed_work,
+    plan_rewrite,
+    read_cost,
+)
+from icecdc.compactor.settle import Phase, WriteCadence, phase, settle_window
+from icecdc.compactor.tracker import PartitionMetadata, PartitionTracker, retry_delay
+from icecdc.config import CompactorConfig, SettleConfig
+from icecdc.events import CommitEvent, PartitionDelta
+
+MB = 1024 * 1024
+SETTINGS = CompactorConfig(target_file_size_bytes=128 * MB, min_small_files=4)
+SETTLE = SettleConfig(cadence_multiple=3, min_seconds=10, max_seconds=600, initial_seconds=60)
+
+
+def cadence(*times: float) -> WriteCadence:
+    c = WriteCadence()
+    for t in times:
+        c.record(t)
+    return c
+
+
+# ---- settle detection ----
+
+def test_window_adapts_to_each_partitions_cadence():
+    fast = cadence(*range(0, 50, 5))  # every 5 s
+    slow = cadence(*range(0, 6000, 600))  # every 10 min
+    assert settle_window(fast, SETTLE) == 15
+    assert settle_window(slow, SETTLE) == 600  # 1800 clamped to max_seconds
+    assert phase(fast, 45 + 16, SETTLE) is Phase.SETTLED
+    assert phase(slow, 5400 + 16, SETTLE) is Phase.HOT
+
+
+def test_window_is_clamped_and_starts_at_the_initial_value():
+    assert settle_window(cadence(0, 1, 2), SETTLE) == 10  # 3 s clamped up to min_seconds
+    assert settle_window(cadence(100), SETTLE) == 60
+    assert phase(WriteCadence(), 1e9, SETTLE) is Phase.SETTLED  # never written: nothing writes it
+
+
+def test_hot_then_settling_then_settled():
+    c = cadence(*range(0, 100, 10))  # gap 10 s, window 30 s, last write at 90
+    assert phase(c, 95, SETTLE) is Phase.HOT
+    assert phase(c, 90 + 16, SETTLE) is Phase.SETTLING  # more than 1.5 gaps late
+    assert phase(c, 90 + 30, SETTLE) is Phase.SETTLED
+
+
+def test_one_long_pause_does_not_stretch_a_busy_partitions_window():
+    c = cadence(0, 5, 10, 15, 20, 3600, 3605, 3610)
+    assert settle_window(c, SETTLE) == 15
+
+
+def test_out_of_order_and_repeated_writes_are_kept_sorted_once():
+    c = cadence(10, 30, 20, 30)
+    assert list(c.times) == [10, 20, 30]
+    assert c.last_write == 30
+
+
+# ---- what a partition needs ----
+
+def test_equality_deletes_need_a_delete_merge():
+    assert needed_work(PartitionStats(data_files=1, equality_delete_files=1), SETTINGS)[0] is Work.DELETE_MERGE
+
+
+def test_small_files_need_a_minor_compaction_from_the_minimum_count():
+    assert needed_work(PartitionStats(data_files=3, small_files=3), SETTINGS) is None
+    assert needed_work(PartitionStats(data_files=4, small_files=4), SETTINGS)[0] is Work.MINOR
+
+
+def test_position_deletes_on_few_rows_are_healthy():
+    stats = PartitionStats(data_files=1, records=1000, position_delete_files=1, position_delete_records=10)
+    assert needed_work(stats, SETTINGS) is None
+    heavy = PartitionStats(data_files=1, records=1000, position_delete_files=1, position_delete_records=200)
+    assert needed_work(heavy, SETTINGS)[0] is Work.DELETE_MERGE
+
+
+def test_read_cost_counts_delete_files_per_data_file():
+    assert read_cost(PartitionStats(data_files=10, equality_delete_files=5)) == 60
+    assert read_cost(PartitionStats(data_files=1)) == 1
+
+
+def test_benefit_over_cost_prefers_cheap_big_wins():
+    rotten = PartitionStats(data_files=50, data_bytes=50 * MB, small_files=50, small_bytes=50 * MB, equality_delete_files=40)
+    mild = PartitionStats(data_files=12, data_bytes=900 * MB, small_files=4, small_bytes=4 * MB, medium_files=8,
+                          medium_bytes=896 * MB, equality_delete_files=1)
+    b1, c1 = benefit_and_cost(rotten, Work.DELETE_MERGE, SETTINGS)
+    b2, c2 = benefit_and_cost(mild, Work.DELETE_MERGE, SETTINGS)
+    assert b1 / c1 > b2 / c2
+
+
+# ---- the tracker: hot ceiling, ordering, answered work, backoff ----
+
+def event(table: str, path: str, at_ms: int, data_files: int = 1, deletes: int = 1, sequence_number: int = 1) -> CommitEvent:
+    delta = PartitionDelta({"p": path}, path, 0, data_files=data_files, data_bytes=1000 * data_files, data_records=10,
+                           equality_delete_files=deletes, equality_delete_records=deletes)
+    return CommitEvent(table, at_ms, None, sequence_number, at_ms, "overwrite", "w", None, {}, [delta])
+
+
+def tracker(**overrides) -> PartitionTracker:
+    return PartitionTracker(CompactorConfig(min_small_files=4, settle=SETTLE, **overrides), seed=1)
+
+
+def test_only_settled_partitions_are_candidates():
+    t = tracker()
+    for second in range(0, 100, 10):
+        t.on_commit(event("db.t", "p=hot", second * 1000))
+    for second in range(0, 40, 10):
+        t.on_commit(event("db.t", "p=cold", second * 1000))
+    now = 100
+    assert [c.partition_path for c in t.candidates(now)] == ["p=cold"]
+    assert [s.path for s in t.waiting(now)] == ["p=hot"]
+
+
+def test_a_hot_partition_over_its_ceiling_is_compacted_anyway():
+    t = tracker(hot_max_delete_files=5)
+    for second in range(0, 60, 10):
+        t.on_commit(event("db.t", "p=hot", second * 1000))
+    [candidate] = t.candidates(55)
+    assert "ceiling" in candidate.reason
+
+
+def test_work_is_answered_until_the_next_write():
+    t = tracker()
+    t.on_commit(event("db.t", "p=a", 0))
+    [candidate] = t.candidates(1000)
+    state = t.get("db.t", "p=a")
+    t.started(state)
+    assert t.candidates(1000) == []
+    t.finished(state, 1001, committed=True)
+    assert t.candidates(2000) == [] and t.waiting(2000) == []  # fixed point: nothing to redo
+    t.on_commit(event("db.t", "p=a", 3_000_000))
+    assert t.waiting(3001) and t.candidates(4000)
+
+
+def test_failures_back_off_then_give_up_until_the_next_write():
+    t = tracker(max_attempts=3, retry_base_seconds=10, retry_max_seconds=100)
+    t.on_commit(event("db.t", "p=a", 0))
+    state = t.get("db.t", "p=a")
+    assert t.failed(state, 1000)
+    assert t.candidates(1001) == [] and t.candidates(1011)
+    assert t.failed(state, 1011)
+    assert not t.failed(state, 1100)  # third failure: given up
+    assert t.candidates(10_000) == []
+
+
+def test_retry_delays_grow_and_are_capped():
+    settings = CompactorConfig(retry_base_seconds=10, retry_max_seconds=60)
+    rng = random.Random(0)
+    delays = [retry_delay(n, settings, rng) for n in range(1, 8)]
+    assert 5 <= delays[0] <= 10 and all(d <= 60 for d in delays) and delays[-1] >= 30
+
+
+def test_metadata_replaces_statistics_and_forgets_empty_partitions():
+    t = tracker()
+    t.on_commit(event("db.t", "p=a", 0))
+    t.on_commit(event("db.t", "p=b", 0))
+    t.on_metadata("db.t", 7, {"p=a": PartitionMetadata({"p": "a"}, PartitionStats(data_files=1), None, 5.0)})
+    assert t.get("db.t", "p=b") is None
+    state = t.get("db.t", "p=a")
+    assert state.stats == PartitionStats(data_files=1) and state.last_compaction == 5.0
+
+
+def test_commit_events_add_up_between_metadata_reads_and_are_not_counted_twice():
+    t = tracker()
+    t.on_commit(event("db.t", "p=a", 0, data_files=2, deletes=1, sequence_number=1))
+    t.on_commit(event("db.t", "p=a", 1000, data_files=1, deletes=3, sequence_number=2))
+    stats = t.get("db.t", "p=a").stats
+    assert (stats.data_files, stats.small_files, stats.equality_delete_files) == (3, 3, 4)
+    t.on_metadata("db.t", 2, {"p=a": PartitionMetadata({"p": "a"}, PartitionStats(data_files=1), 1.0, None)})
+    t.on_commit(event("db.t", "p=a", 1000, data_files=1, deletes=3, sequence_number=2))  # late: already counted
+    t.on_commit(event("db.t", "p=a", 2000, data_files=1, deletes=0, sequence_number=3))
+    assert t.get("db.t", "p=a").stats.data_files == 2
+    assert t.get("db.t", "p=a").cadence.last_write == 2.0
+
+
+# ---- one partition, file by file ----
+
+def data(name: str, size_mb: float, seq: int, eq: tuple[str, ...] = (), pos: tuple[str, ...] = (), records: int = 1000) -> DataFileFacts:
+    return DataFileFacts(name, int(size_mb * MB), records, seq, eq, pos)
+
+
+def test_delete_merge_rewrites_small_and_medium_files_and_converts_large_ones():
+    files = PartitionFiles(
+        data=(data("small1", 1, 1, eq=("eq2",)), data("small2", 1, 2), data("medium", 50, 1, eq=("eq2",)),
+              data("large", 120, 1, eq=("eq2",)), data("large-clean", 120, 3)),
+        deletes=(DeleteFileFacts("eq2", "equality", 5, 100), DeleteFileFacts("eq-dangling", "equality", 5, 100)),
+    )
+    plan = plan_rewrite(files, Work.DELETE_MERGE, SETTINGS)
+    assert set(plan.rewrite) == {"small1", "small2", "medium"}
+    assert plan.convert == ("large",)
+    assert set(plan.remove_deletes) == {"eq2", "eq-dangling"}
+
+
+def test_a_large_file_with_many_deleted_rows_is_rewritten():
+    files = PartitionFiles(
+        data=(data("large", 120, 1, pos=("pos",), records=1000),),
+        deletes=(DeleteFileFacts("pos", "position", 150, 10),),
+    )
+    plan = plan_rewrite(files, Work.DELETE_MERGE, SETTINGS)
+    assert plan.rewrite == ("large",) and plan.remove_deletes == ("pos",)
+
+
+def test_minor_compaction_keeps_deletes_that_untouched_files_still_need():
+    files = PartitionFiles(
+        data=tuple(data(f"s{i}", 1, 1, eq=("eq",)) for i in range(4)) + (data("medium", 50, 1, eq=("eq",)),),
+        deletes=(DeleteFileFacts("eq", "equality", 5, 100),),
+    )
+    plan = plan_rewrite(files, Work.MINOR, SETTINGS)
+    assert set(plan.rewrite) == {"s0", "s1", "s2", "s3"} and plan.remove_deletes == ()
+
+
+def test_only_dangling_deletes_is_its_own_kind_of_work():
+    files = PartitionFiles(data=(data("large", 120, 5),), deletes=(DeleteFileFacts("eq", "equality", 5, 100),))
+    plan = plan_rewrite(files, Work.DELETE_MERGE, SETTINGS)
+    assert plan.work is Work.REMOVE_DANGLING_DELETES and plan.remove_deletes == ("eq",)
+
+
+@pytest.mark.parametrize("work", list(Work))
+def test_a_compacted_partition_is_a_fixed_point(work):
+    # What a delete merge leaves: one packed file (small), large files with few position deletes.
+    files = PartitionFiles(
+        data=(data("packed", 3, 9), data("large1", 120, 1, pos=("pos1",)), data("large2", 120, 1)),
+        deletes=(DeleteFileFacts("pos1", "position", 20, 10),),
+    )
+    assert plan_rewrite(files, work, SETTINGS).empty
+    stats = PartitionStats(data_files=3, data_bytes=243 * MB, records=3000, small_files=1, small_bytes=3 * MB,
+                           position_delete_files=1, position_delete_records=20)
+    assert needed_work(stats, SETTINGS) is None
