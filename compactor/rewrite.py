@@ -33,7 +33,7 @@ from icecdc import failpoints
 from icecdc.compactor.policy import DataFileFacts, DeleteFileFacts, PartitionFiles, RewritePlan, Work
 from icecdc.compactor.positions import Conversion, EqualityDeletes, convert_all
 from icecdc.ingest.layout import PartitionKey, TableLayout
-from icecdc.jvm import CommittedSnapshot, commit_tagged, java_exception_class, jvm, load_table, static_call
+from icecdc.jvm import CommittedSnapshot, activate_session, commit_tagged, java_exception_class, jvm, load_table, static_call
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -230,6 +230,7 @@ class PartitionCompaction:
         staged, coordinator = spark_pkg.ScanTaskSetManager.get(), spark_pkg.FileRewriteCoordinator.get()
         cache.add(group, self.table)
         staged.stageTasks(self.table, group, [listing.tasks[p] for p in plan.rewrite])
+        activate_session(self._spark)
         try:
             frame = (self._spark.read.format("iceberg")
                      .option(read.SCAN_TASK_SET_ID, group)

@@ -152,7 +152,7 @@ class CompactorSidecar:
                 outcome = "committed"
         except CompactionConflict as exc:
             outcome, reason = "conflict", str(exc)
-        except Exception as exc:  # noqa: BLE001 - one partition's failure must not stop the sidecar
+        except Exception as exc:
             log.exception("compaction of %s %s failed", candidate.table, candidate.partition_path)
             outcome, reason = "failed", f"{type(exc).__name__}: {exc}"
         now = self._clock()

@@ -1,9 +1,12 @@
 """``icecdc demo``: the whole pipeline on one machine with nothing running beforehand.
 
 It starts the embedded broker, writes the configuration it uses to ``<state_dir>/icecdc.yaml``
-(so every other command can be pointed at the same stack), streams a synthetic Debezium change
-feed for an ``orders`` table into Kafka while the ingester mirrors it into Iceberg, then checks
-the table against the state the change feed implies and shows what was written.
+(so every other command can be pointed at the same stack), and streams a synthetic Debezium
+change feed for an ``orders`` table partitioned by region and day: a snapshot of three past
+days, then three more days in bursts, where orders change soon after they are placed. The
+ingester mirrors the feed into Iceberg while the compactor sidecar runs beside it: today's
+partitions stay hot, yesterday's cool down and get compacted. At the end the demo checks the
+table against the state the change feed implies and shows every partition's files and deletes.
 """
 
 from __future__ import annotations
@@ -11,18 +14,23 @@ from __future__ import annotations
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from icecdc import kafka
 from icecdc.broker import EmbeddedBroker
 from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc.compactor import status
+from icecdc.compactor.sidecar import status_path
 from icecdc.config import Config, embedded_config
 from icecdc.workload import OrdersWorkload, orders_table
 
 DEMO_TABLE = orders_table("demo.orders", "shop.public.orders")
 INITIAL_ROWS = 5_000
-BURSTS, BURST_CHANGES = 6, 2_000
+STREAMED_DAYS, BURSTS_PER_DAY, BURST_CHANGES, BURST_PAUSE = 4, 3, 1_500, 3.0
+# Orders change within their first thousand successors (about a day of the feed).
+RECENT_KEYS = 1_000
 MALFORMED = [b"{this is not json", b'{"op": "c", "after": {"id": null, "region": "eu"}}']
 
 
@@ -31,8 +39,14 @@ def _step(message: str) -> None:
 
 
 def demo_config(state_dir: Path, port: int) -> Config:
-    return embedded_config(state_dir, port, tables=[DEMO_TABLE],
-                           ingest={"source": "direct", "trigger_seconds": 2, "max_batch_records": 5_000})
+    # Small numbers for a small feed: every demo file is "small" under an 8 MB target, and a
+    # partition settles after three of its usual gaps between writes (4 to 30 s).
+    return embedded_config(
+        state_dir, port, tables=[DEMO_TABLE],
+        ingest={"source": "direct", "trigger_seconds": 2, "max_batch_records": 2_000},
+        compactor={"target_file_size_bytes": 8 * 1024 * 1024, "min_small_files": 4, "reconcile_seconds": 30,
+                   "settle": {"min_seconds": 4, "initial_seconds": 8, "max_seconds": 30}},
+    )
 
 
 def write_config(config: Config, path: Path) -> None:
@@ -41,23 +55,52 @@ def write_config(config: Config, path: Path) -> None:
 
 
 def _stream_changes(config: Config, workload: OrdersWorkload) -> None:
-    """The upstream database: an initial snapshot, then bursts of changes every few seconds."""
+    """The upstream database: a snapshot of past days, then bursts of changes day after day."""
     topic = config.tables[0].topic
     producer = kafka.producer(config.kafka)
-    for burst in range(BURSTS + 1):
-        changes = workload.load(INITIAL_ROWS) if burst == 0 else workload.changes(BURST_CHANGES)
+
+    def send(changes: list[Any], what: str) -> None:
         for change in changes:
             producer.produce(topic, key=change.record[0], value=change.record[1])
             producer.poll(0)
-        if burst == BURSTS // 2:
-            for value in MALFORMED:
-                producer.produce(topic, key=b"bad", value=value)
         producer.flush(30)
-        _step(f"upstream: {'snapshot of ' + str(INITIAL_ROWS) + ' rows' if burst == 0 else str(BURST_CHANGES) + ' changes'} sent")
-        time.sleep(3)
+        _step(f"upstream: {what}")
+
+    send(workload.load(INITIAL_ROWS), f"snapshot of {INITIAL_ROWS} orders over days 1-{workload.days}")
+    # Stream the days only once the ingester commits, so that each burst becomes its own
+    # micro-batch (rather than a backlog read while Spark starts) and the cadence is visible.
+    catalog = pyiceberg_catalog(config)
+    while not catalog.table_exists(config.tables[0].name) or catalog.load_table(config.tables[0].name).current_snapshot() is None:
+        time.sleep(1)
+    for day in range(workload.days, workload.days + STREAMED_DAYS):
+        workload.today = day
+        for burst in range(BURSTS_PER_DAY):
+            send(workload.changes(BURST_CHANGES), f"day {day + 1}: {BURST_CHANGES} changes")
+            if day == workload.days and burst == 0:
+                for value in MALFORMED:
+                    producer.produce(topic, key=b"bad", value=value)
+            time.sleep(BURST_PAUSE)
+
+
+def _summary(config: Config, elapsed: float) -> str:
+    groups: dict[str, list[int]] = {}
+    for p in status.collect(config)["partitions"]:
+        group = groups.setdefault(p["state"], [0, 0, 0])
+        group[0] += 1
+        group[1] += p["data_files"]
+        group[2] += p["equality_delete_files"]
+    parts = [f"{state}: {n} partitions, {files} data files, {deletes} eq-delete files"
+             for state, (n, files, deletes) in sorted(groups.items())]
+    return f"t+{elapsed:.0f}s  " + (" | ".join(parts) or "no table yet")
+
+
+def _all_settled(config: Config) -> bool:
+    partitions = status.collect(config)["partitions"]
+    return bool(partitions) and all(p["state"] == "settled" and not p["equality_delete_files"] for p in partitions)
 
 
 def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
+    from icecdc.compactor.sidecar import run_compactor
     from icecdc.ingest.runner import run_ingest
     from icecdc.spark import create_spark_session
 
@@ -77,14 +120,40 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
             # The broker forgets everything when it stops; a table left by an earlier run would
             # hold offsets the new broker never issued. Start the demo table afresh.
             spark.sql(f"DROP TABLE {name} PURGE")
+        status_path(config).unlink(missing_ok=True)
         kafka.ensure_topics(config.kafka, [table.topic])
 
-        workload = OrdersWorkload()
-        upstream = threading.Thread(target=_stream_changes, args=(config, workload), daemon=True)
-        upstream.start()
-        # The upstream pauses 3 s between bursts; 8 s of silence means it has finished.
-        stats = run_ingest(config, until_idle=8, spark=spark)
+        workload = OrdersWorkload(recent_keys=RECENT_KEYS)
+        results: dict[str, Any] = {}
+        stop_compactor = threading.Event()
+
+        def ingest() -> None:
+            # The upstream pauses 3 s between bursts; 8 s of silence means it has finished.
+            results["ingest"] = run_ingest(config, until_idle=8, spark=spark)
+
+        def compact() -> None:
+            results["compactor"] = run_compactor(config, spark=spark, stop=stop_compactor)
+
+        threads = [threading.Thread(target=f, daemon=True) for f in (lambda: _stream_changes(config, workload), ingest, compact)]
+        begun = time.monotonic()
+        for thread in threads:
+            thread.start()
+        upstream, ingester, compactor = threads
+        while ingester.is_alive():
+            ingester.join(6)
+            _step(_summary(config, time.monotonic() - begun))
         upstream.join()
+        # The feed has ended: give the last hot partitions time to settle and be compacted.
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline and not _all_settled(config):
+            time.sleep(3)
+            _step(_summary(config, time.monotonic() - begun))
+        stop_compactor.set()
+        compactor.join(120)
+        if "ingest" not in results or "compactor" not in results:
+            _step("FAILED: the ingester or the compactor stopped with an error (see the log above)")
+            return 1
+        stats, compactions = results["ingest"], results["compactor"]
 
         rows = sorted(tuple(r) for r in spark.table(name).select("id", "region", "status", "amount", "updated_at").collect())
         expected = workload.expected_rows()
@@ -93,13 +162,15 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
             return 1
         _step(f"ingest: {stats.batches} micro-batches, {stats.records} records, {stats.commits} commits, "
               f"{stats.dead_letters} malformed records sent to {config.dead_letter_topic}")
+        _step(f"compactor: {compactions.committed} compactions committed, outcomes {compactions.outcomes}")
         _step(f"check: {name} holds exactly the {len(rows)} rows the change feed implies")
-        files = {r.content: r.n for r in spark.sql(f"SELECT content, count(*) AS n FROM {name}.files GROUP BY content").collect()}
-        _step(f"table: {files.get(0, 0)} data files, {files.get(2, 0)} equality-delete files, "
-              f"{files.get(1, 0)} position-delete files (the compactor's job is to fold these)")
-        snapshot = pyiceberg_catalog(config).load_table(table.name).current_snapshot()
-        _step(f"pyiceberg sees snapshot {snapshot.snapshot_id} with summary offsets {snapshot.summary.additional_properties.get('icecdc.offsets')}")
-        _step(f"try: icecdc ingest --config {config_path}  (with --keep-broker, the stack stays up)")
+        if not _all_settled(config):
+            _step("NOT COMPACTED: some partitions still hold equality deletes 90 s after the feed ended")
+            return 1
+        _step("check: every partition has settled and holds no equality-delete file")
+        print(status.render(status.collect(config)), flush=True)
+        _step(f"try: icecdc status --config {config_path}; icecdc ingest / compact --config {config_path} "
+              "(with --keep-broker, the stack stays up)")
         return 0
     finally:
         if started and not keep_broker:

@@ -46,6 +46,15 @@ def int_array(spark: SparkSession, values: Sequence[int]) -> JavaObject:
     return array
 
 
+def activate_session(spark: SparkSession) -> None:
+    """Make ``spark`` the active session of the calling thread's JVM thread. Spark resolves
+    catalogs through ``SQLConf.get``, which falls back to an empty default configuration on a
+    thread with no active session: reading through a catalog first used on another Python
+    thread (the sidecar beside the ingester in one process) then fails with "catalog not
+    defined"."""
+    jvm(spark).org.apache.spark.sql.SparkSession.setActiveSession(spark._jsparkSession)
+
+
 def static_call(spark: SparkSession, java_class: JavaObject, method: str) -> JavaObject:
     """Call a no-argument static method through reflection: py4j cannot call a static method
     that shares its name with an instance method (``SparkTableCache.get()`` and ``get(key)``)."""

@@ -5,6 +5,7 @@ mix, with the state those changes imply kept alongside so results can be checked
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 import random
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -37,7 +38,13 @@ class OrdersWorkload:
     """An ``orders`` table changing over simulated days; ``rows`` is its current state."""
 
     seed: int = 7
+    # New rows are stamped on a random one of the first ``days`` days, or on ``today`` when set
+    # (the stream's present, which the demo moves forward so that older days cool down).
     days: int = 3
+    today: int | None = None
+    # When > 0, updates and deletes pick among the newest this many keys: orders change soon
+    # after they are placed, so a day's partition stops being written a while after that day.
+    recent_keys: int = 0
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_key: int = 1
 
@@ -46,7 +53,8 @@ class OrdersWorkload:
 
     def _row(self, key: int) -> dict[str, Any]:
         r = self._random
-        moment = START + dt.timedelta(days=r.randrange(self.days), seconds=r.randrange(86_400))
+        day = r.randrange(self.days) if self.today is None else self.today
+        moment = START + dt.timedelta(days=day, seconds=r.randrange(86_400))
         return {
             "id": key, "region": r.choice(REGIONS), "status": r.choice(STATUSES),
             "amount": f"{r.randrange(100, 1_000_000) / 100:.2f}",
@@ -78,11 +86,13 @@ class OrdersWorkload:
 
     def _pick(self) -> int:
         # An existing key without listing them all: retry random ids until one exists (callers
-        # only pick when rows is non-empty).
-        while True:
-            key = self._random.randrange(1, self.next_key)
+        # only pick when rows is non-empty); among the recent keys first, then among all.
+        lowest = max(1, self.next_key - self.recent_keys) if self.recent_keys else 1
+        for attempt in itertools.count():
+            key = self._random.randrange(lowest if attempt < 100 else 1, self.next_key)
             if key in self.rows:
                 return key
+        raise AssertionError("unreachable")
 
     def load(self, count: int) -> list[Change]:
         return [self.insert() for _ in range(count)]

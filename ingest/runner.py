@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from icecdc import kafka
 from icecdc.catalog import ensure_tables
 from icecdc.config import Config
-from icecdc.lifecycle import stop_on_signals
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import (
     DirectKafkaSource,
@@ -18,6 +17,7 @@ from icecdc.ingest.sources import (
     run_streaming,
 )
 from icecdc.ingest.writer import BatchWriter, IngestStats
+from icecdc.lifecycle import stop_on_signals
 from icecdc.spark import create_spark_session
 
 if TYPE_CHECKING:

@@ -1,6 +1,7 @@
 """The README's set-up is idempotent, and the demo (the main job) runs end to end."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,10 @@ def test_demo_runs_on_the_embedded_stack(tmp_path):
     # The demo checks the table against the state its own change feed implies, and says so.
     assert "holds exactly the" in result.stdout
     assert "2 malformed records sent to icecdc.dlq" in result.stdout
+    # The compactor ran beside the ingester and left every partition merged.
+    committed = re.search(r"compactor: (\d+) compactions committed", result.stdout)
+    assert committed and int(committed.group(1)) > 0, result.stdout
+    assert "every partition has settled and holds no equality-delete file" in result.stdout
     assert (tmp_path / "icecdc.yaml").is_file() and (tmp_path / "catalog.db").is_file()
     # The broker it started is stopped again.
     assert "broker stopped" in result.stdout
