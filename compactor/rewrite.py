@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from icecdc import failpoints
 from icecdc.compactor.policy import DataFileFacts, DeleteFileFacts, PartitionFiles, RewritePlan, Work
 from icecdc.compactor.positions import Conversion, EqualityDeletes, convert_all
+from icecdc.ingest.commit import java_partition
 from icecdc.ingest.layout import PartitionKey, TableLayout
 from icecdc.jvm import CommittedSnapshot, activate_session, commit_tagged, java_exception_class, jvm, load_table, static_call
 
@@ -129,8 +130,8 @@ class PartitionCompaction:
         self.table = load_table(spark, qualified_name)
         self._listing: _Listing | None = None
 
-    def _in_partition(self, file: Any, spec: Any) -> bool:
-        return file.specId() == self._layout.spec_id and spec.partitionToPath(file.partition()) == self._path
+    def _in_partition(self, file: Any, spec: Any, java_path: str) -> bool:
+        return file.specId() == self._layout.spec_id and spec.partitionToPath(file.partition()) == java_path
 
     def files(self) -> PartitionFiles | None:
         """The partition's live files at the table's current snapshot (None: empty table)."""
@@ -139,6 +140,8 @@ class PartitionCompaction:
         if snapshot is None:
             return None
         spec = self.table.specs().get(self._layout.spec_id)
+        # Compared as Iceberg itself renders them, from the typed Java partition tuple.
+        java_path = spec.partitionToPath(java_partition(self._spark, spec, self._layout, self._partition))
         expression = partition_filter(self._spark, self._layout, self._partition)
         listing = _Listing(snapshot, PartitionFiles((), ()))
         io = self.table.io()
@@ -148,7 +151,7 @@ class PartitionCompaction:
             reader = self._jvm.org.apache.iceberg.ManifestFiles.readDeleteManifest(manifest, io, self.table.specs()).filterRows(expression)
             try:
                 for delete in _iterate(reader):
-                    if self._in_partition(delete, spec):
+                    if self._in_partition(delete, spec, java_path):
                         listing.deletes[delete.location()] = delete.copy()
             finally:
                 reader.close()
@@ -158,7 +161,7 @@ class PartitionCompaction:
         try:
             for task in _iterate(tasks):
                 file = task.file()
-                if not self._in_partition(file, spec):
+                if not self._in_partition(file, spec, java_path):
                     continue
                 applying = [d.location() for d in task.deletes() if d.location() in listing.deletes]
                 equality = tuple(p for p in applying if listing.deletes[p].content().toString() == "EQUALITY_DELETES")

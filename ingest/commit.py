@@ -29,6 +29,26 @@ class WrittenFile:
     file_size: int
 
 
+def java_partition(spark: SparkSession, spec: Any, layout: TableLayout, partition: PartitionKey,
+                   cache: dict[PartitionKey, Any] | None = None) -> Any:
+    """The Java partition tuple (``StructLike``) of a canonical partition."""
+    # Iceberg's public parser from partition strings to a typed partition tuple is
+    # DataFiles.Builder.withPartitionValues; borrowing it avoids py4j's int-vs-long ambiguity
+    # (a Python int becomes a Java Integer, which a long partition field rejects).
+    if cache is not None and partition in cache:
+        return cache[partition]
+    iceberg = jvm(spark).org.apache.iceberg
+    result = (
+        iceberg.DataFiles.builder(spec)
+        .withPartitionValues(layout.partition_java_strings(partition))
+        .withPath("partition-parser").withFormat(iceberg.FileFormat.PARQUET)
+        .withFileSizeInBytes(0).withRecordCount(0).build().partition()
+    )
+    if cache is not None:
+        cache[partition] = result
+    return result
+
+
 class TableCommitter:
     """The Java table of one configured table, and the commits the ingester makes to it."""
 
@@ -42,20 +62,6 @@ class TableCommitter:
         self.table.refresh()
         return (dict(snapshot.summary()) for snapshot in history(self.table))
 
-    def _partition_tuple(self, spec: Any, partition: PartitionKey, cache: dict[PartitionKey, Any]) -> Any:
-        # Iceberg's public parser from partition strings to a typed partition tuple is
-        # DataFiles.Builder.withPartitionValues; borrowing it avoids py4j's int-vs-long ambiguity
-        # (a Python int becomes a Java Integer, which a long partition field rejects).
-        if partition not in cache:
-            iceberg = self._jvm.org.apache.iceberg
-            cache[partition] = (
-                iceberg.DataFiles.builder(spec)
-                .withPartitionValues(self.layout.partition_java_strings(partition))
-                .withPath("partition-parser").withFormat(iceberg.FileFormat.PARQUET)
-                .withFileSizeInBytes(0).withRecordCount(0).build().partition()
-            )
-        return cache[partition]
-
     def _java_file(self, file: WrittenFile, spec: Any, metrics_config: Any, cache: dict[PartitionKey, Any]) -> Any:
         iceberg = self._jvm.org.apache.iceberg
         metrics = iceberg.parquet.ParquetUtil.fileMetrics(self.table.io().newInputFile(file.path), metrics_config)
@@ -65,7 +71,7 @@ class TableCommitter:
             builder = iceberg.FileMetadata.deleteFileBuilder(spec).ofEqualityDeletes(int_array(self._spark, self.layout.key_field_ids))
         builder = builder.withPath(file.path).withFormat(iceberg.FileFormat.PARQUET).withFileSizeInBytes(file.file_size).withMetrics(metrics)
         if self.layout.partition:
-            builder = builder.withPartition(self._partition_tuple(spec, file.partition, cache))
+            builder = builder.withPartition(java_partition(self._spark, spec, self.layout, file.partition, cache))
         return builder.build()
 
     def commit(self, files: Sequence[WrittenFile], summary: Mapping[str, str]) -> CommittedSnapshot:

@@ -111,8 +111,21 @@ class PartitionTerm:
             return "true" if value else "false"
         return str(value)
 
+    def human_string(self, value: Any) -> str:
+        """The value as Iceberg writes it in partition paths (``Transform.toHumanString``):
+        dates for days, ``2025-01-02-13`` for hours, ``2025-01`` for months, ``2025`` for years."""
+        if self.transform in ("year", "month", "hour"):
+            if self.transform == "year":
+                return f"{1970 + value:04d}"
+            if self.transform == "month":
+                year, month = divmod(value, 12)
+                return f"{1970 + year:04d}-{month + 1:02d}"
+            days, hour = divmod(value, 24)
+            return f"{(EPOCH_DATE + dt.timedelta(days=days)).isoformat()}-{hour:02d}"
+        return self.java_string(value) or ""
+
     def path_segment(self, value: Any) -> str:
-        return f"{self.name}={'null' if value is None else quote_plus(self.java_string(value) or '')}"
+        return f"{self.name}={'null' if value is None else quote_plus(self.human_string(value))}"
 
 
 @dataclass(frozen=True)

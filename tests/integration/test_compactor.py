@@ -7,11 +7,13 @@ from __future__ import annotations
 import math
 import threading
 import time
+from pathlib import Path
 
 import orjson
+from prometheus_client import REGISTRY
 
 from icecdc.compactor.policy import Work, plan_rewrite
-from icecdc.compactor.rewrite import PartitionCompaction
+from icecdc.compactor.rewrite import CompactionConflict, PartitionCompaction
 from icecdc.compactor.sidecar import CompactorSidecar
 from icecdc.compactor.status import collect, render
 from icecdc.config import Config
@@ -117,6 +119,14 @@ def test_only_the_settled_partition_is_compacted_while_the_hot_one_takes_writes(
     published = [CompactionEvent.from_json(m.value()) for m in read_topic(config, config.compaction_topic, 1)]
     assert [(e.outcome, e.partition_path) for e in published] == [(e.outcome, e.partition_path) for e in events]
 
+    table = config.tables[0].name
+    sample = REGISTRY.get_sample_value
+    assert sample("icecdc_compactions_total", {"table": table, "kind": "delete-merge", "outcome": "committed"}) == 1
+    assert sample("icecdc_compactor_bytes_read_total", {"table": table}) == events[0].bytes_rewritten > 0
+    assert sample("icecdc_compactor_delete_files_removed_total", {"table": table}) == events[0].delete_files_removed == 4
+    assert sample("icecdc_compactor_partitions", {"table": table, "state": "hot"}) == 1
+    assert sample("icecdc_compactor_settle_to_compacted_seconds_count", {"table": table}) == 1
+
 
 def test_equality_deletes_on_a_large_file_become_position_deletes(spark, stack_config, unique):
     # Files of 8 KB and more are "large" here, so the first batch's file qualifies.
@@ -211,3 +221,57 @@ def test_a_compactor_killed_mid_compaction_restarts_and_finishes(spark, stack_co
     assert status.returncode == 0, status.stderr
     [row] = orjson.loads(status.stdout)["partitions"]
     assert row["data_files"] == 1 and row["equality_delete_files"] == 0 and row["state"] == "settled"
+
+
+def test_transform_partitions_are_found_and_compacted(spark, stack_config, unique):
+    """bucket, truncate and hours partitions: the partition filter must select each one."""
+    config = compactor_config(stack_config, unique, settle={"min_seconds": 0, "initial_seconds": 0})
+    table = {**config.tables[0].model_dump(by_alias=True), "partition_by": ["bucket(3, id)", "truncate(1, region)", "hours(updated_at)"]}
+    config = Config.model_validate({**config.model_dump(by_alias=True), "tables": [table]})
+    name = f"lake.{config.tables[0].name}"
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        for n in range(3):
+            stream([src.upsert(k, "eu" if k % 2 else "us", 10 * k + n, 0) for k in range(1, 30)])
+        stream([src.delete(k) for k in range(1, 30, 4)])
+        before = table_rows(spark, name)
+        sidecar = CompactorSidecar(config, spark)
+        while (event := sidecar.run_once(poll_timeout=0.5)) is not None:
+            assert event.outcome == "committed", event
+        sidecar.close()
+
+    partitions = spark.sql(f"SELECT partition, content, count(*) AS n FROM {name}.files GROUP BY partition, content").collect()
+    assert len({r.partition for r in partitions}) >= 4
+    assert all(r.content == 0 and r.n == 1 for r in partitions), partitions
+    assert table_rows(spark, name) == before == src.expected_rows()
+    assert len(sidecar.stats.results) == len({r.partition for r in partitions})
+
+
+def test_a_conflicting_compaction_commits_nothing_and_removes_its_files(spark, stack_config, unique):
+    config = compactor_config(stack_config, unique)
+    name = f"lake.{config.tables[0].name}"
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        for n in range(3):
+            stream([src.upsert(k, "eu", 10 * k + n, 0) for k in range(1, 30)])
+    sidecar = CompactorSidecar(config, spark)
+    sidecar.reconcile_all()
+    layout = sidecar._layouts[config.tables[0].name]
+    [state] = list(sidecar.tracker)
+    key = tuple(state.partition[t.name] for t in layout.partition)
+    first, second = (PartitionCompaction(spark, name, layout, key, config.catalog.properties, 1 << 20) for _ in range(2))
+    plans = [plan_rewrite(c.files(), Work.DELETE_MERGE, config.compactor) for c in (first, second)]
+    assert first.run(plans[0], {}).committed is not None
+    data_dir = Path(layout.data_location)
+    files_before = set(data_dir.rglob("*.parquet"))
+    try:
+        second.run(plans[1], {})
+        raise AssertionError("the second compaction of the same files must not commit")
+    except CompactionConflict:
+        pass
+    assert set(data_dir.rglob("*.parquet")) == files_before  # what it wrote is gone again
+    assert table_rows(spark, name) == src.expected_rows()
+    assert len(partition_files(spark, name, "eu")[0]) == 1
+    sidecar.close()

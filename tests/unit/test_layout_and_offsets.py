@@ -49,3 +49,13 @@ def test_advance_merges_and_never_goes_back():
     merged = offsets.advance({"t": {0: 10, 1: 4}}, {("t", 0): 19, ("u", 0): 0, ("t", 1): 2})
     assert merged == {"t": {0: 20, 1: 4}, "u": {0: 1}}
     assert offsets.encode(merged) == '{"t":{"0":20,"1":4},"u":{"0":1}}'
+
+
+def test_partition_paths_render_time_transforms_as_iceberg_does():
+    hour = PartitionTerm("ts_hour", "ts", "hour", "timestamp")
+    month = PartitionTerm("ts_month", "ts", "month", "timestamp")
+    year = PartitionTerm("ts_year", "ts", "year", "timestamp")
+    assert hour.path_segment(482136 + 13) == "ts_hour=2025-01-01-13"
+    assert month.path_segment(660) == "ts_month=2025-01"
+    assert year.path_segment(55) == "ts_year=2025"
+    assert hour.java_string(482149) == "482149"  # what Iceberg's partition-string parser reads back
