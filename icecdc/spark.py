@@ -136,7 +136,7 @@ def make_local_catalog_dirs(catalog_properties: dict[str, str]) -> None:
         if path and path != ":memory:":
             Path(path).parent.mkdir(parents=True, exist_ok=True)
     warehouse = catalog_properties.get("warehouse", "")
-    if warehouse.startswith("/") or warehouse.startswith("file:"):
+    if warehouse.startswith(("/", "file:")):
         Path(warehouse.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
 
 

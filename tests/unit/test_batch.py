@@ -6,8 +6,10 @@ from icecdc.ingest.batch import KeyChange, complete_row, reduce_key, to_key_chan
 from icecdc.ingest.debezium import ChangeEvent, Column, Reason, RejectedEvent
 from icecdc.ingest.layout import PartitionTerm, TableLayout
 
+REGION = (PartitionTerm("region", "region", "identity", "string"),)
 
-def layout(partition=(PartitionTerm("region", "region", "identity", "string"),), key=("id",)):
+
+def layout(partition=REGION, key=("id",)):
     columns = (Column("id", "long", True), Column("region", "string"), Column("n", "int"))
     return TableLayout("db.t", "t", columns, {"id": 1, "region": 2, "n": 3}, key, partition, 0, "/w/db/t/data")
 

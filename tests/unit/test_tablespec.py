@@ -64,11 +64,11 @@ def test_types_normalize_to_iceberg_spelling():
 
 
 def shape(**changes):
-    base = dict(
-        columns={"id": "long", "region": "string", "ts": "timestamp"},
-        identifier_fields=("id",),
-        partition=(PartitionField("region", "identity"), PartitionField("ts", "day")),
-    )
+    base = {
+        "columns": {"id": "long", "region": "string", "ts": "timestamp"},
+        "identifier_fields": ("id",),
+        "partition": (PartitionField("region", "identity"), PartitionField("ts", "day")),
+    }
     base.update(changes)
     return TableShape(**base)
 
