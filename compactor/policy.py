@@ -136,6 +136,23 @@ class DeleteFileFacts:
     kind: str  # "equality" or "position"
     records: int
     size: int
+    data_sequence_number: int = 0
+    referenced_data_file: str | None = None  # position deletes that name their one data file
+
+
+def applying_deletes(path: str, data_sequence_number: int,
+                     deletes: tuple[DeleteFileFacts, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The equality and position deletes of the same partition that apply to one data file, by
+    the spec's sequence-number rules: an equality delete applies to files with a strictly lower
+    data sequence number, a position delete to files with a lower or equal one (and only to the
+    file it names, when it names one)."""
+    equality = tuple(d.path for d in deletes if d.kind == "equality" and d.data_sequence_number > data_sequence_number)
+    position = tuple(
+        d.path for d in deletes
+        if d.kind == "position" and d.data_sequence_number >= data_sequence_number
+        and d.referenced_data_file in (None, path)
+    )
+    return equality, position
 
 
 @dataclass(frozen=True)

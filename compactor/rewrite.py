@@ -30,7 +30,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from icecdc import failpoints
-from icecdc.compactor.policy import DataFileFacts, DeleteFileFacts, PartitionFiles, RewritePlan, Work
+from icecdc.compactor.policy import (
+    DataFileFacts,
+    DeleteFileFacts,
+    PartitionFiles,
+    RewritePlan,
+    Work,
+    applying_deletes,
+)
 from icecdc.compactor.positions import Conversion, EqualityDeletes, convert_all
 from icecdc.ingest.commit import java_partition
 from icecdc.ingest.layout import PartitionKey, TableLayout
@@ -155,6 +162,13 @@ class PartitionCompaction:
                         listing.deletes[delete.location()] = delete.copy()
             finally:
                 reader.close()
+        deletes = tuple(
+            DeleteFileFacts(path, "equality" if d.content().toString() == "EQUALITY_DELETES" else "position",
+                            d.recordCount(), d.fileSizeInBytes(), d.dataSequenceNumber(), d.referencedDataFile())
+            for path, d in listing.deletes.items()
+        )
+        # Which deletes apply to which file is computed from sequence numbers rather than read
+        # from each scan task: one py4j call per file instead of one per (file, delete) pair.
         data: list[DataFileFacts] = []
         scan = self.table.newScan().useSnapshot(snapshot.snapshotId()).filter(expression).ignoreResiduals()
         tasks = scan.planFiles()
@@ -163,19 +177,12 @@ class PartitionCompaction:
                 file = task.file()
                 if not self._in_partition(file, spec, java_path):
                     continue
-                applying = [d.location() for d in task.deletes() if d.location() in listing.deletes]
-                equality = tuple(p for p in applying if listing.deletes[p].content().toString() == "EQUALITY_DELETES")
-                position = tuple(p for p in applying if p not in equality)
-                path = file.location()
+                path, sequence_number = file.location(), file.dataSequenceNumber()
                 listing.tasks[path] = task
-                data.append(DataFileFacts(path, file.fileSizeInBytes(), file.recordCount(), file.dataSequenceNumber(), equality, position))
+                equality, position = applying_deletes(path, sequence_number, deletes)
+                data.append(DataFileFacts(path, file.fileSizeInBytes(), file.recordCount(), sequence_number, equality, position))
         finally:
             tasks.close()
-        deletes = tuple(
-            DeleteFileFacts(path, "equality" if d.content().toString() == "EQUALITY_DELETES" else "position",
-                            d.recordCount(), d.fileSizeInBytes())
-            for path, d in listing.deletes.items()
-        )
         listing.files = PartitionFiles(tuple(data), deletes)
         self._listing = listing
         return listing.files

@@ -13,6 +13,7 @@ from icecdc.compactor.policy import (
     PartitionFiles,
     PartitionStats,
     Work,
+    applying_deletes,
     benefit_and_cost,
     needed_work,
     plan_rewrite,
@@ -240,3 +241,16 @@ def test_a_compacted_partition_is_a_fixed_point(work):
     stats = PartitionStats(data_files=3, data_bytes=243 * MB, records=3000, small_files=1, small_bytes=3 * MB,
                            position_delete_files=1, position_delete_records=20)
     assert needed_work(stats, SETTINGS) is None
+
+
+def test_deletes_apply_by_sequence_number_and_referenced_file():
+    deletes = (
+        DeleteFileFacts("eq-old", "equality", 1, 1, data_sequence_number=3),
+        DeleteFileFacts("eq-new", "equality", 1, 1, data_sequence_number=5),
+        DeleteFileFacts("pos-same", "position", 1, 1, data_sequence_number=5),
+        DeleteFileFacts("pos-other", "position", 1, 1, data_sequence_number=9, referenced_data_file="other"),
+        DeleteFileFacts("pos-any", "position", 1, 1, data_sequence_number=9),
+    )
+    assert applying_deletes("f", 5, deletes) == ((), ("pos-same", "pos-any"))  # same commit: not its own eq deletes
+    assert applying_deletes("f", 4, deletes) == (("eq-new",), ("pos-same", "pos-any"))
+    assert applying_deletes("other", 2, deletes) == (("eq-old", "eq-new"), ("pos-same", "pos-other", "pos-any"))
