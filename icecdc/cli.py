@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from icecdc.config import DEFAULT_STATE_DIR, EMBEDDED_BROKER_PORT, load_config
 from icecdc.errors import UserError
+from icecdc.logs import setup_logging
 
 log = logging.getLogger("icecdc")
 
@@ -101,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Streaming-integrated compaction sidecar for Kafka-to-Iceberg CDC pipelines.",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
+    parser.add_argument("--log-format", choices=["text", "json"], default=os.environ.get("ICECDC_LOG_FORMAT", "text"),
+                        help="log lines as text or as one JSON object each (default: $ICECDC_LOG_FORMAT or text)")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler: Callable[[argparse.Namespace], int] | None, help_text: str) -> argparse.ArgumentParser:
@@ -157,13 +161,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    # py4j logs every gateway call at INFO; pyiceberg announces its FileIO choice on every load.
-    for chatty in ("py4j", "pyiceberg"):
-        logging.getLogger(chatty).setLevel(logging.WARNING)
+    setup_logging(args.verbose, args.log_format == "json")
     try:
         return args.handler(args)
     except UserError as exc:

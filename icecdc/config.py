@@ -24,6 +24,7 @@ from pydantic import (
 )
 
 from icecdc.errors import UserError
+from icecdc.logs import register_secrets
 from icecdc.tablespec import (
     PartitionField,
     TableShape,
@@ -253,9 +254,21 @@ class Config(_Strict):
                 return table
         raise KeyError(f"table {name!r} is not in the configuration")
 
+    def secret_values(self) -> list[str]:
+        """The values ``redacted`` masks, for masking them in logs too."""
+        return _secrets(self.model_dump(mode="json", by_alias=True))
+
     def redacted(self) -> dict[str, Any]:
         """The configuration as plain data with secret-looking values masked, for display."""
         return _redact(self.model_dump(mode="json", by_alias=True))
+
+
+def _secrets(value: Any, key: str = "") -> list[str]:
+    if isinstance(value, dict):
+        return [s for k, v in value.items() for s in _secrets(v, k)]
+    if isinstance(value, list):
+        return [s for v in value for s in _secrets(v, key)]
+    return [str(value)] if key and _SECRET_KEY.search(key) and value not in (None, "") else []
 
 
 def _redact(value: Any, key: str = "") -> Any:
@@ -343,9 +356,11 @@ def parse_config(data: Any, source: str = "<config>") -> Config:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping at the top level, got {type(data).__name__}")
     try:
-        return Config.model_validate(expand_env(data))
+        config = Config.model_validate(expand_env(data))
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source)) from None
+    register_secrets(config.secret_values())
+    return config
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

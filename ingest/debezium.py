@@ -127,6 +127,9 @@ def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> s
         raise _bad(column, value, "is not a decimal") from None
     if not number.is_finite():
         raise _bad(column, value, "is not a finite decimal")
+    # Checked before quantizing: a huge value would overflow the quantize context (28 digits).
+    if number != 0 and number.adjusted() + 1 > precision - scale:
+        raise _bad(column, value, f"does not fit precision {precision}")
     quantized = number.quantize(decimal.Decimal(1).scaleb(-scale))
     if quantized != number:
         raise _bad(column, value, f"has more than {scale} decimal places")

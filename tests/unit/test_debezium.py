@@ -85,6 +85,7 @@ def test_values(column, raw, expected):
     (Column("x", "int"), 2**31, "out of range for int"),
     (Column("x", "decimal(5, 2)"), "1.234", "more than 2 decimal places"),
     (Column("x", "decimal(5, 2)"), "12345.6", "does not fit precision 5"),
+    (Column("x", "decimal(12, 2)"), 1e26, "does not fit precision 12"),  # beyond the quantize context
     (Column("x", "decimal(5, 2)"), "abc", "is not a decimal"),
     (Column("x", "decimal(5, 2)"), "NaN", "not a finite decimal"),
     (Column("x", "string"), 5, "is not a string"),
