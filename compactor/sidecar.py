@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from icecdc import kafka
-from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc.catalog import catalog_check, pyiceberg_catalog, qualified
 from icecdc.compactor import metrics
 from icecdc.compactor.metadata import load_table_partitions
 from icecdc.compactor.policy import Candidate, plan_rewrite
@@ -28,6 +28,7 @@ from icecdc.compactor.settle import settles_at
 from icecdc.compactor.tracker import PartitionState, PartitionTracker
 from icecdc.config import Config, TableConfig
 from icecdc.events import CommitEvent, CompactionEvent
+from icecdc.health import Health, HealthServer
 from icecdc.ingest.layout import TableLayout
 
 if TYPE_CHECKING:
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "compactor-status.json"
+
 # The status file is rewritten at most this often; `icecdc status` trusts it while it is fresh.
 STATUS_INTERVAL = 1.0
 
@@ -61,7 +63,8 @@ class CompactorStats:
 
 
 class CompactorSidecar:
-    def __init__(self, config: Config, spark: SparkSession, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: Config, spark: SparkSession, clock: Callable[[], float] = time.time,
+                 health: Health | None = None) -> None:
         self.config = config
         self.settings = config.compactor
         self.replica = self.settings.replica_id or default_replica_id()
@@ -72,14 +75,22 @@ class CompactorSidecar:
         self.tracker = PartitionTracker(self.settings)
         self.stats = CompactorStats()
         kafka.ensure_topics(config.kafka, [config.commit_topic, config.compaction_topic])
+        self.health = health or Health(float("inf"))
+        self.health.mark("kafka", False, f"joining consumer group {self.settings.consumer_group}")
         self._consumer = kafka.consumer(config.kafka, self.settings.consumer_group, **{"enable.auto.commit": True})
-        self._consumer.subscribe([config.commit_topic])
+        self._consumer.subscribe([config.commit_topic], on_assign=self._assigned)
         self._producer = kafka.producer(config.kafka)
         self._last_reconcile = float("-inf")
         self._last_status = float("-inf")
         self.last_event = clock()
 
     # ---- inputs ----
+
+    def _assigned(self, _consumer: Any, partitions: list[Any]) -> None:
+        # With more replicas than commit-topic partitions a member may get none; it has joined
+        # all the same, and metadata reconciliation still feeds it.
+        self.health.mark("kafka", True, f"in consumer group {self.settings.consumer_group}, "
+                                        f"{len(partitions)} commit-topic partitions assigned")
 
     def _table_config(self, name: str) -> TableConfig | None:
         return next((t for t in self.config.tables if t.name == name), None)
@@ -204,12 +215,16 @@ class CompactorSidecar:
         seconds = (event.finished_ms - event.started_ms) / 1000
         log.info("%s %s %s: %s in %.1fs (%s; %d data files -> %d, %d delete files removed, %d position-delete files added)",
                  event.kind, table, event.partition_path or "(unpartitioned)", event.outcome, seconds, event.reason,
-                 event.data_files_rewritten, event.data_files_added, event.delete_files_removed, event.position_delete_files_added)
+                 event.data_files_rewritten, event.data_files_added, event.delete_files_removed, event.position_delete_files_added,
+                 extra={"table": table, "partition": event.partition_path, "snapshot_id": event.snapshot_id,
+                        "sequence_number": event.sequence_number, "kind": event.kind, "outcome": event.outcome,
+                        "replica": self.replica})
 
     # ---- the loop ----
 
     def run_once(self, poll_timeout: float = 0.0) -> CompactionEvent | None:
         """One turn: read events, reconcile when due, compact the best due partition if any."""
+        self.health.beat()
         self.poll_events(poll_timeout)
         now = self._clock()
         if now - self._last_reconcile >= self.settings.reconcile_seconds:
@@ -265,11 +280,17 @@ def run_compactor(config: Config, until_idle: float | None = None, spark: SparkS
 
     if not config.tables:
         raise ValueError("the configuration lists no tables to compact")
-    spark = spark or create_spark_session(config, "icecdc-compactor")
-    sidecar = CompactorSidecar(config, spark)
+    health = Health(config.compactor.http.stall_seconds)
+    health.add_check("catalog", catalog_check(config))
+    server = HealthServer(config.compactor.http, health).start()
     try:
-        stats = sidecar.run(until_idle, stop or stop_on_signals())
+        spark = spark or create_spark_session(config, "icecdc-compactor")
+        sidecar = CompactorSidecar(config, spark, health=health)
+        try:
+            stats = sidecar.run(until_idle, stop or stop_on_signals())
+        finally:
+            sidecar.close()
     finally:
-        sidecar.close()
+        server.stop()
     log.info("compactor finished: %d commit events, compactions %s", stats.commit_events, stats.outcomes or "none")
     return stats

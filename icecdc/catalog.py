@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from icecdc.config import CatalogConfig, Config, TableConfig
 from icecdc.errors import UserError
+from icecdc.health import Check, cached
 from icecdc.jvm import load_table
 from icecdc.tablespec import PartitionField, TableShape
 
@@ -55,6 +56,20 @@ def pyiceberg_catalog(config: Config) -> Catalog:
     from pyiceberg.catalog import load_catalog
 
     return load_catalog(config.catalog.name, **pyiceberg_properties(config.catalog))
+
+
+# Readiness probes come every few seconds; the catalog is asked at most this often.
+CATALOG_CHECK_SECONDS = 10.0
+
+
+def catalog_check(config: Config) -> Check:
+    """A readiness check: the catalog answers a namespace listing."""
+
+    def reachable() -> tuple[bool, str]:
+        namespaces = pyiceberg_catalog(config).list_namespaces()
+        return True, f"catalog {config.catalog.name} answers ({len(namespaces)} namespaces)"
+
+    return cached(reachable, CATALOG_CHECK_SECONDS)
 
 
 def live_shape(spark: SparkSession, qualified_name: str) -> TableShape:

@@ -73,6 +73,16 @@ def _cmd_compact(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_generate(args: argparse.Namespace) -> int:
+    from icecdc.generator import run_generator
+    from icecdc.lifecycle import stop_on_signals
+
+    sent = run_generator(load_config(args.config), args.table, args.rate, args.snapshot, args.seconds_per_day,
+                         args.limit, stop_on_signals())
+    print(f"{sent} change events sent")
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace) -> int:
     from icecdc.compactor import status
 
@@ -140,6 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
     status = add("status", _cmd_status, "show every partition's state, files, deletes and estimated read cost")
     _config_arg(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    generate = add("generate", _cmd_generate, "send a synthetic Debezium change feed for an orders table (demos without a database)")
+    _config_arg(generate)
+    generate.add_argument("--table", help="the configured table to feed (default: the first); its schema must be the orders schema")
+    generate.add_argument("--rate", type=float, default=200, help="changes per second (default: 200)")
+    generate.add_argument("--snapshot", type=int, default=5000, help="orders in the initial snapshot (default: 5000)")
+    generate.add_argument("--seconds-per-day", type=float, default=60, help="how long a simulated day lasts (default: 60)")
+    generate.add_argument("--limit", type=int, help="stop after this many changes (default: run until stopped)")
 
     tables = add("tables", _cmd_tables, "create the configured tables that do not exist and check the ones that do")
     _config_arg(tables)

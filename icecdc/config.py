@@ -159,6 +159,15 @@ class SparkConfig(_Strict):
         return value
 
 
+class HttpConfig(_Strict):
+    """Where a command serves /metrics, /healthz and /readyz; ``port: null`` turns it off."""
+
+    host: str = "0.0.0.0"
+    port: int | None = Field(default=None, ge=0, le=65535)
+    # Liveness fails when the main loop has made no progress for this long.
+    stall_seconds: float = Field(default=900.0, gt=0)
+
+
 class IngestConfig(_Strict):
     # auto: Spark's Kafka source when its connector is on the classpath, else the direct reader.
     source: Literal["auto", "streaming", "direct"] = "auto"
@@ -166,6 +175,7 @@ class IngestConfig(_Strict):
     # How long a micro-batch collects records before it is written (the commit cadence).
     trigger_seconds: float = Field(default=5.0, gt=0)
     consumer_group: str = "icecdc-ingest"
+    http: HttpConfig = Field(default_factory=lambda: HttpConfig(port=9401))
 
 
 MIB = 1024 * 1024
@@ -191,6 +201,7 @@ class SettleConfig(_Strict):
 
 class CompactorConfig(_Strict):
     consumer_group: str = "icecdc-compactor"
+    http: HttpConfig = Field(default_factory=lambda: HttpConfig(port=9402))
     # Names this replica in snapshot summaries and compaction events; default: host-pid.
     replica_id: str | None = None
     # Amoro's defaults: 128 MB files; a "small" file is under target / small_file_ratio; files of
@@ -296,10 +307,17 @@ def embedded_config(state_dir: Path, port: int = EMBEDDED_BROKER_PORT, **overrid
                 "warehouse": str(state / "warehouse"),
                 # The current JDBC catalog layout (with views); pyiceberg's sql catalog reads it too.
                 "jdbc.schema-version": "V1",
+                # Several processes share one SQLite file (ingester, compactor, status); a writer
+                # waits for another's lock instead of failing with SQLITE_BUSY after 3 s.
+                "jdbc.busy_timeout": "30000",
             },
         },
     }
     data.update(overrides)
+    # No fixed HTTP ports on a laptop or in tests (they would collide between runs); a caller
+    # that wants the endpoints sets a port (0: any free one).
+    for section in ("ingest", "compactor"):
+        data[section] = {"http": {"port": None}, **data.get(section, {})}
     return Config.model_validate(data)
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from icecdc import kafka
+from icecdc import generator, kafka
 from icecdc.broker import EmbeddedBroker
 from icecdc.catalog import pyiceberg_catalog, qualified
 from icecdc.compactor import status
@@ -43,8 +43,9 @@ def demo_config(state_dir: Path, port: int) -> Config:
     # partition settles after three of its usual gaps between writes (4 to 30 s).
     return embedded_config(
         state_dir, port, tables=[DEMO_TABLE],
-        ingest={"source": "direct", "trigger_seconds": 2, "max_batch_records": 2_000},
-        compactor={"target_file_size_bytes": 8 * 1024 * 1024, "min_small_files": 4, "reconcile_seconds": 30,
+        ingest={"source": "direct", "trigger_seconds": 2, "max_batch_records": 2_000,
+                "http": {"host": "127.0.0.1", "port": 0}},
+        compactor={"http": {"host": "127.0.0.1", "port": 0},"target_file_size_bytes": 8 * 1024 * 1024, "min_small_files": 4, "reconcile_seconds": 30,
                    "settle": {"min_seconds": 4, "initial_seconds": 8, "max_seconds": 30}},
     )
 
@@ -60,10 +61,7 @@ def _stream_changes(config: Config, workload: OrdersWorkload) -> None:
     producer = kafka.producer(config.kafka)
 
     def send(changes: list[Any], what: str) -> None:
-        for change in changes:
-            producer.produce(topic, key=change.record[0], value=change.record[1])
-            producer.poll(0)
-        producer.flush(30)
+        generator.send(producer, topic, changes)
         _step(f"upstream: {what}")
 
     send(workload.load(INITIAL_ROWS), f"snapshot of {INITIAL_ROWS} orders over days 1-{workload.days}")

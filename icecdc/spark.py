@@ -10,6 +10,7 @@ which works offline. JDBC catalogs need their driver on the classpath; Debian in
 
 from __future__ import annotations
 
+import glob
 import os
 import shutil
 import sys
@@ -100,7 +101,9 @@ def spark_conf(config: Config) -> dict[str, str]:
     user = {k: str(v) for k, v in config.spark.conf.items()}
     jars = _csv(user.get("spark.jars"))
     packages = _csv(user.get("spark.jars.packages"))
-    if not any(ICEBERG_RUNTIME_ARTIFACT in p for p in packages) and not any(ICEBERG_RUNTIME_ARTIFACT in j for j in jars):
+    # spark.jars may hold globs (the container image lists /opt/icecdc/jars/*.jar).
+    listed = [path for jar in jars for path in (glob.glob(jar) or [jar])]
+    if not any(ICEBERG_RUNTIME_ARTIFACT in p for p in packages) and not any(ICEBERG_RUNTIME_ARTIFACT in j for j in listed):
         jars.append(str(iceberg_runtime_jar()))
     driver = jdbc_driver_jar(config.catalog.properties, _csv(user.get("spark.jars")))
     if driver is not None:

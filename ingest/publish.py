@@ -13,6 +13,7 @@ from confluent_kafka import KafkaError, Message, Producer
 from tenacity import retry, retry_if_result, stop_after_attempt, wait_random_exponential
 
 from icecdc.events import CommitEvent
+from icecdc.ingest import metrics
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +88,7 @@ class CommitEventPublisher:
         def on_delivery(error: KafkaError | None, _: Message) -> None:
             if error is None:
                 self.published += 1
+                metrics.COMMIT_EVENTS.inc()
             else:
                 self.failed_attempts += 1
                 log.warning("commit event for %s not delivered (%s); will retry", key, error)

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import TYPE_CHECKING
 
 from icecdc import kafka
-from icecdc.catalog import ensure_tables
+from icecdc.catalog import catalog_check, ensure_tables
 from icecdc.config import Config
+from icecdc.health import Health, HealthServer
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import (
     DirectKafkaSource,
@@ -26,29 +28,41 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def run_ingest(config: Config, until_idle: float | None = None, spark: SparkSession | None = None) -> IngestStats:
+def run_ingest(config: Config, until_idle: float | None = None, spark: SparkSession | None = None,
+               stop: threading.Event | None = None) -> IngestStats:
     """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
     if not config.tables:
         raise ValueError("the configuration lists no tables to ingest")
+    health = Health(config.ingest.http.stall_seconds)
+    health.add_check("catalog", catalog_check(config))
+    health.mark("source", False, "not reading yet")
+    server = HealthServer(config.ingest.http, health).start()
+    try:
+        return _ingest(config, until_idle, spark, stop or stop_on_signals(), health)
+    finally:
+        server.stop()
+
+
+def _ingest(config: Config, until_idle: float | None, spark: SparkSession | None, stop: threading.Event,
+            health: Health) -> IngestStats:
     spark = spark or create_spark_session(config, "icecdc-ingest")
     ensure_tables(spark, config)
     kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
     producer = kafka.producer(config.kafka)
     publisher = CommitEventPublisher(producer, config.commit_topic)
-    stop = stop_on_signals()
     use_streaming = config.ingest.source == "streaming" or (config.ingest.source == "auto" and kafka_connector_available(spark))
     writer = BatchWriter(spark, config, producer, publisher, "streaming" if use_streaming else "direct")
     try:
         if use_streaming:
             checkpoint = str(config.state_dir / "checkpoints" / "ingest")
             log.info("ingesting with Spark's Kafka source (checkpoint %s)", checkpoint)
-            run_streaming(kafka_stream(spark, config), writer, checkpoint, config.ingest.trigger_seconds, until_idle, stop)
+            run_streaming(kafka_stream(spark, config), writer, checkpoint, config.ingest.trigger_seconds, until_idle, stop, health)
         else:
             start = writer.topic_positions(writer.committed_offsets())
             log.info("ingesting with the direct Kafka reader (no spark-sql-kafka connector on the classpath)")
             source = DirectKafkaSource(config, start)
             try:
-                run_direct(spark, config, source, writer, until_idle, stop)
+                run_direct(spark, config, source, writer, until_idle, stop, health)
             finally:
                 source.close()
     finally:

@@ -26,6 +26,8 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 from icecdc import kafka
 from icecdc.config import Config
 from icecdc.errors import UserError
+from icecdc.health import Health
+from icecdc.ingest import metrics
 from icecdc.ingest.stages import KAFKA_SCHEMA
 
 if TYPE_CHECKING:
@@ -63,6 +65,7 @@ class DirectKafkaSource:
             for partition in sorted(topic.partitions):
                 assignment.append(TopicPartition(table.topic, partition, start_offsets.get((table.topic, partition), OFFSET_BEGINNING)))
         self._assignment = assignment
+        self.partition_count = len(assignment)
         self._consumer.assign(assignment)
         self._positions: dict[tuple[str, int], int] = {}
 
@@ -116,12 +119,15 @@ def records_to_dataframe(spark: SparkSession, records: list[dict[str, Any]]) -> 
 
 
 def run_direct(spark: SparkSession, config: Config, source: DirectKafkaSource, write: BatchFunction,
-               until_idle: float | None, stop: threading.Event | None = None) -> int:
+               until_idle: float | None, stop: threading.Event | None = None, health: Health | None = None) -> int:
     """Poll, write, repeat; returns the number of batches written."""
     run = uuid.uuid4().hex[:8]
     batches = 0
     idle_since = time.monotonic()
+    health = health or Health(float("inf"))
+    health.mark("source", True, f"Kafka consumer assigned {source.partition_count} topic partitions")
     while stop is None or not stop.is_set():
+        health.beat()
         records = source.poll_batch(config.ingest.max_batch_records, config.ingest.trigger_seconds)
         if records:
             write(records_to_dataframe(spark, records), f"{run}-{batches}")
@@ -130,6 +136,7 @@ def run_direct(spark: SparkSession, config: Config, source: DirectKafkaSource, w
             idle_since = time.monotonic()
             lag = source.lag()
             if lag is not None:
+                metrics.LAG.set(lag)
                 log.info("lag: about %d records behind the high watermarks", lag)
         elif until_idle is not None and time.monotonic() - idle_since >= until_idle:
             log.info("no new records for %.0fs: stopping", until_idle)
@@ -151,14 +158,17 @@ def kafka_stream(spark: SparkSession, config: Config) -> DataFrame:
 
 
 def run_streaming(stream: DataFrame, write: BatchFunction, checkpoint: str, trigger_seconds: float,
-                  until_idle: float | None, stop: threading.Event | None = None) -> None:
+                  until_idle: float | None, stop: threading.Event | None = None, health: Health | None = None) -> None:
     """Run a Structured Streaming query with ``write`` as its foreachBatch function until it is
     idle for ``until_idle`` seconds, or until ``stop`` is set."""
     query = (stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
              .trigger(processingTime=f"{trigger_seconds} seconds").start())
     idle_since = time.monotonic()
+    health = health or Health(float("inf"))
     try:
         while query.isActive:
+            health.mark("source", True, f"streaming query {query.id} active")
+            health.beat()
             query.awaitTermination(0.5)
             status = query.status
             # Stop only between batches: interrupting one is safe (the replay is recognised) but wasted.
@@ -171,6 +181,7 @@ def run_streaming(stream: DataFrame, write: BatchFunction, checkpoint: str, trig
                 log.info("no new records for %.0fs: stopping the query", until_idle)
                 break
     finally:
+        health.mark("source", False, "streaming query stopped")
         if query.isActive:
             query.stop()
     if query.exception() is not None:

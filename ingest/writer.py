@@ -28,6 +28,7 @@ from icecdc import failpoints
 from icecdc.catalog import pyiceberg_catalog, qualified
 from icecdc.config import Config
 from icecdc.events import CommitEvent, PartitionDelta
+from icecdc.ingest import metrics
 from icecdc.ingest import offsets as offset_log
 from icecdc.ingest.commit import TableCommitter, WrittenFile
 from icecdc.ingest.layout import TableLayout, layout_from_pyiceberg
@@ -131,6 +132,7 @@ class BatchWriter:
             result = self._write(parsed, tag, committed, started)
         finally:
             parsed.unpersist()
+        metrics.BATCH_SECONDS.observe(result.seconds)
         self._log(result)
         return result
 
@@ -147,6 +149,8 @@ class BatchWriter:
                 consumed_by_table[mark.table][position] = max(mark.offset, consumed_by_table[mark.table].get(position, -1))
         self.stats.batches += 1
         self.stats.records += records
+        metrics.BATCHES.inc()
+        metrics.RECORDS.inc(records)
         if not records:
             self.stats.batches_skipped += 1
             return BatchResult(tag, 0, 0, {}, time.monotonic() - started)
@@ -164,6 +168,7 @@ class BatchWriter:
             self.stats.dead_letters += len(letters)
             for letter in letters:
                 self.stats.dead_letters_by_reason[letter.reason] += 1
+                metrics.DEAD_LETTERS.labels(letter.reason).inc()
         failpoints.hit("after-dead-letters")
 
         files_by_table: dict[str, list[WrittenFile]] = defaultdict(list)
@@ -190,8 +195,14 @@ class BatchWriter:
         })
         self.stats.last_commit_seconds = time.monotonic() - commit_started
         self.stats.commits += 1
-        self.stats.data_records += sum(f.record_count for f in files if f.kind == DATA)
-        self.stats.delete_records += sum(f.record_count for f in files if f.kind != DATA)
+        data_rows = sum(f.record_count for f in files if f.kind == DATA)
+        delete_rows = sum(f.record_count for f in files if f.kind != DATA)
+        self.stats.data_records += data_rows
+        self.stats.delete_records += delete_rows
+        metrics.COMMITS.labels(table).inc()
+        metrics.COMMIT_SECONDS.labels(table).observe(self.stats.last_commit_seconds)
+        metrics.ROWS_WRITTEN.labels(table, "data").inc(data_rows)
+        metrics.ROWS_WRITTEN.labels(table, "equality-delete").inc(delete_rows)
         self._publisher.publish(CommitEvent(
             table=table, snapshot_id=snapshot.snapshot_id, parent_snapshot_id=snapshot.parent_snapshot_id,
             sequence_number=snapshot.sequence_number, commit_time_ms=snapshot.timestamp_ms,
@@ -205,6 +216,12 @@ class BatchWriter:
         if not result.records:
             log.info("batch %s: nothing new (already committed)", result.batch_id)
             return
-        commits = ", ".join(f"{t} snapshot {s.snapshot_id} seq {s.sequence_number}" for t, s in result.commits.items()) or "no commit"
-        log.info("batch %s: %d records, %d dead letters -> %s in %.2fs (commit %.2fs)", result.batch_id, result.records,
-                 result.dead_letters, commits, result.seconds, self.stats.last_commit_seconds)
+        if not result.commits:
+            log.info("batch %s: %d records, %d dead letters -> no commit in %.2fs", result.batch_id, result.records,
+                     result.dead_letters, result.seconds, extra={"batch_id": result.batch_id, "records": result.records})
+        for table, snapshot in result.commits.items():
+            log.info("batch %s: %d records, %d dead letters -> %s snapshot %d seq %d in %.2fs (commit %.2fs)",
+                     result.batch_id, result.records, result.dead_letters, table, snapshot.snapshot_id,
+                     snapshot.sequence_number, result.seconds, self.stats.last_commit_seconds,
+                     extra={"batch_id": result.batch_id, "records": result.records, "table": table,
+                            "snapshot_id": snapshot.snapshot_id, "sequence_number": snapshot.sequence_number})

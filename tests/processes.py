@@ -18,8 +18,9 @@ def write_config(config: Config, path: Path) -> Path:
     return path
 
 
-def icecdc_process(*args: str, failpoint: str | None = None, timeout: float = 600) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}
+def icecdc_process(*args: str, failpoint: str | None = None, timeout: float = 600,
+                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    env = {**{k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}, **(env or {})}
     if failpoint:
         env["ICECDC_FAILPOINT"] = failpoint
     return subprocess.run([sys.executable, "-m", "icecdc.cli", *args], check=False, env=env,

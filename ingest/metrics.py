@@ -1,0 +1,17 @@
+"""The ingester's Prometheus metrics (served by ``icecdc.health`` on ``ingest.http``)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+BATCHES = Counter("icecdc_ingest_batches_total", "Micro-batches processed (including replays with nothing new)")
+RECORDS = Counter("icecdc_ingest_records_total", "Kafka records consumed into committed batches")
+DEAD_LETTERS = Counter("icecdc_ingest_dead_letters_total", "Records sent to the dead-letter topic", ["reason"])
+COMMITS = Counter("icecdc_ingest_commits_total", "Iceberg commits", ["table"])
+ROWS_WRITTEN = Counter("icecdc_ingest_rows_written_total", "Rows written: data rows and equality-delete keys", ["table", "kind"])
+COMMIT_SECONDS = Histogram("icecdc_ingest_commit_seconds", "Iceberg commit latency", ["table"],
+                           buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+BATCH_SECONDS = Histogram("icecdc_ingest_batch_seconds", "Micro-batch latency, read to commit",
+                          buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+COMMIT_EVENTS = Counter("icecdc_ingest_commit_events_published_total", "Commit events delivered to the commit topic")
+LAG = Gauge("icecdc_ingest_lag_records", "Records behind the high watermarks (approximate; the embedded broker's watermarks are off by a few)")
