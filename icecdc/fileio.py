@@ -28,12 +28,17 @@ def file_io(path: str, io_properties: Mapping[str, str]) -> Any:
 
 def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> int:
     """Write a new file (never overwriting one); returns its size."""
+    return write_parquet_with_footer(table, path, io_properties)[0]
+
+
+def write_parquet_with_footer(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> tuple[int, pq.FileMetaData]:
+    """Write a new file; returns its size and its footer (for statistics, without reading it back)."""
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd")
     data = buffer.getvalue()
     with file_io(path, io_properties).new_output(path).create(overwrite=False) as stream:
         stream.write(data)
-    return len(data)
+    return len(data), pq.read_metadata(pa.BufferReader(data))
 
 
 def read_parquet_fields(path: str, field_ids: list[int], io_properties: Mapping[str, str]) -> pa.Table:

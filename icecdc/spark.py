@@ -120,6 +120,9 @@ def spark_conf(config: Config) -> dict[str, str]:
         "spark.sql.shuffle.partitions": "8",
         # Progress bars interleave with icecdc's own progress lines and JSON logs.
         "spark.ui.showConsoleProgress": "false",
+        # The direct Kafka reader hands each micro-batch to Spark as a pandas frame: through Arrow
+        # that is one columnar copy instead of pickling every record.
+        "spark.sql.execution.arrow.pyspark.enabled": "true",
         **user,
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": ",".join(extensions),

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from icecdc.ingest.layout import PartitionKey, TableLayout
-from icecdc.jvm import CommittedSnapshot, commit_tagged, history, int_array, jvm, load_table
+from icecdc.jvm import CommittedSnapshot, commit_tagged, history, jvm, load_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -27,6 +27,7 @@ class WrittenFile:
     partition: PartitionKey
     record_count: int
     file_size: int
+    description: str  # Iceberg's content-file JSON, made where the file was written (filemeta.py)
 
 
 def java_partition(spark: SparkSession, spec: Any, layout: TableLayout, partition: PartitionKey,
@@ -62,25 +63,14 @@ class TableCommitter:
         self.table.refresh()
         return (dict(snapshot.summary()) for snapshot in history(self.table))
 
-    def _java_file(self, file: WrittenFile, spec: Any, metrics_config: Any, cache: dict[PartitionKey, Any]) -> Any:
-        iceberg = self._jvm.org.apache.iceberg
-        metrics = iceberg.parquet.ParquetUtil.fileMetrics(self.table.io().newInputFile(file.path), metrics_config)
-        if file.kind == "data":
-            builder = iceberg.DataFiles.builder(spec)
-        else:
-            builder = iceberg.FileMetadata.deleteFileBuilder(spec).ofEqualityDeletes(int_array(self._spark, self.layout.key_field_ids))
-        builder = builder.withPath(file.path).withFormat(iceberg.FileFormat.PARQUET).withFileSizeInBytes(file.file_size).withMetrics(metrics)
-        if self.layout.partition:
-            builder = builder.withPartition(java_partition(self._spark, spec, self.layout, file.partition, cache))
-        return builder.build()
-
     def commit(self, files: Sequence[WrittenFile], summary: Mapping[str, str]) -> CommittedSnapshot:
         table = self.table
         spec = table.specs().get(self.layout.spec_id)
-        metrics_config = self._jvm.org.apache.iceberg.MetricsConfig.forTable(table)
-        cache: dict[PartitionKey, Any] = {}
+        iceberg = self._jvm.org.apache.iceberg
+        mapper = iceberg.util.JsonUtil.mapper()
         delta = table.newRowDelta()
         for file in files:
-            java_file = self._java_file(file, spec, metrics_config, cache)
+            # The file's description comes from the executor that wrote it: no footer is re-read.
+            java_file = iceberg.ContentFileParser.fromJson(mapper.readTree(file.description), spec)
             delta = delta.addRows(java_file) if file.kind == "data" else delta.addDeletes(java_file)
         return commit_tagged(delta, summary, self.table)

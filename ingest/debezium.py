@@ -28,6 +28,8 @@ import base64
 import binascii
 import datetime as dt
 import decimal
+import functools
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -108,8 +110,20 @@ def _iso_micros(text: str) -> int:
     return (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
 
 
+@functools.cache
+def _decimal_shape(iceberg_type: str) -> tuple[int, int, re.Pattern[str]]:
+    precision, scale = (int(p) for p in iceberg_type[len("decimal("):-1].split(","))
+    # Already canonical: exactly `scale` decimals and no more digits than the precision allows.
+    integer_digits = precision - scale
+    integer = "0" if integer_digits == 0 else f"(0|[1-9]\\d{{0,{integer_digits - 1}}})"
+    fraction = f"\\.\\d{{{scale}}}" if scale else ""
+    return precision, scale, re.compile(f"^-?{integer}{fraction}$")
+
+
 def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> str:
-    precision, scale = (int(p) for p in column.type[len("decimal("):-1].split(","))
+    precision, scale, canonical = _decimal_shape(column.type)
+    if type(value) is str and canonical.match(value):
+        return value  # the common case (Debezium's string decimal mode), checked without Decimal
     try:
         if isinstance(value, bool):
             raise TypeError

@@ -46,6 +46,12 @@ def arrow_type(iceberg_type: str) -> pa.DataType:
     return _ARROW_TYPES[iceberg_type]
 
 
+# Types whose canonical value is already the identity partition value.
+_SELF_CANONICAL = frozenset({"string", "int", "long", "boolean", "date"})
+# Day and hour of epoch microseconds are floor divisions (the spec's transforms, negatives too).
+_MICROS_PER = {"day": 86_400_000_000, "hour": 3_600_000_000}
+
+
 @functools.cache
 def _transform_function(transform: str, source_type: str) -> Callable[[Any], Any]:
     # pyiceberg implements Iceberg's transforms exactly (bucket's murmur3 included); building the
@@ -84,11 +90,16 @@ class PartitionTerm:
     source: str  # source column
     transform: str  # Iceberg's spelling: identity, day, bucket[16], ...
     source_type: str
+    field_id: int = 0  # the partition field's id (1000 and up)
 
     def apply(self, canonical: Any) -> Any:
         """The partition value of a canonical source value, itself canonical (JSON-safe)."""
         if canonical is None:
             return None
+        if self.transform == "identity" and self.source_type in _SELF_CANONICAL:
+            return canonical  # the hot path of every record: no conversion to make
+        if self.transform in _MICROS_PER and self.source_type in ("timestamp", "timestamptz"):
+            return canonical // _MICROS_PER[self.transform]  # canonical timestamps are epoch micros
         result = _transform_function(self.transform, self.source_type)(to_python(self.source_type, canonical))
         if isinstance(result, decimal.Decimal):
             return str(result)
@@ -110,6 +121,17 @@ class PartitionTerm:
         if isinstance(value, bool):
             return "true" if value else "false"
         return str(value)
+
+    def json_value(self, value: Any) -> Any:
+        """The value in Iceberg's single-value JSON (dates as ISO strings, decimals as strings,
+        binary as hex), as its content-file parser reads partition tuples."""
+        if value is None or isinstance(value, bool):
+            return value
+        if self.result_is_date:
+            return (EPOCH_DATE + dt.timedelta(days=value)).isoformat()
+        if self.source_type == "binary" and not self.transform.startswith("bucket"):
+            return base64.b64decode(value).hex()  # canonical binary is base64
+        return value
 
     def human_string(self, value: Any) -> str:
         """The value as Iceberg writes it in partition paths (``Transform.toHumanString``):
@@ -138,6 +160,7 @@ class TableLayout:
     partition: tuple[PartitionTerm, ...]
     spec_id: int
     data_location: str  # where data and delete files are written
+    schema_json: str = ""  # the table schema, as pyiceberg serialises it (for file statistics)
 
     @property
     def key_field_ids(self) -> list[int]:
@@ -175,6 +198,10 @@ class TableLayout:
     def partition_java_strings(self, partition: PartitionKey) -> list[str | None]:
         return [term.java_string(value) for term, value in zip(self.partition, partition)]
 
+    def partition_json(self, partition: PartitionKey) -> dict[str, Any]:
+        """The partition tuple as Iceberg's content-file JSON has it: partition field id -> value."""
+        return {str(term.field_id): term.json_value(value) for term, value in zip(self.partition, partition)}
+
     def partition_record(self, partition: PartitionKey) -> dict[str, Any]:
         """The partition as a JSON object for commit events: field name -> value."""
         return {term.name: value for term, value in zip(self.partition, partition)}
@@ -207,7 +234,8 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         except TableSpecError as exc:
             raise TableSpecError(f"table {table_name}: {exc}") from None
     partition = tuple(
-        PartitionTerm(f.name, schema.find_column_name(f.source_id), str(f.transform), types[schema.find_column_name(f.source_id)])
+        PartitionTerm(f.name, schema.find_column_name(f.source_id), str(f.transform), types[schema.find_column_name(f.source_id)],
+                      f.field_id)
         for f in spec.fields
     )
     location = table.properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
@@ -215,4 +243,5 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         table=table_name, topic=topic, columns=columns,
         field_ids={f.name: f.field_id for f in schema.fields},
         primary_key=tuple(primary_key), partition=partition, spec_id=spec.spec_id, data_location=location,
+        schema_json=schema.model_dump_json(),
     )

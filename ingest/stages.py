@@ -1,7 +1,8 @@
 """The two executor-side stages of a micro-batch, as ``mapInArrow`` functions over Arrow record
 batches: parse Kafka records; then, after one shuffle by (table, key), reduce each key to what the
 batch commits and write one Parquet file per (table, partition, kind) of the task's share. Only
-offset marks, rejected records and the facts of written files ever reach the driver.
+offset marks, rejected records and the facts of written files ever reach the driver, all in the
+one result of one Spark job (marks and rejects pass through the write stage untouched).
 
 One shuffle, not two: grouping by partition as well would give one file per partition per batch
 instead of one per partition per write task, at the price of a second shuffle that costs more
@@ -20,9 +21,10 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from icecdc.fileio import write_parquet
+from icecdc.fileio import write_parquet_with_footer
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import Reason, RejectedEvent, parse_change
+from icecdc.ingest.filemeta import describe
 from icecdc.ingest.layout import TableLayout
 
 _DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
@@ -41,11 +43,11 @@ PARSED = pa.schema([
     ("records", pa.int64()), ("key", pa.string()), ("op", pa.string()), ("change", pa.binary()),
     ("reason", pa.string()), ("detail", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
 ])
-FILES = pa.schema([
-    ("table", pa.string()), ("kind", pa.string()), ("path", pa.string()), ("partition", pa.string()),
-    ("record_count", pa.int64()), ("file_size", pa.int64()),
-])
-PARSED_SCHEMA, FILES_SCHEMA = _ddl(PARSED), _ddl(FILES)
+# The write stage's output: the parse stage's marks and rejects as they came, and one row per
+# written file (op = data or delete, with its path, partition, record count and size).
+RESULT = pa.schema([*PARSED, ("path", pa.string()), ("partition", pa.string()),
+                    ("record_count", pa.int64()), ("file_size", pa.int64()), ("description", pa.string())])
+PARSED_SCHEMA, RESULT_SCHEMA = _ddl(PARSED), _ddl(RESULT)
 
 DATA, DELETE = "data", "delete"
 # Not changes: MARK rows carry, per (table, topic, partition) and input batch, the highest offset
@@ -104,8 +106,17 @@ def reduce_and_write_stage(layouts_by_table: Mapping[str, TableLayout], io_prope
 
     def reduce_and_write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         outputs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
-        rows = (r for batch in batches for r in batch.to_pylist())
-        for (table, key), group in groupby(rows, key=lambda r: (r["table"], r["key"])):
+        passed: list[dict[str, Any]] = []
+
+        def changes() -> Iterator[dict[str, Any]]:
+            for batch in batches:
+                for row in batch.to_pylist():
+                    if row["op"] == MARK or row["reason"] is not None:
+                        passed.append(row)
+                    elif row["op"] != SKIP:
+                        yield row
+
+        for (table, key), group in groupby(changes(), key=lambda r: (r["table"], r["key"])):
             layout = layouts_by_table[table]
             changes = []
             for r in group:
@@ -126,9 +137,11 @@ def reduce_and_write_stage(layouts_by_table: Mapping[str, TableLayout], io_prope
             partition_path = layout.partition_path(tuple(orjson.loads(partition)))
             name = f"{batch_tag}-{uuid.uuid4().hex}-{kind}.parquet"
             path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
-            facts.append({"table": table, "kind": kind, "path": path, "partition": partition,
-                          "record_count": arrow.num_rows, "file_size": write_parquet(arrow, path, io_properties)})
-        if facts:
-            yield pa.RecordBatch.from_pylist(facts, schema=FILES)
+            size, footer = write_parquet_with_footer(arrow, path, io_properties)
+            facts.append({"table": table, "op": kind, "path": path, "partition": partition,
+                          "record_count": arrow.num_rows, "file_size": size,
+                          "description": describe(layout, kind, path, tuple(orjson.loads(partition)), size, footer)})
+        if facts or passed:
+            yield pa.RecordBatch.from_pylist(passed + facts, schema=RESULT)
 
     return reduce_and_write

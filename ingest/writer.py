@@ -37,7 +37,7 @@ from icecdc.ingest.publish import (
     dead_letters_from_rows,
     send_dead_letters,
 )
-from icecdc.ingest.stages import DATA, FILES_SCHEMA, MARK, PARSED_SCHEMA, SKIP, parse_stage, reduce_and_write_stage
+from icecdc.ingest.stages import DATA, DELETE, MARK, PARSED_SCHEMA, RESULT_SCHEMA, parse_stage, reduce_and_write_stage
 from icecdc.jvm import CommittedSnapshot
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class IngestStats:
     data_records: int = 0
     delete_records: int = 0
     last_commit_seconds: float = 0.0
+    last_job_seconds: float = 0.0  # the Spark job: parse, shuffle, reduce, write files
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,10 @@ class BatchWriter:
         }
         self.committers = {name: TableCommitter(spark, qualified(config, name), layout) for name, layout in self.layouts.items()}
         self._io_properties = dict(config.catalog.properties)
+        # Sized from the largest batch the source can deliver, since the job cannot count its
+        # input before it runs: one write task (one file per partition and kind) for up to
+        # ROWS_PER_WRITE_TASK records.
+        self._write_tasks = max(1, -(-config.ingest.max_batch_records // ROWS_PER_WRITE_TASK))
 
     def committed_offsets(self) -> dict[str, offset_log.Offsets]:
         """table -> its committed offsets, read from the table (the source of truth)."""
@@ -127,22 +132,24 @@ class BatchWriter:
         committed = self.committed_offsets()
         filter_offsets = self.topic_positions(committed)
         by_topic = {layout.topic: layout for layout in self.layouts.values()}
-        parsed = df.mapInArrow(parse_stage(by_topic, filter_offsets), PARSED_SCHEMA).persist()
-        try:
-            result = self._write(parsed, tag, committed, started)
-        finally:
-            parsed.unpersist()
+        parsed = df.mapInArrow(parse_stage(by_topic, filter_offsets), PARSED_SCHEMA)
+        result = self._write(parsed, tag, committed, started)
         metrics.BATCH_SECONDS.observe(result.seconds)
         self._log(result)
         return result
 
     def _write(self, parsed: DataFrame, tag: str, committed: Mapping[str, offset_log.Offsets], started: float) -> BatchResult:
-        from pyspark.sql import functions as F
-
-        meta = parsed.where((F.col("op") == MARK) | F.col("reason").isNotNull()).collect()
+        # One Spark job: parse, shuffle by key, reduce and write; the marks and rejects of the
+        # parse stage pass through the write stage to the driver in the same result.
+        job_started = time.monotonic()
+        result = (parsed.repartition(self._write_tasks, "table", "key")
+                  .sortWithinPartitions("table", "key", "kafka_partition", "offset")
+                  .mapInArrow(reduce_and_write_stage(self.layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)
+                  .collect())
+        self.stats.last_job_seconds = time.monotonic() - job_started
         consumed_by_table: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
         records = 0
-        for mark in (r for r in meta if r.op == MARK):
+        for mark in (r for r in result if r.op == MARK):
             records += mark.records
             if mark.table is not None:
                 position = (mark.topic, mark.kafka_partition)
@@ -154,15 +161,9 @@ class BatchWriter:
         if not records:
             self.stats.batches_skipped += 1
             return BatchResult(tag, 0, 0, {}, time.monotonic() - started)
-
-        changes = parsed.where(F.col("reason").isNull() & ~F.col("op").isin(MARK, SKIP))
-        written = (changes.repartition(max(1, -(-records // ROWS_PER_WRITE_TASK)), "table", "key")
-                   .sortWithinPartitions("table", "key", "kafka_partition", "offset")
-                   .mapInArrow(reduce_and_write_stage(self.layouts, self._io_properties, tag.replace(":", "-")), FILES_SCHEMA)
-                   .collect())
         failpoints.hit("after-files")
 
-        letters = dead_letters_from_rows(r.asDict() for r in meta if r.reason is not None)
+        letters = dead_letters_from_rows(r.asDict() for r in result if r.reason is not None)
         if letters:
             send_dead_letters(self._dead_letter_producer, self.config.dead_letter_topic, letters)
             self.stats.dead_letters += len(letters)
@@ -172,8 +173,9 @@ class BatchWriter:
         failpoints.hit("after-dead-letters")
 
         files_by_table: dict[str, list[WrittenFile]] = defaultdict(list)
-        for row in written:
-            files_by_table[row.table].append(WrittenFile(row.kind, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size))
+        for row in (r for r in result if r.op in (DATA, DELETE)):
+            files_by_table[row.table].append(
+                WrittenFile(row.op, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size, row.description))
         rejected_tables = {letter.table for letter in letters}
         commits: dict[str, CommittedSnapshot] = {}
         for table, consumed in consumed_by_table.items():
@@ -220,8 +222,8 @@ class BatchWriter:
             log.info("batch %s: %d records, %d dead letters -> no commit in %.2fs", result.batch_id, result.records,
                      result.dead_letters, result.seconds, extra={"batch_id": result.batch_id, "records": result.records})
         for table, snapshot in result.commits.items():
-            log.info("batch %s: %d records, %d dead letters -> %s snapshot %d seq %d in %.2fs (commit %.2fs)",
+            log.info("batch %s: %d records, %d dead letters -> %s snapshot %d seq %d in %.2fs (write job %.2fs, commit %.2fs)",
                      result.batch_id, result.records, result.dead_letters, table, snapshot.snapshot_id,
-                     snapshot.sequence_number, result.seconds, self.stats.last_commit_seconds,
+                     snapshot.sequence_number, result.seconds, self.stats.last_job_seconds, self.stats.last_commit_seconds,
                      extra={"batch_id": result.batch_id, "records": result.records, "table": table,
                             "snapshot_id": snapshot.snapshot_id, "sequence_number": snapshot.sequence_number})

@@ -17,6 +17,7 @@ from icecdc.events import CommitEvent
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import records_to_dataframe
 from icecdc.ingest.writer import BatchWriter
+from icecdc.jvm import load_table
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
 
 
@@ -254,3 +255,28 @@ def test_identity_partitions_of_every_type_hold_their_exact_values(spark, stack_
     ]
     got = sorted(tuple(r) for r in spark.table(f"lake.{table.name}").collect())
     assert got == expected
+
+
+def test_file_metrics_described_on_executors_equal_icebergs_own(spark, stack_config, unique):
+    """The files are registered from executor-side descriptions (ingest/filemeta.py), not by
+    reading footers on the driver: their counts and bounds must equal what Iceberg reads."""
+    config = config_for(stack_config, unique)
+    source = SourceDatabase()
+    first = [source.upsert(k, REGIONS[k % 3], 100 * k, k % 2) for k in range(1, 40)]
+    second = [source.upsert(k, REGIONS[(k + 1) % 3], 7, 1) for k in range(1, 20)] + [source.delete(k) for k in range(30, 35)]
+    with batch_writer(spark, config) as write:
+        write(records_to_dataframe(spark, kafka_records(config.tables[0].topic, first)), 0)
+        write(records_to_dataframe(spark, kafka_records(config.tables[0].topic, second, len(first))), 1)
+    name = f"lake.{config.tables[0].name}"
+    table = load_table(spark, name)
+    iceberg = spark.sparkContext._jvm.org.apache.iceberg
+    metrics_config = iceberg.MetricsConfig.forTable(table)
+    rows = spark.sql(f"SELECT file_path, record_count, value_counts, null_value_counts, lower_bounds, upper_bounds FROM {name}.files").collect()
+    assert len(rows) > 4
+    for row in rows:
+        footer = iceberg.parquet.ParquetUtil.fileMetrics(table.io().newInputFile(row.file_path), metrics_config)
+        assert row.record_count == footer.recordCount()
+        assert row.value_counts == dict(footer.valueCounts())
+        assert row.null_value_counts == dict(footer.nullValueCounts())
+        for registered, read in ((row.lower_bounds, footer.lowerBounds()), (row.upper_bounds, footer.upperBounds())):
+            assert {k: bytes(v) for k, v in registered.items()} == {int(k): bytes(read.get(k).array()) for k in read.keySet()}

@@ -157,3 +157,24 @@ def test_any_json_is_parsed_or_rejected_never_crashes(op, before, after, wrapped
     except RejectedEvent:
         return
     assert event.op in {"c", "r", "u", "d"} and event.key[0] is not None
+
+
+@pytest.mark.parametrize(("kind", "raw", "expected"), [
+    ("decimal(12, 2)", "0.50", "0.50"),
+    ("decimal(12, 2)", "-12.30", "-12.30"),
+    ("decimal(12, 2)", "1234567890.12", "1234567890.12"),
+    ("decimal(12, 2)", "1.5", "1.50"),  # not canonical yet: the full path pads it
+    ("decimal(12, 2)", "012.30", "12.30"),
+    ("decimal(12, 2)", "12345678901.12", None),
+    ("decimal(2, 2)", "0.12", "0.12"),
+    ("decimal(2, 2)", "1.23", None),
+    ("decimal(5, 0)", "12345", "12345"),
+    ("decimal(5, 0)", "123456", None),
+])
+def test_decimal_strings_fast_and_full_paths_agree(kind, raw, expected):
+    column = Column("x", kind)
+    if expected is None:
+        with pytest.raises(RejectedEvent):
+            decode_value(column, raw)
+    else:
+        assert decode_value(column, raw) == expected

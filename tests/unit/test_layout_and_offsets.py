@@ -59,3 +59,14 @@ def test_partition_paths_render_time_transforms_as_iceberg_does():
     assert month.path_segment(660) == "ts_month=2025-01"
     assert year.path_segment(55) == "ts_year=2025"
     assert hour.java_string(482149) == "482149"  # what Iceberg's partition-string parser reads back
+
+
+@pytest.mark.parametrize("transform", ["day", "hour"])
+@pytest.mark.parametrize("source_type", ["timestamp", "timestamptz"])
+def test_fast_time_transforms_agree_with_pyiceberg(transform, source_type):
+    from icecdc.ingest.layout import _transform_function
+
+    term = PartitionTerm("p", "ts", transform, source_type)
+    exact = _transform_function(transform, source_type)
+    values = [0, -1, 1, 86_399_999_999, -86_400_000_001, *random.Random(3).sample(range(-10**17, 10**17), 500)]
+    assert [term.apply(v) for v in values] == [exact(v) for v in values]
