@@ -1,6 +1,8 @@
 import datetime as dt
+import random
 
 import pyarrow as pa
+import pytest
 
 from icecdc.ingest import offsets
 from icecdc.ingest.debezium import Column
