@@ -209,10 +209,16 @@ class TableLayout:
     def to_arrow(self, rows: Sequence[Mapping[str, Any]], key_only: bool = False) -> pa.Table:
         schema = self.key_arrow_schema() if key_only else self.arrow_schema()
         by_name = {c.name: c for c in self.columns}
-        arrays = [
-            pa.array([to_python(by_name[f.name].type, row.get(f.name)) for row in rows], type=f.type)
-            for f in schema
-        ]
+        arrays = []
+        for f in schema:
+            values = [row.get(f.name) for row in rows]
+            if pa.types.is_decimal(f.type):
+                # Canonical decimals are exact strings: Arrow parses them in C++, no Decimal objects.
+                arrays.append(pa.array(values, pa.string()).cast(f.type))
+            elif pa.types.is_binary(f.type):
+                arrays.append(pa.array([to_python(by_name[f.name].type, v) for v in values], f.type))
+            else:
+                arrays.append(pa.array(values, f.type))
         return pa.Table.from_arrays(arrays, schema=schema)
 
 
