@@ -11,6 +11,7 @@ import os
 import socket
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STATUS_FILE = "compactor-status.json"
+RECENT_RESULTS = 1000
 
 # The status file is rewritten at most this often; `icecdc status` trusts it while it is fresh.
 STATUS_INTERVAL = 1.0
@@ -55,7 +57,8 @@ class CompactorStats:
     commit_events: int = 0
     bad_commit_events: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
-    results: list[CompactionEvent] = field(default_factory=list)
+    # The latest compaction events, newest last (bounded: the sidecar runs for months).
+    results: deque[CompactionEvent] = field(default_factory=lambda: deque(maxlen=RECENT_RESULTS))
 
     @property
     def committed(self) -> int:
@@ -71,7 +74,8 @@ class CompactorSidecar:
         self._spark = spark
         self._clock = clock
         self._catalog = pyiceberg_catalog(config)
-        self._layouts: dict[str, TableLayout] = {}
+        # Each configured table's layout as last read from its metadata.
+        self.layouts: dict[str, TableLayout] = {}
         self.tracker = PartitionTracker(self.settings)
         self.stats = CompactorStats()
         kafka.ensure_topics(config.kafka, [config.commit_topic, config.compaction_topic])
@@ -102,7 +106,7 @@ class CompactorSidecar:
         if loaded is None:
             log.info("table %s does not exist yet; the ingester creates it", table_name)
             return
-        self._layouts[table_name] = loaded.layout
+        self.layouts[table_name] = loaded.layout
         self.tracker.on_metadata(table_name, loaded.sequence_number, loaded.partitions)
 
     def reconcile_all(self) -> None:
@@ -139,7 +143,7 @@ class CompactorSidecar:
     def compact(self, candidate: Candidate) -> CompactionEvent:
         state = self.tracker.get(candidate.table, candidate.partition_path)
         assert state is not None
-        layout = self._layouts[candidate.table]
+        layout = self.layouts[candidate.table]
         started = self._clock()
         self.tracker.started(state)
         self.write_status(force=True)

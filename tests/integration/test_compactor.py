@@ -104,7 +104,7 @@ def test_only_the_settled_partition_is_compacted_while_the_hot_one_takes_writes(
     assert_compactions_kept_rows(spark, name, events)
 
     # Fixed point: a second pass over the compacted partition finds nothing to do.
-    layout = sidecar._layouts[config.tables[0].name]
+    layout = sidecar.layouts[config.tables[0].name]
     us_key = next(tuple(s.partition[t.name] for t in layout.partition) for s in sidecar.tracker if s.path.startswith("region=us"))
     compaction = PartitionCompaction(spark, name, layout, us_key, config.catalog.properties, 256 * KB)
     files = compaction.files()
@@ -258,7 +258,7 @@ def test_a_conflicting_compaction_commits_nothing_and_removes_its_files(spark, s
             stream([src.upsert(k, "eu", 10 * k + n, 0) for k in range(1, 30)])
     sidecar = CompactorSidecar(config, spark)
     sidecar.reconcile_all()
-    layout = sidecar._layouts[config.tables[0].name]
+    layout = sidecar.layouts[config.tables[0].name]
     [state] = list(sidecar.tracker)
     key = tuple(state.partition[t.name] for t in layout.partition)
     first, second = (PartitionCompaction(spark, name, layout, key, config.catalog.properties, 1 << 20) for _ in range(2))
