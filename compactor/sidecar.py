@@ -181,6 +181,7 @@ class CompactorSidecar:
         event = self._event(state, kind, outcome, reason, attempt, started, now, result)
         self._record(event)
         self.reconcile(candidate.table)
+        self.write_status(force=True)  # no longer "compacting", with the new file counts
         return event
 
     def _event(self, state: PartitionState, kind: str, outcome: str, reason: str, attempt: int,

@@ -108,12 +108,14 @@ def test_metrics_and_health_answer_during_ingest_and_compaction(spark, stack_con
     compactor = Running(run_compactor, config=config, spark=spark)
     wait_for(lambda: get(compactor_port, "/readyz")[0] == 200, what="compactor readiness")
     committed = (("kind", "delete-merge"), ("outcome", "committed"), ("table", table.name))
-    wait_for(lambda: scrape(compactor_port).get(("icecdc_compactions_total", committed)), what="a compaction")
+    settled = (("state", "settled"), ("table", table.name))
+    wait_for(lambda: (m := scrape(compactor_port)).get(("icecdc_compactions_total", committed)) and m.get(("icecdc_compactor_partitions", settled)),
+             what="a compaction, and its partition settled again")
     metrics = scrape(compactor_port)
     stats = compactor.finish()
     assert metrics[("icecdc_compactions_total", committed)] == stats.committed == 1
     assert metrics[("icecdc_compactor_data_files_removed_total", label)] == stats.results[0].data_files_rewritten == 3
-    assert metrics[("icecdc_compactor_partitions", (("state", "settled"), ("table", table.name)))] == 1
+    assert metrics[("icecdc_compactor_partitions", settled)] == 1
     assert table_rows(spark, f"lake.{table.name}") == source.expected_rows()
 
 
