@@ -29,7 +29,7 @@ from icecdc.compactor.settle import settles_at
 from icecdc.compactor.tracker import PartitionState, PartitionTracker
 from icecdc.config import Config, TableConfig
 from icecdc.events import CommitEvent, CompactionEvent
-from icecdc.health import Health, HealthServer
+from icecdc.health import Health, serving
 from icecdc.ingest.layout import TableLayout
 
 if TYPE_CHECKING:
@@ -285,17 +285,12 @@ def run_compactor(config: Config, until_idle: float | None = None, spark: SparkS
 
     if not config.tables:
         raise ValueError("the configuration lists no tables to compact")
-    health = Health(config.compactor.http.stall_seconds)
-    health.add_check("catalog", catalog_check(config))
-    server = HealthServer(config.compactor.http, health).start()
-    try:
+    with serving(config.compactor.http, {"catalog": catalog_check(config)}) as health:
         spark = spark or create_spark_session(config, "icecdc-compactor")
         sidecar = CompactorSidecar(config, spark, health=health)
         try:
             stats = sidecar.run(until_idle, stop or stop_on_signals())
         finally:
             sidecar.close()
-    finally:
-        server.stop()
     log.info("compactor finished: %d commit events, compactions %s", stats.commit_events, stats.outcomes or "none")
     return stats

@@ -65,8 +65,12 @@ CATALOG_CHECK_SECONDS = 10.0
 def catalog_check(config: Config) -> Check:
     """A readiness check: the catalog answers a namespace listing."""
 
+    catalog: list[Catalog] = []  # opened once, on the first probe: probes must not open connections
+
     def reachable() -> tuple[bool, str]:
-        namespaces = pyiceberg_catalog(config).list_namespaces()
+        if not catalog:
+            catalog.append(pyiceberg_catalog(config))
+        namespaces = catalog[0].list_namespaces()
         return True, f"catalog {config.catalog.name} answers ({len(namespaces)} namespaces)"
 
     return cached(reachable, CATALOG_CHECK_SECONDS)

@@ -14,6 +14,19 @@ from icecdc.schemas import COMMIT_EVENT, COMPACTION_EVENT, validator
 EVENT_VERSION = 1
 
 
+def _encode(event: Any, schema: str) -> bytes:
+    """JSON for an event dataclass, checked against its schema: nothing malformed is published."""
+    document = asdict(event)
+    validator(schema)(document)
+    return orjson.dumps(document)
+
+
+def _decode(data: bytes, schema: str) -> dict[str, Any]:
+    document = orjson.loads(data)
+    validator(schema)(document)
+    return document
+
+
 @dataclass(frozen=True)
 class PartitionDelta:
     partition: dict[str, Any]
@@ -41,14 +54,11 @@ class CommitEvent:
     version: int = EVENT_VERSION
 
     def to_json(self) -> bytes:
-        document = asdict(self)
-        validator(COMMIT_EVENT)(document)
-        return orjson.dumps(document)
+        return _encode(self, COMMIT_EVENT)
 
     @classmethod
     def from_json(cls, data: bytes) -> CommitEvent:
-        document = orjson.loads(data)
-        validator(COMMIT_EVENT)(document)
+        document = _decode(data, COMMIT_EVENT)
         partitions = [PartitionDelta(**p) for p in document.pop("partitions")]
         return cls(**document, partitions=partitions)
 
@@ -80,12 +90,8 @@ class CompactionEvent:
     version: int = EVENT_VERSION
 
     def to_json(self) -> bytes:
-        document = asdict(self)
-        validator(COMPACTION_EVENT)(document)
-        return orjson.dumps(document)
+        return _encode(self, COMPACTION_EVENT)
 
     @classmethod
     def from_json(cls, data: bytes) -> CompactionEvent:
-        document = orjson.loads(data)
-        validator(COMPACTION_EVENT)(document)
-        return cls(**document)
+        return cls(**_decode(data, COMPACTION_EVENT))

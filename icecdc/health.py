@@ -16,7 +16,8 @@ import logging
 import socketserver
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
@@ -93,6 +94,19 @@ def cached(check: Check, seconds: float, clock: Callable[[], float] = time.monot
             return state["result"]
 
     return run
+
+
+@contextmanager
+def serving(settings: HttpConfig, checks: dict[str, Check]) -> Iterator[Health]:
+    """The Health of a long-running command, served on ``settings`` while the block runs."""
+    health = Health(settings.stall_seconds)
+    for name, check in checks.items():
+        health.add_check(name, check)
+    server = HealthServer(settings, health).start()
+    try:
+        yield health
+    finally:
+        server.stop()
 
 
 class HealthServer:

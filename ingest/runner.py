@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from icecdc import kafka
 from icecdc.catalog import catalog_check, ensure_tables
 from icecdc.config import Config
-from icecdc.health import Health, HealthServer
+from icecdc.health import Health, serving
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import (
     DirectKafkaSource,
@@ -33,14 +33,9 @@ def run_ingest(config: Config, until_idle: float | None = None, spark: SparkSess
     """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
     if not config.tables:
         raise ValueError("the configuration lists no tables to ingest")
-    health = Health(config.ingest.http.stall_seconds)
-    health.add_check("catalog", catalog_check(config))
-    health.mark("source", False, "not reading yet")
-    server = HealthServer(config.ingest.http, health).start()
-    try:
+    with serving(config.ingest.http, {"catalog": catalog_check(config)}) as health:
+        health.mark("source", False, "not reading yet")
         return _ingest(config, until_idle, spark, stop or stop_on_signals(), health)
-    finally:
-        server.stop()
 
 
 def _ingest(config: Config, until_idle: float | None, spark: SparkSession | None, stop: threading.Event,
