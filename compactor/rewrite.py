@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,16 @@ from icecdc.compactor.policy import (
 from icecdc.compactor.positions import Conversion, EqualityDeletes, convert_all
 from icecdc.ingest.commit import java_partition
 from icecdc.ingest.layout import PartitionKey, TableLayout
-from icecdc.jvm import CommittedSnapshot, activate_session, commit_tagged, java_exception_class, jvm, load_table, static_call
+from icecdc.jvm import (
+    CommittedSnapshot,
+    activate_session,
+    commit_tagged,
+    iterate,
+    java_exception_class,
+    jvm,
+    load_table,
+    static_call,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -60,6 +69,13 @@ _CONFLICTS = {
     "org.apache.iceberg.exceptions.CommitFailedException",
 }
 _UNKNOWN = "org.apache.iceberg.exceptions.CommitStateUnknownException"
+
+
+Committer = Callable[[Callable[[], CommittedSnapshot]], CommittedSnapshot]
+
+
+def _commit_now(attempt: Callable[[], CommittedSnapshot]) -> CommittedSnapshot:
+    return attempt()
 
 
 class CompactionConflict(RuntimeError):
@@ -116,12 +132,6 @@ def partition_filter(spark: SparkSession, layout: TableLayout, partition: Partit
     return result
 
 
-def _iterate(iterable: Any) -> Any:
-    iterator = iterable.iterator()
-    while iterator.hasNext():
-        yield iterator.next()
-
-
 class PartitionCompaction:
     """One compaction of one partition of one table."""
 
@@ -152,12 +162,12 @@ class PartitionCompaction:
         expression = partition_filter(self._spark, self._layout, self._partition)
         listing = _Listing(snapshot, PartitionFiles((), ()))
         io = self.table.io()
-        for manifest in _iterate(snapshot.deleteManifests(io)):
+        for manifest in iterate(snapshot.deleteManifests(io)):
             if manifest.partitionSpecId() != self._layout.spec_id:
                 continue
             reader = self._jvm.org.apache.iceberg.ManifestFiles.readDeleteManifest(manifest, io, self.table.specs()).filterRows(expression)
             try:
-                for delete in _iterate(reader):
+                for delete in iterate(reader):
                     if self._in_partition(delete, spec, java_path):
                         listing.deletes[delete.location()] = delete.copy()
             finally:
@@ -173,7 +183,7 @@ class PartitionCompaction:
         scan = self.table.newScan().useSnapshot(snapshot.snapshotId()).filter(expression).ignoreResiduals()
         tasks = scan.planFiles()
         try:
-            for task in _iterate(tasks):
+            for task in iterate(tasks):
                 file = task.file()
                 if not self._in_partition(file, spec, java_path):
                     continue
@@ -187,8 +197,16 @@ class PartitionCompaction:
         self._listing = listing
         return listing.files
 
-    def run(self, plan: RewritePlan, summary: Mapping[str, str]) -> CompactionResult:
-        """Execute a plan made from ``files()`` and commit it."""
+    @property
+    def starting_snapshot(self) -> tuple[int, int]:
+        """(snapshot id, sequence number) the last ``files()`` listed the partition at."""
+        if self._listing is None:
+            raise RuntimeError("files() must be called first")
+        return self._listing.snapshot.snapshotId(), self._listing.snapshot.sequenceNumber()
+
+    def run(self, plan: RewritePlan, summary: Mapping[str, str], commit: Committer = _commit_now) -> CompactionResult:
+        """Execute a plan made from ``files()`` and commit it through ``commit``, which calls the
+        attempt it is given when (and as often as) it sees fit: the coordinator's commit gate."""
         listing = self._listing
         if listing is None:
             raise RuntimeError("files() must be called before run()")
@@ -203,20 +221,23 @@ class PartitionCompaction:
             position_files = self._convert(plan, listing) if plan.convert else []
             written += [f.location() for f in position_files]
             failpoints.hit("compactor-before-commit")
-            update = self.table.newRewrite().validateFromSnapshot(snapshot.snapshotId())
-            if new_data:
-                update = update.dataSequenceNumber(snapshot.sequenceNumber())
-            for path in plan.rewrite:
-                update = update.deleteFile(listing.tasks[path].file())
-            for file in new_data:
-                update = update.addFile(file)
-            for file in position_files:
-                update = update.addFile(file)
-            for path in plan.remove_deletes:
-                update = update.deleteFile(listing.deletes[path])
             tags = {**summary, WORK_PROPERTY: plan.work.value, PARTITION_PROPERTY: self._path,
                     STARTING_SNAPSHOT_PROPERTY: str(snapshot.snapshotId())}
-            committed = commit_tagged(update, tags, self.table)
+
+            def attempt() -> CommittedSnapshot:
+                # A fresh update per attempt: a failed Iceberg update cannot be committed again.
+                update = self.table.newRewrite().validateFromSnapshot(snapshot.snapshotId())
+                if new_data:
+                    update = update.dataSequenceNumber(snapshot.sequenceNumber())
+                for path in plan.rewrite:
+                    update = update.deleteFile(listing.tasks[path].file())
+                for file in [*new_data, *position_files]:
+                    update = update.addFile(file)
+                for path in plan.remove_deletes:
+                    update = update.deleteFile(listing.deletes[path])
+                return commit_tagged(update, tags, self.table)
+
+            committed = commit(attempt)
         except Exception as error:
             kind = java_exception_class(error)
             if kind != _UNKNOWN:
@@ -253,7 +274,7 @@ class PartitionCompaction:
              .option(write.DISTRIBUTION_MODE, "none")
              .option(write.OUTPUT_SPEC_ID, str(self._layout.spec_id))
              .mode("append").save(group))
-            return list(_iterate(coordinator.fetchNewFiles(self.table, group)))
+            return list(iterate(coordinator.fetchNewFiles(self.table, group)))
         finally:
             cache.remove(group)
             staged.removeTasks(self.table, group)

@@ -25,10 +25,16 @@ from icecdc.compactor import metrics
 from icecdc.compactor.metadata import load_table_partitions
 from icecdc.compactor.policy import Candidate, plan_rewrite
 from icecdc.compactor.rewrite import COMPACTOR_PROPERTY, CompactionConflict, CompactionResult, PartitionCompaction
-from icecdc.compactor.settle import settles_at
+from icecdc.compactor.settle import WriteCadence, settles_at
 from icecdc.compactor.tracker import PartitionState, PartitionTracker
 from icecdc.config import Config, TableConfig
-from icecdc.events import CommitEvent, CompactionEvent
+from icecdc.coordinator import metrics as coordination_metrics
+from icecdc.coordinator.activity import STARTED, TableActivity
+from icecdc.coordinator.commits import CommitGate, CommitGaveUp
+from icecdc.coordinator.leases import LeaseLost, PartitionLeases
+from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, MaintenanceResult, MaintenanceSchedule, TableMaintenance
+from icecdc.coordinator.ownership import maintenance_slot, slot_of
+from icecdc.events import CommitEvent, CompactionEvent, MaintenanceEvent
 from icecdc.health import Health, serving
 from icecdc.ingest.layout import TableLayout
 
@@ -42,6 +48,9 @@ RECENT_RESULTS = 1000
 
 # The status file is rewritten at most this often; `icecdc status` trusts it while it is fresh.
 STATUS_INTERVAL = 1.0
+# On start, a replica reads this many of the latest events of each topic partition: the writers'
+# cadences and the compactions and maintenance runs in flight.
+EVENT_TAIL = 10_000
 
 
 def default_replica_id() -> str:
@@ -56,6 +65,7 @@ def status_path(config: Config) -> Path:
 class CompactorStats:
     commit_events: int = 0
     bad_commit_events: int = 0
+    maintenance: list[MaintenanceEvent] = field(default_factory=list)
     outcomes: dict[str, int] = field(default_factory=dict)
     # The latest compaction events, newest last (bounded: the sidecar runs for months).
     results: deque[CompactionEvent] = field(default_factory=lambda: deque(maxlen=RECENT_RESULTS))
@@ -78,23 +88,54 @@ class CompactorSidecar:
         self.layouts: dict[str, TableLayout] = {}
         self.tracker = PartitionTracker(self.settings)
         self.stats = CompactorStats()
-        kafka.ensure_topics(config.kafka, [config.commit_topic, config.compaction_topic])
+        coordination = config.coordinator
+        self.writers: dict[str, WriteCadence] = {}
+        self.activity = TableActivity(coordination.max_compaction_seconds)
+        self.schedule = MaintenanceSchedule(coordination.maintenance)
+        topics = [config.commit_topic, config.compaction_topic, config.maintenance_topic]
+        kafka.ensure_topics(config.kafka, topics)
         self.health = health or Health(float("inf"))
         self.health.mark("kafka", False, f"joining consumer group {self.settings.consumer_group}")
-        self._consumer = kafka.consumer(config.kafka, self.settings.consumer_group, **{"enable.auto.commit": True})
-        self._consumer.subscribe([config.commit_topic], on_assign=self._assigned)
+        self.leases = PartitionLeases(config, self.replica)
+        self._generation = self.leases.ownership.generation
+        # Every replica reads every event (the writers' cadences, the others' compactions), so this
+        # consumer is outside the group; ownership comes from the group (``self.leases``).
+        self._consumer = kafka.tail_consumer(config.kafka, f"{self.settings.consumer_group}.events", topics, EVENT_TAIL)
         self._producer = kafka.producer(config.kafka)
+        self.gate = CommitGate(coordination, self.writer, self.poll_events, clock=clock)
         self._last_reconcile = float("-inf")
         self._last_status = float("-inf")
         self.last_event = clock()
+        if not self.wait_for_leases(coordination.session_timeout_seconds * 3):
+            log.warning("replica %s has not joined consumer group %s yet; it compacts nothing until it has",
+                        self.replica, self.settings.consumer_group)
 
     # ---- inputs ----
 
-    def _assigned(self, _consumer: Any, partitions: list[Any]) -> None:
-        # With more replicas than commit-topic partitions a member may get none; it has joined
-        # all the same, and metadata reconciliation still feeds it.
-        self.health.mark("kafka", True, f"in consumer group {self.settings.consumer_group}, "
-                                        f"{len(partitions)} commit-topic partitions assigned")
+    def writer(self, table: str) -> WriteCadence:
+        return self.writers.setdefault(table, WriteCadence())
+
+    def poll_leases(self) -> None:
+        """Serve the group protocol; on a new assignment, re-read the tables (another replica
+        may have compacted the partitions this one now holds)."""
+        self.leases.poll()
+        ownership = self.leases.ownership
+        if ownership.generation != self._generation:
+            self._generation = ownership.generation
+            coordination_metrics.SLOTS_HELD.set(len(ownership.held))
+            if self.leases.joined:
+                self.health.mark("kafka", True, f"in consumer group {self.settings.consumer_group}, "
+                                                f"holding {len(ownership.held)} of {ownership.slots} slots")
+                self._last_reconcile = float("-inf")
+
+    def wait_for_leases(self, timeout: float = 60.0) -> bool:
+        """Block until the group has given this replica its first assignment (possibly empty)."""
+        deadline = time.monotonic() + timeout
+        while not self.leases.joined and time.monotonic() < deadline:
+            self.poll_leases()
+            time.sleep(0.05)
+        self.poll_leases()
+        return self.leases.joined
 
     def _table_config(self, name: str) -> TableConfig | None:
         return next((t for t in self.config.tables if t.name == name), None)
@@ -115,28 +156,37 @@ class CompactorSidecar:
         self._last_reconcile = self._clock()
 
     def poll_events(self, timeout: float) -> int:
+        """Apply the events that arrive within ``timeout``; returns how many commit events."""
         count = 0
-        messages = self._consumer.consume(500, timeout)
-        for message in messages:
+        for message in self._consumer.consume(500, timeout):
             if message.error() is not None:
-                log.warning("commit topic: %s", message.error())
+                log.warning("event topics: %s", message.error())
                 continue
+            topic = message.topic()
             try:
-                event = CommitEvent.from_json(message.value())
+                if topic == self.config.commit_topic:
+                    count += self._on_commit(CommitEvent.from_json(message.value()))
+                elif topic == self.config.compaction_topic:
+                    self.activity.on_compaction(CompactionEvent.from_json(message.value()))
+                else:
+                    self.activity.on_maintenance(MaintenanceEvent.from_json(message.value()))
             except Exception as exc:  # noqa: BLE001 - a bad event must not stop the sidecar
-                self.stats.bad_commit_events += 1
-                metrics.COMMIT_EVENTS.labels("invalid").inc()
-                log.warning("ignoring an invalid commit event at %s[%d]@%d: %s", message.topic(), message.partition(), message.offset(), exc)
-                continue
-            if self._table_config(event.table) is None:
-                continue
-            self.tracker.on_commit(event)
-            self.stats.commit_events += 1
-            metrics.COMMIT_EVENTS.labels("applied").inc()
-            count += 1
+                if topic == self.config.commit_topic:
+                    self.stats.bad_commit_events += 1
+                    metrics.COMMIT_EVENTS.labels("invalid").inc()
+                log.warning("ignoring an invalid event at %s[%d]@%d: %s", topic, message.partition(), message.offset(), exc)
         if count:
             self.last_event = self._clock()
         return count
+
+    def _on_commit(self, event: CommitEvent) -> int:
+        if self._table_config(event.table) is None:
+            return 0
+        self.tracker.on_commit(event)
+        self.writer(event.table).record(event.commit_time_ms / 1000)
+        self.stats.commit_events += 1
+        metrics.COMMIT_EVENTS.labels("applied").inc()
+        return 1
 
     # ---- work ----
 
@@ -152,7 +202,10 @@ class CompactorSidecar:
         result: CompactionResult | None = None
         reason = candidate.reason
         kind = candidate.work.value
+        slot = slot_of(candidate.table, candidate.partition_path, self.leases.ownership.slots)
+        what = f"compacting {candidate.table} {candidate.partition_path or '(unpartitioned)'}"
         try:
+            self.leases.confirm(slot, what)
             partition = tuple(state.partition.get(term.name) for term in layout.partition)
             compaction = PartitionCompaction(self._spark, qualified(self.config, self._table_config(candidate.table)),
                                              layout, partition, self.config.catalog.properties, self.settings.target_file_size_bytes)
@@ -163,15 +216,23 @@ class CompactorSidecar:
                 reason = f"{reason}; nothing to rewrite at the current snapshot"
             else:
                 kind = plan.work.value
-                result = compaction.run(plan, {COMPACTOR_PROPERTY: self.replica})
+                self._publish_compaction(self._event(state, kind, STARTED, reason, attempt, started, started,
+                                                     CompactionResult(plan.work, *compaction.starting_snapshot)))
+                result = compaction.run(plan, {COMPACTOR_PROPERTY: self.replica}, lambda commit: self.gate.commit(
+                    candidate.table, commit, before_attempt=lambda: self.leases.confirm(slot, what)))
                 outcome = "committed"
-        except CompactionConflict as exc:
+        except LeaseLost as exc:
+            self.gate.lease_lost(candidate.table)
+            outcome, reason = "fenced", str(exc)
+        except (CompactionConflict, CommitGaveUp) as exc:
             outcome, reason = "conflict", str(exc)
         except Exception as exc:
             log.exception("compaction of %s %s failed", candidate.table, candidate.partition_path)
             outcome, reason = "failed", f"{type(exc).__name__}: {exc}"
         now = self._clock()
-        if outcome in ("committed", "skipped"):
+        if outcome == "fenced":
+            self.tracker.released(state)
+        elif outcome in ("committed", "skipped"):
             settled = settles_at(state.cadence, self.settings.settle)
             self.tracker.finished(state, now, committed=outcome == "committed")
             if outcome == "committed" and settled is not None and settled <= started:
@@ -215,8 +276,7 @@ class CompactorSidecar:
         metrics.POSITION_DELETE_FILES_ADDED.labels(table).inc(event.position_delete_files_added)
         self.stats.outcomes[event.outcome] = self.stats.outcomes.get(event.outcome, 0) + 1
         self.stats.results.append(event)
-        self._producer.produce(self.config.compaction_topic, key=table.encode(), value=event.to_json())
-        self._producer.poll(0)
+        self._publish_compaction(event)
         seconds = (event.finished_ms - event.started_ms) / 1000
         log.info("%s %s %s: %s in %.1fs (%s; %d data files -> %d, %d delete files removed, %d position-delete files added)",
                  event.kind, table, event.partition_path or "(unpartitioned)", event.outcome, seconds, event.reason,
@@ -225,29 +285,114 @@ class CompactorSidecar:
                         "sequence_number": event.sequence_number, "kind": event.kind, "outcome": event.outcome,
                         "replica": self.replica})
 
+    def _publish_compaction(self, event: CompactionEvent) -> None:
+        self.activity.on_compaction(event)  # this replica's own view, before the topic echoes it
+        self._producer.produce(self.config.compaction_topic, key=event.table.encode(), value=event.to_json())
+        # A started event must be out before the commit it announces (maintenance reads it).
+        self._producer.flush(10) if event.outcome == STARTED else self._producer.poll(0)
+
+    # ---- maintenance ----
+
+    def maintenance_due(self, now: float) -> list[tuple[str, str]]:
+        """(table, kind) pairs this replica should run now: it holds the table's maintenance
+        slot, and no compaction of the table is in flight on any replica."""
+        due = []
+        for table in self.config.tables:
+            if table.name not in self.layouts or not self.leases.owns_maintenance(table.name):
+                continue
+            if self.activity.running_compactions(table.name, now):
+                continue
+            due += [(table.name, kind) for kind in self.schedule.due(table.name, now)]
+        return due
+
+    def maintain(self, table_name: str, kind: str) -> MaintenanceEvent:
+        settings = self.config.coordinator.maintenance
+        slot = maintenance_slot(table_name, self.leases.ownership.slots)
+        started = self._clock()
+        self.schedule.done(table_name, kind, started)
+        base = {"table": table_name, "kind": kind, "replica": self.replica, "started_ms": int(started * 1000)}
+        result: MaintenanceResult | None = None
+        reason: str | None = None
+        try:
+            self.leases.confirm(slot, f"{kind} on {table_name}")
+            self._publish_maintenance(MaintenanceEvent(**base, outcome=STARTED, finished_ms=int(started * 1000)))
+            maintenance = TableMaintenance(self._spark, qualified(self.config, self._table_config(table_name)),
+                                           {COMPACTOR_PROPERTY: self.replica})
+            now_ms = int(self._clock() * 1000)
+            self.gate.wait_for_quiet(table_name)  # expiry and manifest rewrites commit metadata too
+            if kind == EXPIRE:
+                starts = [r.starting_snapshot_id for r in self.activity.running_compactions(table_name, self._clock())]
+                result = maintenance.expire(now_ms, settings, starts)
+            elif kind == MANIFESTS:
+                result = maintenance.rewrite_manifests(settings)
+            else:
+                result = maintenance.remove_orphans(now_ms, settings)
+            outcome = "committed" if result.committed else "nothing-to-do"
+        except LeaseLost as exc:
+            outcome, reason = "failed", str(exc)
+        except Exception as exc:
+            log.exception("%s on %s failed", kind, table_name)
+            outcome, reason = "failed", f"{type(exc).__name__}: {exc}"
+        counts: dict[str, Any] = {}
+        if result is not None:
+            counts = {"cutoff_ms": result.cutoff_ms, "protected_snapshot_ids": list(result.protected_snapshot_ids),
+                      "snapshots_expired": result.snapshots_expired, "files_deleted": result.files_deleted,
+                      "manifests_rewritten": result.manifests_rewritten, "manifests_added": result.manifests_added}
+        event = MaintenanceEvent(**base, outcome=outcome, finished_ms=int(self._clock() * 1000), reason=reason, **counts)
+        self._publish_maintenance(event)
+        self.stats.maintenance.append(event)
+        del self.stats.maintenance[:-RECENT_RESULTS]
+        coordination_metrics.MAINTENANCE.labels(table_name, kind, outcome).inc()
+        coordination_metrics.SNAPSHOTS_EXPIRED.labels(table_name).inc(event.snapshots_expired)
+        if kind == "remove-orphans":
+            coordination_metrics.ORPHANS_REMOVED.labels(table_name).inc(event.files_deleted)
+        coordination_metrics.MANIFESTS_REWRITTEN.labels(table_name).inc(event.manifests_rewritten)
+        log.info("%s on %s: %s in %.1fs (%d snapshots expired, %d files deleted, %d manifests rewritten)%s",
+                 kind, table_name, outcome, (event.finished_ms - event.started_ms) / 1000, event.snapshots_expired,
+                 event.files_deleted, event.manifests_rewritten, f": {reason}" if reason else "",
+                 extra={"table": table_name, "kind": kind, "outcome": outcome, "replica": self.replica})
+        return event
+
+    def _publish_maintenance(self, event: MaintenanceEvent) -> None:
+        self.activity.on_maintenance(event)
+        self._producer.produce(self.config.maintenance_topic, key=event.table.encode(), value=event.to_json())
+        self._producer.flush(10) if event.outcome == STARTED else self._producer.poll(0)
+
     # ---- the loop ----
+
+    def due_candidates(self, now: float) -> list[Candidate]:
+        """The tracker's candidates in the partitions this replica holds, on tables no
+        maintenance run is touching."""
+        return [c for c in self.tracker.candidates(now)
+                if self.leases.owns(c.table, c.partition_path) and not self.activity.maintenance_running(c.table, now)]
 
     def run_once(self, poll_timeout: float = 0.0) -> CompactionEvent | None:
         """One turn: read events, reconcile when due, compact the best due partition if any."""
         self.health.beat()
+        self.poll_leases()
         self.poll_events(poll_timeout)
         now = self._clock()
         if now - self._last_reconcile >= self.settings.reconcile_seconds:
             self.reconcile_all()
-        candidates = self.tracker.candidates(now)
+        candidates = self.due_candidates(now)
         event = self.compact(candidates[0]) if candidates else None
+        if event is None:
+            for table, kind in self.maintenance_due(self._clock()):
+                self.maintain(table, kind)
         self.write_status()
         return event
 
     def idle(self, until_idle: float) -> bool:
         now = self._clock()
-        return now - self.last_event >= until_idle and not self.tracker.candidates(now) and not self.tracker.waiting(now)
+        waiting = [s for s in self.tracker.waiting(now) if self.leases.owns(s.table, s.path)]
+        return (self.leases.joined and now - self.last_event >= until_idle and not self.due_candidates(now)
+                and not waiting)
 
     def run(self, until_idle: float | None = None, stop: threading.Event | None = None) -> CompactorStats:
         stop = stop or threading.Event()
         log.info("compactor %s watching %s on %s", self.replica, ", ".join(t.name for t in self.config.tables), self.config.commit_topic)
         while not stop.is_set():
-            event = self.run_once(poll_timeout=0.0 if self.tracker.candidates(self._clock()) else 1.0)
+            event = self.run_once(poll_timeout=0.0 if self.due_candidates(self._clock()) else 1.0)
             if event is None and until_idle is not None and self.idle(until_idle):
                 break
         return self.stats
@@ -257,7 +402,7 @@ class CompactorSidecar:
         if not force and now - self._last_status < STATUS_INTERVAL:
             return
         self._last_status = now
-        rows = self.tracker.report(now)
+        rows = self.tracker.report(now, owned=self.leases.owns)
         for table in self.config.tables:
             counts: dict[str, int] = {}
             for row in rows:
@@ -274,6 +419,7 @@ class CompactorSidecar:
     def close(self) -> None:
         self.write_status(force=True)
         self._consumer.close()
+        self.leases.close()  # leaves the group at once: the others take the slots without waiting out a session
         self._producer.flush(30)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -188,6 +188,11 @@ class PartitionTracker:
         if committed:
             state.last_compaction = now
 
+    def released(self, state: PartitionState) -> None:
+        """The compaction stopped without an outcome of its own (the partition's lease moved to
+        another replica): nothing to answer, nothing to back off from."""
+        state.compacting = False
+
     def failed(self, state: PartitionState, now: float) -> bool:
         """Schedule a retry with backoff; returns False when the partition is given up (until
         it is written again)."""
@@ -203,7 +208,9 @@ class PartitionTracker:
 
     # ---- reporting ----
 
-    def report(self, now: float, tables: Iterable[str] | None = None) -> list[dict[str, Any]]:
+    def report(self, now: float, tables: Iterable[str] | None = None,
+               owned: Callable[[str, str], bool] | None = None) -> list[dict[str, Any]]:
+        """Status rows; ``owned`` tells whether this replica holds a partition's lease."""
         wanted = set(tables) if tables is not None else None
         rows = []
         for state in sorted(self._partitions.values(), key=lambda s: s.key):
@@ -227,5 +234,6 @@ class PartitionTracker:
                 "settle_window_seconds": round(settle_window(state.cadence, self.settings.settle), 1),
                 "read_cost": read_cost(stats),
                 "ideal_read_cost": ideal_read_cost(stats, self.settings),
+                **({"owned": owned(state.table, state.path)} if owned is not None else {}),
             })
         return rows

@@ -1,2 +1,11 @@
 """What keeps the writer and the compactors from failing each other's commits, and keeps two
-compactor replicas off the same partition."""
+compactor replicas off the same partition (docs/coordinator.md):
+
+- ``ownership``: which slot a partition belongs to, and the slots this replica holds (pure);
+- ``leases``: the Kafka consumer group that shares the slots out, and the lease check before a
+  commit;
+- ``quiet``: when the writer of a table is quiet enough for a commit (pure);
+- ``commits``: the commit gate (quiet window, backoff and jitter, give-up) and its accounting;
+- ``activity``: which compactions and maintenance runs are in flight, across replicas (pure);
+- ``maintenance``: snapshot expiry, orphan removal, manifest rewrites, and what they must spare.
+"""

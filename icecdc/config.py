@@ -235,6 +235,53 @@ class CompactorConfig(_Strict):
         return int(self.target_file_size_bytes * self.large_file_ratio)
 
 
+class MaintenanceConfig(_Strict):
+    """Snapshot expiry, orphan-file removal and manifest rewrites, run per table by the replica
+    that owns the table's maintenance slot, never while a compaction of the table is running."""
+
+    enabled: bool = True
+    interval_seconds: float = Field(default=900.0, gt=0)
+    # Snapshots older than this are expired, except the newest ``retain_last``, the starting
+    # snapshot of every running compaction and the ingester's newest offsets snapshot (and
+    # everything after it): exactly-once recovery reads its offsets from that snapshot.
+    snapshot_retention_seconds: float = Field(default=6 * 3600.0, ge=0)
+    retain_last: int = Field(default=10, ge=1)
+    # Files under the table location that no snapshot references are removed once this old. It
+    # must exceed the longest micro-batch and the longest compaction, whose files are
+    # unreferenced until they commit: below an hour is refused.
+    orphan_age_seconds: float = Field(default=3 * 24 * 3600.0, ge=3600.0)
+    orphan_interval_seconds: float = Field(default=24 * 3600.0, gt=0)
+    # Manifests are rewritten (clustered by partition) once the current snapshot has this many.
+    max_manifests: int = Field(default=100, ge=2)
+
+
+class CoordinatorConfig(_Strict):
+    """How compactor replicas share partitions, and when a compaction may commit
+    (docs/coordinator.md)."""
+
+    # Partition ownership: every partition hashes to one of ``lease_slots`` slots, the
+    # partitions of ``lease_topic``, which the compactor consumer group shares out. The slot count
+    # caps how many replicas can do useful work; it is fixed when the topic is created.
+    lease_topic: str = "icecdc.compactor-leases"
+    lease_slots: int = Field(default=32, ge=1)
+    # A replica that stops heartbeating loses its slots after this (Kafka's session timeout).
+    session_timeout_seconds: float = Field(default=10.0, ge=1.0)
+    # The longest compaction: a replica busy longer is dropped from the group (and its commit
+    # then fails its lease check). Other replicas wait up to this long for a rebalance.
+    max_compaction_seconds: float = Field(default=1800.0, ge=10.0)
+    # Commit only in the writer's quiet windows, learned from its commit events.
+    quiet_windows: bool = True
+    # The longest wait for a quiet window; then the compaction commits anyway.
+    max_quiet_wait_seconds: float = Field(default=30.0, ge=0)
+    # A commit that loses the catalog's compare-and-set (after Iceberg's own retries) is tried
+    # again this many times in all, with jittered exponential backoff, then given up: a
+    # compaction yields rather than starving the writer.
+    commit_attempts: int = Field(default=4, ge=1)
+    commit_backoff_seconds: float = Field(default=0.5, ge=0)
+    commit_backoff_max_seconds: float = Field(default=10.0, ge=0)
+    maintenance: MaintenanceConfig = Field(default_factory=MaintenanceConfig)
+
+
 class Config(_Strict):
     # Local state: the embedded broker's pid/log, checkpoints, and (embedded default) catalog.
     state_dir: Path = Path(DEFAULT_STATE_DIR)
@@ -244,9 +291,11 @@ class Config(_Strict):
     commit_topic: str = "icecdc.commits"
     dead_letter_topic: str = "icecdc.dlq"
     compaction_topic: str = "icecdc.compactions"
+    maintenance_topic: str = "icecdc.maintenance"
     spark: SparkConfig = Field(default_factory=SparkConfig)
     ingest: IngestConfig = Field(default_factory=IngestConfig)
     compactor: CompactorConfig = Field(default_factory=CompactorConfig)
+    coordinator: CoordinatorConfig = Field(default_factory=CoordinatorConfig)
 
     @model_validator(mode="after")
     def _unique(self) -> Config:

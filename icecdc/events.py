@@ -1,6 +1,7 @@
 """The events icecdc publishes on Kafka: the commit event (the ingester, after every Iceberg
 commit; the compactor consumes it) and the compaction event (a compactor replica, for each
-compaction it attempts). schemas/ holds their contracts."""
+compaction it attempts, when it starts and when it ends) and the maintenance event (the replica that
+maintains a table, likewise). schemas/ holds their contracts."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from icecdc.schemas import COMMIT_EVENT, COMPACTION_EVENT, validator
+from icecdc.schemas import COMMIT_EVENT, COMPACTION_EVENT, MAINTENANCE_EVENT, validator
 
 EVENT_VERSION = 1
 
@@ -95,3 +96,30 @@ class CompactionEvent:
     @classmethod
     def from_json(cls, data: bytes) -> CompactionEvent:
         return cls(**_decode(data, COMPACTION_EVENT))
+
+
+@dataclass(frozen=True)
+class MaintenanceEvent:
+    """One maintenance run on one table (schemas/maintenance-event.schema.json)."""
+
+    table: str
+    kind: str
+    outcome: str
+    replica: str
+    started_ms: int
+    finished_ms: int
+    reason: str | None = None
+    cutoff_ms: int | None = None
+    protected_snapshot_ids: list[int] = field(default_factory=list)
+    snapshots_expired: int = 0
+    files_deleted: int = 0
+    manifests_rewritten: int = 0
+    manifests_added: int = 0
+    version: int = EVENT_VERSION
+
+    def to_json(self) -> bytes:
+        return _encode(self, MAINTENANCE_EVENT)
+
+    @classmethod
+    def from_json(cls, data: bytes) -> MaintenanceEvent:
+        return cls(**_decode(data, MAINTENANCE_EVENT))

@@ -6,6 +6,7 @@ to ``Integer``; helpers here build the exact Java values Iceberg's API expects.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -27,6 +28,9 @@ class CommittedSnapshot:
     sequence_number: int
     timestamp_ms: int
     operation: str
+    # Commits by others that landed between this commit's start and its compare-and-set: each
+    # one cost it a retry (Iceberg re-applies the update on the new metadata and tries again).
+    interleaved: int = 0
 
 
 def jvm(spark: SparkSession) -> JavaObject:
@@ -69,6 +73,13 @@ def java_exception_class(error: BaseException) -> str | None:
     return java.getClass().getName() if java is not None else None
 
 
+def iterate(iterable: JavaObject) -> Iterator[JavaObject]:
+    """The elements of a Java ``Iterable`` (py4j iterates collections, not every Iterable)."""
+    iterator = iterable.iterator()
+    while iterator.hasNext():
+        yield iterator.next()
+
+
 def history(table: JavaObject) -> Iterator[JavaObject]:
     """The table's current snapshot and its ancestors, newest first."""
     snapshot = table.currentSnapshot()
@@ -84,11 +95,21 @@ def commit_tagged(update: JavaObject, summary: Mapping[str, str], table: JavaObj
     commit_id = uuid.uuid4().hex
     for key, value in {**summary, COMMIT_ID_PROPERTY: commit_id}.items():
         update = update.set(key, value)
+    table.refresh()
+    current = table.currentSnapshot()
+    before = current.snapshotId() if current is not None else None
     update.commit()
+    ours: CommittedSnapshot | None = None
     for snapshot in history(table):
-        if snapshot.summary().get(COMMIT_ID_PROPERTY) == commit_id:
-            return CommittedSnapshot(
+        if ours is None and snapshot.summary().get(COMMIT_ID_PROPERTY) == commit_id:
+            ours = CommittedSnapshot(
                 snapshot.snapshotId(), snapshot.parentId(), snapshot.sequenceNumber(),
                 snapshot.timestampMillis(), snapshot.operation(),
             )
-    raise RuntimeError(f"commit {commit_id} is not in the history of {table.name()}")
+        elif ours is not None:
+            if snapshot.snapshotId() == before:
+                break
+            ours = dataclasses.replace(ours, interleaved=ours.interleaved + 1)
+    if ours is None:
+        raise RuntimeError(f"commit {commit_id} is not in the history of {table.name()}")
+    return ours

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from icecdc.config import KafkaConfig
@@ -56,3 +56,24 @@ def ensure_topics(kafka: KafkaConfig, topics: Iterable[str], partitions: int = 1
             if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
     return created
+
+
+def partition_count(kafka: KafkaConfig, topic: str, timeout: float = 30.0) -> int:
+    metadata = admin(kafka).list_topics(topic, timeout=timeout).topics[topic]
+    if metadata.error is not None:
+        raise KafkaException(metadata.error)
+    return len(metadata.partitions)
+
+
+def tail_consumer(kafka: KafkaConfig, group_id: str, topics: Iterable[str], tail: int) -> Consumer:
+    """A consumer of every partition of ``topics`` from their last ``tail`` records, outside any
+    group (each reader sees everything; nothing is committed). ``group_id`` only names it."""
+    client = consumer(kafka, group_id)
+    assignment = []
+    for topic in topics:
+        for partition in range(partition_count(kafka, topic)):
+            # The embedded broker's high watermark is off by a few: the tail is approximate.
+            low, high = client.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)
+            assignment.append(TopicPartition(topic, partition, max(low, high - tail)))
+    client.assign(assignment)
+    return client

@@ -11,6 +11,8 @@ COMMITS = Counter("icecdc_ingest_commits_total", "Iceberg commits", ["table"])
 ROWS_WRITTEN = Counter("icecdc_ingest_rows_written_total", "Rows written: data rows and equality-delete keys", ["table", "kind"])
 COMMIT_SECONDS = Histogram("icecdc_ingest_commit_seconds", "Iceberg commit latency", ["table"],
                            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+COMMIT_INTERLEAVED = Counter("icecdc_ingest_commit_interleaved_total",
+                             "Commits by others (compactions) that landed during an ingest commit, each costing it a retry", ["table"])
 BATCH_SECONDS = Histogram("icecdc_ingest_batch_seconds", "Micro-batch latency, read to commit",
                           buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
 COMMIT_EVENTS = Counter("icecdc_ingest_commit_events_published_total", "Commit events delivered to the commit topic")

@@ -64,6 +64,8 @@ class IngestStats:
     data_records: int = 0
     delete_records: int = 0
     last_commit_seconds: float = 0.0
+    # Commits by others (the compactor) that landed during one of ours and cost it a retry.
+    interleaved_commits: int = 0
     last_job_seconds: float = 0.0  # the Spark job: parse, shuffle, reduce, write files
 
 
@@ -197,12 +199,14 @@ class BatchWriter:
         })
         self.stats.last_commit_seconds = time.monotonic() - commit_started
         self.stats.commits += 1
+        self.stats.interleaved_commits += snapshot.interleaved
         data_rows = sum(f.record_count for f in files if f.kind == DATA)
         delete_rows = sum(f.record_count for f in files if f.kind != DATA)
         self.stats.data_records += data_rows
         self.stats.delete_records += delete_rows
         metrics.COMMITS.labels(table).inc()
         metrics.COMMIT_SECONDS.labels(table).observe(self.stats.last_commit_seconds)
+        metrics.COMMIT_INTERLEAVED.labels(table).inc(snapshot.interleaved)
         metrics.ROWS_WRITTEN.labels(table, "data").inc(data_rows)
         metrics.ROWS_WRITTEN.labels(table, "equality-delete").inc(delete_rows)
         self._publisher.publish(CommitEvent(

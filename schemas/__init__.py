@@ -14,6 +14,7 @@ import fastjsonschema
 DEBEZIUM_ENVELOPE = "debezium-envelope"
 COMMIT_EVENT = "commit-event"
 COMPACTION_EVENT = "compaction-event"
+MAINTENANCE_EVENT = "maintenance-event"
 
 SchemaError = fastjsonschema.JsonSchemaValueException
 

@@ -116,8 +116,11 @@ def test_only_the_settled_partition_is_compacted_while_the_hot_one_takes_writes(
     assert by_partition["region=us"]["equality_delete_files"] == 0 and by_partition["region=us"]["last_compaction"]
     assert "region=us" in render(report)
 
-    published = [CompactionEvent.from_json(m.value()) for m in read_topic(config, config.compaction_topic, 1)]
-    assert [(e.outcome, e.partition_path) for e in published] == [(e.outcome, e.partition_path) for e in events]
+    # Each compaction is announced when it starts (with its starting snapshot), then reported.
+    published = [CompactionEvent.from_json(m.value()) for m in read_topic(config, config.compaction_topic, 2)]
+    assert [(e.outcome, e.partition_path, e.starting_snapshot_id) for e in published] == [
+        x for e in events for x in (("started", e.partition_path, e.starting_snapshot_id),
+                                    (e.outcome, e.partition_path, e.starting_snapshot_id))]
 
     table = config.tables[0].name
     sample = REGISTRY.get_sample_value

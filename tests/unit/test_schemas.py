@@ -5,13 +5,14 @@ from icecdc.schemas import (
     COMMIT_EVENT,
     COMPACTION_EVENT,
     DEBEZIUM_ENVELOPE,
+    MAINTENANCE_EVENT,
     SchemaError,
     load_schema,
     validator,
 )
 
 
-@pytest.mark.parametrize("name", [DEBEZIUM_ENVELOPE, COMMIT_EVENT, COMPACTION_EVENT])
+@pytest.mark.parametrize("name", [DEBEZIUM_ENVELOPE, COMMIT_EVENT, COMPACTION_EVENT, MAINTENANCE_EVENT])
 def test_schemas_are_valid_json_schema(name):
     jsonschema.Draft7Validator.check_schema(load_schema(name))
 

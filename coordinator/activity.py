@@ -1,0 +1,52 @@
+"""Which compactions and maintenance runs are in flight on each table, across all replicas, from
+the events they publish when they start and when they finish (plain data; the sidecar feeds it).
+
+A replica that dies mid-run never publishes its end; its entry is dropped after the longest a run
+may take (``max_compaction_seconds``), by when its lease is long gone and a late commit of it
+would fail its lease check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from icecdc.events import CompactionEvent, MaintenanceEvent
+
+STARTED = "started"
+
+
+@dataclass(frozen=True)
+class RunningCompaction:
+    replica: str
+    partition_path: str
+    starting_snapshot_id: int | None
+    started: float
+
+
+@dataclass
+class TableActivity:
+    max_seconds: float
+    compactions: dict[str, dict[tuple[str, str], RunningCompaction]] = field(default_factory=dict)
+    maintenance: dict[str, tuple[str, float]] = field(default_factory=dict)
+
+    def on_compaction(self, event: CompactionEvent) -> None:
+        running = self.compactions.setdefault(event.table, {})
+        key = (event.replica, event.partition_path)
+        if event.outcome == STARTED:
+            running[key] = RunningCompaction(event.replica, event.partition_path, event.starting_snapshot_id,
+                                             event.started_ms / 1000)
+        else:
+            running.pop(key, None)
+
+    def on_maintenance(self, event: MaintenanceEvent) -> None:
+        if event.outcome == STARTED:
+            self.maintenance[event.table] = (event.replica, event.started_ms / 1000)
+        elif self.maintenance.get(event.table, ("", 0.0))[0] == event.replica:
+            del self.maintenance[event.table]
+
+    def running_compactions(self, table: str, now: float) -> list[RunningCompaction]:
+        return [r for r in self.compactions.get(table, {}).values() if now - r.started < self.max_seconds]
+
+    def maintenance_running(self, table: str, now: float) -> bool:
+        entry = self.maintenance.get(table)
+        return entry is not None and now - entry[1] < self.max_seconds

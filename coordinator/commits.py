@@ -1,0 +1,138 @@
+"""The commit gate: every compaction commit goes through it.
+
+It waits for the writer's quiet window (``quiet``), checks the lease (``leases``), commits, and
+when the commit loses the catalog's compare-and-set even after Iceberg's own quick retries, backs
+off with jitter and tries again in the next quiet window, up to ``commit_attempts`` times; then
+it gives the compaction up (its files are deleted by the caller) rather than keep racing the
+writer. A validation failure (the files changed under the compaction) or a lost lease is never
+retried: the compaction's plan is stale and must be made again from the new snapshot.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from icecdc.compactor.settle import WriteCadence
+from icecdc.config import CoordinatorConfig
+from icecdc.coordinator import metrics
+from icecdc.coordinator.quiet import quiet_delay
+from icecdc.jvm import CommittedSnapshot, java_exception_class
+
+log = logging.getLogger(__name__)
+
+CAS_LOST = "org.apache.iceberg.exceptions.CommitFailedException"
+VALIDATION = "org.apache.iceberg.exceptions.ValidationException"
+# A first guess at a compaction commit's duration until this process has timed one.
+INITIAL_COMMIT_SECONDS = 0.5
+
+
+class CasLost(RuntimeError):
+    """The commit lost the catalog's compare-and-set to another commit, every time Iceberg tried."""
+
+
+class CommitGaveUp(RuntimeError):
+    """The compaction lost every commit attempt; nothing was committed."""
+
+
+@dataclass
+class CommitStats:
+    attempts: int = 0
+    conflicts: int = 0
+    retries: int = 0
+    gave_up: int = 0
+    quiet_wait_seconds: list[float] = field(default_factory=list)
+
+
+class CommitGate:
+    def __init__(self, settings: CoordinatorConfig, cadence: Callable[[str], WriteCadence],
+                 poll: Callable[[float], object], clock: Callable[[], float] = time.time,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self._settings = settings
+        self._cadence = cadence
+        self._poll = poll  # reads commit events for up to the given seconds (the writer's cadence)
+        self._clock = clock
+        self._sleep = sleep
+        self._commit_seconds: dict[str, float] = {}
+        self.stats = CommitStats()
+
+    def wait_for_quiet(self, table: str) -> float:
+        """Wait (reading commit events meanwhile) until the table's writer is quiet, or for at
+        most ``max_quiet_wait_seconds``; returns the seconds waited."""
+        if not self._settings.quiet_windows:
+            return 0.0
+        started = self._clock()
+        deadline = started + self._settings.max_quiet_wait_seconds
+        expected = self._commit_seconds.get(table, INITIAL_COMMIT_SECONDS)
+        while True:
+            now = self._clock()
+            delay = quiet_delay(self._cadence(table), now, expected)
+            if delay <= 0 or now >= deadline:
+                break
+            self._poll(min(delay, deadline - now))
+        waited = self._clock() - started
+        self.stats.quiet_wait_seconds.append(waited)
+        metrics.QUIET_WAIT.labels(table).observe(waited)
+        return waited
+
+    def commit(self, table: str, attempt: Callable[[], CommittedSnapshot],
+               before_attempt: Callable[[], None] = lambda: None) -> CommittedSnapshot:
+        """Commit through ``attempt`` (which builds a fresh update each time: a failed Iceberg
+        update cannot be committed again). ``before_attempt`` is the lease check."""
+
+        def one_attempt() -> CommittedSnapshot:
+            self.wait_for_quiet(table)
+            before_attempt()
+            started = self._clock()
+            try:
+                committed = attempt()
+            except Exception as error:
+                kind = java_exception_class(error)
+                lost = {CAS_LOST: "cas", VALIDATION: "validation"}.get(kind or "")
+                self._count(table, attempts=1, conflicts=1 if lost else 0, kind=lost or "")
+                if kind == CAS_LOST:
+                    raise CasLost(str(error)) from error
+                raise
+            seconds = self._clock() - started
+            previous = self._commit_seconds.get(table)
+            self._commit_seconds[table] = seconds if previous is None else 0.7 * previous + 0.3 * seconds
+            # Each commit that landed meanwhile made Iceberg retry ours once.
+            self._count(table, attempts=1 + committed.interleaved, conflicts=committed.interleaved, kind="cas")
+            return committed
+
+        retrying = Retrying(
+            stop=stop_after_attempt(self._settings.commit_attempts),
+            wait=wait_random_exponential(multiplier=self._settings.commit_backoff_seconds,
+                                         max=self._settings.commit_backoff_max_seconds),
+            retry=retry_if_exception_type(CasLost),
+            sleep=self._sleep,
+            before_sleep=lambda state: self._retrying(table, state.attempt_number),
+        )
+        try:
+            return retrying(one_attempt)
+        except RetryError as exc:
+            self.stats.gave_up += 1
+            metrics.COMMIT_GAVE_UP.labels(table).inc()
+            raise CommitGaveUp(f"lost the catalog's compare-and-set {self._settings.commit_attempts} times; "
+                               "giving the compaction up rather than racing the writer") from exc.last_attempt.exception()
+
+    def _retrying(self, table: str, attempt_number: int) -> None:
+        self.stats.retries += 1
+        metrics.COMMIT_RETRIES.labels(table).inc()
+        log.info("compaction commit on %s lost the catalog's compare-and-set (attempt %d); retrying after a backoff",
+                 table, attempt_number, extra={"table": table})
+
+    def _count(self, table: str, attempts: int, conflicts: int, kind: str) -> None:
+        self.stats.attempts += attempts
+        self.stats.conflicts += conflicts
+        metrics.COMMIT_ATTEMPTS.labels(table).inc(attempts)
+        if conflicts:
+            metrics.COMMIT_CONFLICTS.labels(table, kind).inc(conflicts)
+
+    def lease_lost(self, table: str) -> None:
+        self.stats.conflicts += 1
+        metrics.COMMIT_CONFLICTS.labels(table, "lease").inc()

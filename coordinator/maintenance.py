@@ -1,0 +1,130 @@
+"""Table maintenance: snapshot expiry, orphan-file removal and manifest rewrites.
+
+What maintenance must never do is decided here, in plain functions:
+- expire the starting snapshot of a running compaction (its commit validates the history from
+  that snapshot and would fail), or the ingester's newest offsets snapshot: exactly-once
+  recovery walks back from the current snapshot to the newest one that records source offsets
+  (``ingest/offsets.py``), so that snapshot and every one after it must stay. Both are spared by
+  moving the expiry cutoff back to the oldest of them; ``expireOlderThan`` keeps everything newer;
+- remove a file that a commit in flight is about to reference: only files older than
+  ``orphan_age_seconds`` (at least an hour, far beyond a micro-batch or a compaction) are taken.
+
+Running them is Iceberg's own Spark actions, through py4j (Spark SQL's procedures take no
+snapshot-summary tags, and the actions return what they did).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from icecdc.config import MaintenanceConfig
+from icecdc.ingest.offsets import OFFSETS_PROPERTY
+from icecdc.jvm import activate_session, history, iterate, jvm, load_table
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+
+EXPIRE = "expire-snapshots"
+ORPHANS = "remove-orphans"
+MANIFESTS = "rewrite-manifests"
+
+
+def expiry_cutoff(now_ms: int, retention_seconds: float, protected_timestamps_ms: Iterable[int]) -> int:
+    """Snapshots older than the returned time may be expired: the retention limit, moved back to
+    the oldest protected snapshot."""
+    return min([now_ms - int(retention_seconds * 1000), *protected_timestamps_ms])
+
+
+@dataclass
+class MaintenanceSchedule:
+    """When each kind of maintenance is next due on each table."""
+
+    settings: MaintenanceConfig
+    last: dict[tuple[str, str], float] = field(default_factory=dict)
+
+    def interval(self, kind: str) -> float:
+        return self.settings.orphan_interval_seconds if kind == ORPHANS else self.settings.interval_seconds
+
+    def due(self, table: str, now: float) -> list[str]:
+        if not self.settings.enabled:
+            return []
+        return [k for k in (EXPIRE, MANIFESTS, ORPHANS) if now - self.last.get((table, k), float("-inf")) >= self.interval(k)]
+
+    def done(self, table: str, kind: str, now: float) -> None:
+        self.last[(table, kind)] = now
+
+
+@dataclass(frozen=True)
+class MaintenanceResult:
+    kind: str
+    committed: bool
+    cutoff_ms: int | None = None
+    protected_snapshot_ids: tuple[int, ...] = ()
+    snapshots_expired: int = 0
+    files_deleted: int = 0
+    manifests_rewritten: int = 0
+    manifests_added: int = 0
+
+
+class TableMaintenance:
+    """Iceberg's maintenance actions on one table."""
+
+    def __init__(self, spark: SparkSession, qualified_name: str, summary: dict[str, str]) -> None:
+        self._spark = spark
+        self._summary = summary
+        self.table = load_table(spark, qualified_name)
+
+    def _actions(self) -> Any:
+        activate_session(self._spark)
+        return jvm(self._spark).org.apache.iceberg.spark.actions.SparkActions.get(self._spark._jsparkSession)
+
+    def offsets_snapshot(self) -> Any | None:
+        """The newest snapshot that records the ingester's source offsets."""
+        return next((s for s in history(self.table) if s.summary().get(OFFSETS_PROPERTY)), None)
+
+    def expire(self, now_ms: int, settings: MaintenanceConfig, running_starts: Iterable[int | None]) -> MaintenanceResult:
+        self.table.refresh()
+        protected = [self.table.snapshot(i) for i in running_starts if i is not None]
+        protected = [s for s in protected if s is not None]
+        offsets = self.offsets_snapshot()
+        if offsets is not None:
+            protected.append(offsets)
+        cutoff = expiry_cutoff(now_ms, settings.snapshot_retention_seconds, (s.timestampMillis() for s in protected))
+        ids = tuple(sorted({s.snapshotId() for s in protected}))
+        before = sum(1 for _ in iterate(self.table.snapshots()))
+        expirable = sum(1 for s in iterate(self.table.snapshots()) if s.timestampMillis() < cutoff)
+        if before <= settings.retain_last or not expirable:
+            return MaintenanceResult(EXPIRE, False, cutoff, ids)
+        result = self._actions().expireSnapshots(self.table).expireOlderThan(cutoff).retainLast(settings.retain_last).execute()
+        self.table.refresh()
+        after = sum(1 for _ in iterate(self.table.snapshots()))
+        deleted = (result.deletedDataFilesCount() + result.deletedEqualityDeleteFilesCount()
+                   + result.deletedPositionDeleteFilesCount() + result.deletedManifestsCount()
+                   + result.deletedManifestListsCount())
+        return MaintenanceResult(EXPIRE, before != after, cutoff, ids, snapshots_expired=before - after, files_deleted=deleted)
+
+    def remove_orphans(self, now_ms: int, settings: MaintenanceConfig) -> MaintenanceResult:
+        cutoff = now_ms - int(settings.orphan_age_seconds * 1000)
+        result = self._actions().deleteOrphanFiles(self.table).olderThan(cutoff).execute()
+        removed = sum(1 for _ in iterate(result.orphanFileLocations()))
+        return MaintenanceResult(ORPHANS, removed > 0, cutoff, files_deleted=removed)
+
+    def manifest_count(self) -> int:
+        self.table.refresh()
+        current = self.table.currentSnapshot()
+        return 0 if current is None else current.allManifests(self.table.io()).size()
+
+    def rewrite_manifests(self, settings: MaintenanceConfig) -> MaintenanceResult:
+        if self.manifest_count() <= settings.max_manifests:
+            return MaintenanceResult(MANIFESTS, False)
+        action = self._actions().rewriteManifests(self.table)
+        for key, value in self._summary.items():
+            action = action.snapshotProperty(key, value)
+        result = action.execute()
+        return MaintenanceResult(MANIFESTS, True, manifests_rewritten=sum(1 for _ in iterate(result.rewrittenManifests())),
+                                 manifests_added=sum(1 for _ in iterate(result.addedManifests())))
