@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
+from icecdc import failpoints
 from icecdc.compactor.settle import WriteCadence
 from icecdc.config import CoordinatorConfig
 from icecdc.coordinator import metrics
@@ -87,6 +88,7 @@ class CommitGate:
         def one_attempt() -> CommittedSnapshot:
             self.wait_for_quiet(table)
             before_attempt()
+            failpoints.hit("compactor-after-lease-check")
             started = self._clock()
             try:
                 committed = attempt()

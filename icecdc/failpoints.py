@@ -1,6 +1,7 @@
 """Named crash points for crash-recovery tests: ``ICECDC_FAILPOINT=after-commit:3`` makes the
-process SIGKILL itself the 3rd time it passes ``after-commit``. Unset (always, in production),
-``hit`` is a dictionary lookup."""
+process SIGKILL itself the 3rd time it passes ``after-commit``; ``...:3:stop`` makes it SIGSTOP
+itself there instead (frozen, as by a long pause, until someone sends SIGCONT). Unset (always, in
+production), ``hit`` is a dictionary lookup."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import signal
 from collections import Counter
 
 ENV = "ICECDC_FAILPOINT"
+ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 _passes: Counter[str] = Counter()
 
 
@@ -16,9 +18,10 @@ def hit(name: str) -> None:
     spec = os.environ.get(ENV)
     if not spec:
         return
-    wanted, _, count = spec.partition(":")
+    wanted, _, rest = spec.partition(":")
     if wanted != name:
         return
+    count, _, action = rest.partition(":")
     _passes[name] += 1
-    if _passes[name] >= int(count or 1):
-        os.kill(os.getpid(), signal.SIGKILL)
+    if _passes[name] == int(count or 1):
+        os.kill(os.getpid(), ACTIONS[action or "kill"])

@@ -40,6 +40,8 @@ class _Masking(logging.Formatter):
 
 
 class JsonFormatter(_Masking):
+    converter = time.gmtime  # the timestamps say "Z": UTC, whatever the host's zone
+
     def format(self, record: logging.LogRecord) -> str:
         document = {
             "ts": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}Z",

@@ -10,9 +10,11 @@ which works offline. JDBC catalogs need their driver on the classpath; Debian in
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
+import sqlite3
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +29,7 @@ ICEBERG_RUNTIME_ARTIFACT = "iceberg-spark-runtime-3.5_2.12"
 ICEBERG_VERSION = "1.10.2"
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
+INIT_CATALOG_TABLES = "jdbc.init-catalog-tables"
 
 # JDBC URI prefix -> (jar under /usr/share/java, Debian package that installs it).
 JDBC_DRIVERS: dict[str, tuple[str, str]] = {
@@ -130,17 +133,39 @@ def spark_conf(config: Config) -> dict[str, str]:
     }
     for key, value in config.catalog.properties.items():
         conf[f"{prefix}.{key}"] = value
+    if INIT_CATALOG_TABLES not in config.catalog.properties and sqlite_catalog_initialized(config.catalog.properties):
+        # Iceberg's JDBC catalog, when it initializes over tables that already exist, leaves a
+        # metadata ResultSet open: on SQLite that is a read lock held for the life of the JVM,
+        # and every other process's commit waits on it (and fails after busy_timeout when this
+        # process is frozen). Tables that exist need no initializing.
+        conf[f"{prefix}.{INIT_CATALOG_TABLES}"] = "false"
     return conf
+
+
+def sqlite_catalog_file(catalog_properties: dict[str, str]) -> Path | None:
+    """The database file of a JDBC catalog on SQLite; None for any other catalog."""
+    uri = catalog_properties.get("uri", "")
+    if catalog_properties.get("type") != "jdbc" or not uri.startswith("jdbc:sqlite:"):
+        return None
+    path = uri.removeprefix("jdbc:sqlite:").removeprefix("file:").split("?")[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def sqlite_catalog_initialized(catalog_properties: dict[str, str]) -> bool:
+    path = sqlite_catalog_file(catalog_properties)
+    if path is None or not path.exists():
+        return False
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30)) as db:
+        names = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    return {"iceberg_tables", "iceberg_namespace_properties"} <= names
 
 
 def make_local_catalog_dirs(catalog_properties: dict[str, str]) -> None:
     """SQLite cannot create the folder of its database file, and a first-run local warehouse
     does not exist yet; create both when they are local paths."""
-    uri = catalog_properties.get("uri", "")
-    if uri.startswith("jdbc:sqlite:"):
-        path = uri.removeprefix("jdbc:sqlite:").removeprefix("file:").split("?")[0]
-        if path and path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+    database = sqlite_catalog_file(catalog_properties)
+    if database is not None:
+        database.parent.mkdir(parents=True, exist_ok=True)
     warehouse = catalog_properties.get("warehouse", "")
     if warehouse.startswith(("/", "file:")):
         Path(warehouse.removeprefix("file:")).mkdir(parents=True, exist_ok=True)

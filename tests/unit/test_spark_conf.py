@@ -1,3 +1,4 @@
+import sqlite3
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,14 @@ def test_missing_jdbc_driver_says_what_to_install(tmp_path):
 def test_user_settings_override_defaults(tmp_path):
     conf = spark_conf(embedded_config(tmp_path, spark={"conf": {"spark.sql.shuffle.partitions": 64}}))
     assert conf["spark.sql.shuffle.partitions"] == "64"
+
+
+def test_an_initialized_sqlite_catalog_is_not_initialized_again(tmp_path):
+    # Iceberg's initialization over existing tables leaks a read lock on SQLite (icecdc/spark.py).
+    key = "spark.sql.catalog.lake.jdbc.init-catalog-tables"
+    assert key not in spark_conf(embedded_config(tmp_path))  # no database yet: Iceberg creates it
+    with sqlite3.connect(tmp_path / "catalog.db") as db:
+        db.execute("CREATE TABLE iceberg_tables (x)")
+        assert key not in spark_conf(embedded_config(tmp_path))  # not fully initialized
+        db.execute("CREATE TABLE iceberg_namespace_properties (x)")
+    assert spark_conf(embedded_config(tmp_path))[key] == "false"

@@ -1,0 +1,254 @@
+"""The coordinator against the real stack: compactor replicas as separate processes sharing one
+consumer group on the embedded broker, a writer committing to the same table from this process,
+and the table checked against the independent CDC model (tests/cdc.py)."""
+
+from __future__ import annotations
+
+import calendar
+import itertools
+import re
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from confluent_kafka import TopicPartition
+
+from icecdc import kafka
+from icecdc.config import Config
+from icecdc.events import CompactionEvent, MaintenanceEvent
+from tests.cdc import table_rows
+from tests.integration.test_compactor import (
+    EQUALITY_DELETES,
+    Stream,
+    assert_compactions_kept_rows,
+    compactor_config,
+    partition_files,
+)
+from tests.integration.test_ingest_writer import batch_writer
+from tests.processes import is_stopped, start_icecdc, write_config
+
+SESSION_SECONDS = 6.0
+# Rotating partitions: a batch writes one of them (and the hot one), so each settles in turn.
+PARTITIONS = [(region, day) for region in ("eu", "us", "apac") for day in range(4)]
+HOT = ("eu", 9)
+
+
+def coordinated_config(stack_config: Config, unique: str, replica: str | None = None, maintenance: dict | None = None,
+                       **compactor: Any) -> Config:
+    settings = {"reconcile_seconds": 5,
+                "settle": {"cadence_multiple": 3, "min_seconds": 1, "initial_seconds": 2, "max_seconds": 4}, **compactor}
+    base = compactor_config(stack_config, unique, **settings)
+    data = base.model_dump(by_alias=True)
+    data["maintenance_topic"] = f"maintenance-{unique}"
+    data["compactor"]["http"] = {"port": None}  # several replicas on one host
+    data["coordinator"] = {"lease_topic": f"leases-{unique}", "lease_slots": 32, "session_timeout_seconds": SESSION_SECONDS,
+                           "maintenance": maintenance or {"enabled": False}}
+    if replica is not None:
+        data["compactor"]["replica_id"] = replica
+    return Config.model_validate(data)
+
+
+def replica(config: Config, name: str, tmp_path: Path, failpoint: str | None = None) -> subprocess.Popen:
+    data = config.model_dump(by_alias=True)
+    data["compactor"]["replica_id"] = name
+    path = write_config(Config.model_validate(data), tmp_path / f"{name}.yaml")
+    return start_icecdc("--log-format", "json", "compact", "--config", str(path), log=tmp_path / f"{name}.log", failpoint=failpoint)
+
+
+def read_all(config: Config, topic: str, idle: float = 2.0) -> list[bytes]:
+    consumer = kafka.consumer(config.kafka, f"reader-{time.monotonic_ns()}")
+    consumer.assign([TopicPartition(topic, 0, 0)])
+    values, last = [], time.monotonic()
+    while time.monotonic() - last < idle:
+        message = consumer.poll(0.2)
+        if message is not None and message.error() is None:
+            values.append(message.value())
+            last = time.monotonic()
+    consumer.close()
+    return values
+
+
+def compaction_events(config: Config) -> list[CompactionEvent]:
+    return [CompactionEvent.from_json(v) for v in read_all(config, config.compaction_topic)]
+
+
+def wait_for(condition: Callable[[], Any], timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if result := condition():
+            return result
+        time.sleep(0.5)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        try:
+            process.wait(60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def assert_no_concurrent_compactions(events: list[CompactionEvent], ended_at: dict[str, float]) -> None:
+    """Per partition, each compaction's interval (start to final event; to the replica's death
+    when it never reported one) ends before the next one starts."""
+    intervals: dict[str, list[tuple[float, float, str]]] = defaultdict(list)
+    open_runs: dict[tuple[str, str], float] = {}
+    for event in events:
+        key = (event.replica, event.partition_path)
+        if event.outcome == "started":
+            open_runs[key] = event.started_ms / 1000
+        elif key in open_runs:
+            intervals[event.partition_path].append((open_runs.pop(key), event.finished_ms / 1000, event.replica))
+    for (name, path), start in open_runs.items():
+        intervals[path].append((start, ended_at[name], name))
+    for path, runs in intervals.items():
+        runs.sort()
+        for (_, end, first), (start, _, second) in itertools.pairwise(runs):
+            assert start >= end, f"{path}: {first} until {end}, {second} from {start}"
+
+
+def assert_snapshot_log_is_sequential(spark, name: str) -> None:
+    """In the snapshot log, each compaction of a partition started from a snapshot at or after
+    the previous compaction of that partition committed."""
+    rows = spark.sql(f"SELECT snapshot_id, sequence_number, summary FROM {name}.snapshots ORDER BY committed_at").collect()
+    sequence = {r.snapshot_id: r.sequence_number for r in rows}
+    last: dict[str, int] = {}
+    for row in rows:
+        if "icecdc.compaction" not in row.summary:
+            continue
+        partition, start = row.summary["icecdc.partition"], int(row.summary["icecdc.starting-snapshot-id"])
+        if start in sequence and partition in last:
+            assert sequence[start] >= last[partition], f"{partition}: compaction {row.snapshot_id} overlapped the previous one"
+        last[partition] = row.sequence_number
+
+
+def slot_log(log: Path) -> list[tuple[float, int]]:
+    """(time, slots held) for each assignment a replica logged."""
+    out = []
+    for line in log.read_text().splitlines():
+        if line.startswith("{") and (match := re.search(r"holds (\d+) of \d+ slots", line)):
+            stamp = orjson.loads(line)["ts"]
+            out.append((calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:-1]), int(match.group(1))))
+    return out
+
+
+def rotating_writes(stream: Stream, n: int) -> list:
+    src = stream.source
+    region, day = PARTITIONS[n % len(PARTITIONS)]
+    index = n % len(PARTITIONS)
+    changes = [src.upsert(k, region, 100 * n + k, day) for k in range(index, 400, len(PARTITIONS)) if k % 3 != n % 3]
+    changes += [src.delete(k) for k in range(index, 400, len(PARTITIONS) * 7) if k in src.rows and n % 4 == 0]
+    changes += [src.upsert(k, *HOT[:1], n, HOT[1]) for k in range(1000 + n % 5, 1040, 5)]
+    return changes
+
+
+def initial_rows(stream: Stream) -> list:
+    src = stream.source
+    return [src.upsert(k, *PARTITIONS[k % len(PARTITIONS)], k) for k in range(400)] + \
+        [src.upsert(k, HOT[0], k, HOT[1]) for k in range(1000, 1040)]
+
+
+def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(spark, stack_config, unique, tmp_path):
+    config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 5, "snapshot_retention_seconds": 30})
+    name = f"lake.{config.tables[0].name}"
+    replicas: dict[str, subprocess.Popen] = {}
+    ended: dict[str, float] = {}
+    try:
+        with batch_writer(spark, config) as write:
+            stream = Stream(spark, config, write)
+            stream(initial_rows(stream))
+            replicas = {"a": replica(config, "a", tmp_path), "b": replica(config, "b", tmp_path)}
+            wait_for(lambda: all(slot_log(tmp_path / f"{r}.log") and slot_log(tmp_path / f"{r}.log")[-1][1] == 16 for r in "ab"),
+                     60, "both replicas to hold half the slots")
+            for n in range(1, 49):
+                stream(rotating_writes(stream, n))  # a writer failure raises here
+                if n == 24:
+                    replicas["a"].kill()
+                    replicas["a"].wait()
+                    ended["a"] = killed = time.time()
+                time.sleep(0.3)
+        # Writes stopped: every partition settles, and b (alone now) merges every delete.
+        wait_for(lambda: not partition_files(spark, name, "eu")[EQUALITY_DELETES] and not any(
+            partition_files(spark, name, r)[EQUALITY_DELETES] for r in ("us", "apac")), 180, "all deletes merged")
+    finally:
+        for process in replicas.values():
+            stop(process)
+    ended["b"] = time.time()
+
+    events = compaction_events(config)
+    committed = [e for e in events if e.outcome == "committed"]
+    by_replica = {r: [e for e in committed if e.replica == r] for r in "ab"}
+    assert by_replica["a"] and by_replica["b"], "both replicas did work"
+    assert not [e for e in events if e.outcome == "failed"], events
+    a_partitions = {e.partition_path for e in by_replica["a"]}
+    taken_over = [e for e in by_replica["b"] if e.partition_path in a_partitions and e.started_ms / 1000 > killed]
+    assert taken_over, "b compacted the partitions a held once a was gone"
+    # The bound: b held every slot within two session timeouts (plus scheduling slack) of the kill.
+    takeover = next(t for t, slots in slot_log(tmp_path / "b.log") if slots == 32 and t > killed - 1)
+    assert takeover - killed <= 2 * SESSION_SECONDS + 4, takeover - killed
+
+    assert_no_concurrent_compactions(events, ended)
+    spark.sql(f"REFRESH TABLE {name}")
+    assert_snapshot_log_is_sequential(spark, name)
+    # (time travel across the compactions whose snapshots maintenance has not expired yet)
+    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
+    assert_compactions_kept_rows(spark, name, [e for e in committed if parents.get(e.snapshot_id) in parents])
+    assert table_rows(spark, name) == stream.source.expected_rows()
+    maintenance = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
+    assert any(e.kind == "expire-snapshots" and e.outcome == "committed" for e in maintenance), maintenance
+
+
+def table_files(spark, name: str) -> set[str]:
+    """Every file any snapshot of the table references."""
+    return {r.file_path.removeprefix("file:") for r in spark.sql(f"SELECT file_path FROM {name}.all_files").collect()}
+
+
+@pytest.mark.parametrize(("failpoint", "outcome"), [
+    ("compactor-before-commit", "fenced"),  # frozen before its lease check: the broker refuses it
+    ("compactor-after-lease-check", "conflict"),  # frozen after it: Iceberg's validation refuses it
+])
+def test_a_frozen_replica_cannot_commit_after_the_others_took_over(spark, stack_config, unique, tmp_path, failpoint, outcome):
+    config = coordinated_config(stack_config, unique, settle={"min_seconds": 0, "initial_seconds": 0})
+    name = f"lake.{config.tables[0].name}"
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, "eu", k, 0) for k in range(1, 80)])
+        for n in range(1, 4):
+            stream([src.upsert(k, "eu", 10 * k + n, 0) for k in range(n, 80, 3)] + [src.delete(70 + n)])
+    expected = src.expected_rows()
+    a = b = None
+    try:
+        a = replica(config, "a", tmp_path, failpoint=f"{failpoint}:1:stop")
+        wait_for(lambda: is_stopped(a), 90, "replica a to freeze mid-compaction")
+        b = replica(config, "b", tmp_path)
+        # b waits out a's session, takes every slot, and compacts the partition a was compacting.
+        wait_for(lambda: any(e.replica == "b" and e.outcome == "committed" for e in compaction_events(config)), 90,
+                 "replica b to compact the partition")
+        a.send_signal(signal.SIGCONT)
+        a_events = wait_for(lambda: [e for e in compaction_events(config) if e.replica == "a" and e.outcome != "started"], 60,
+                            "replica a's late outcome")
+    finally:
+        for process in (a, b):
+            if process is not None:
+                stop(process)
+
+    assert [e.outcome for e in a_events][:1] == [outcome], a_events
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == expected
+    compactions = [r for r in spark.sql(f"SELECT summary FROM {name}.snapshots").collect() if "icecdc.compaction" in r.summary]
+    assert [r.summary["icecdc.compactor"] for r in compactions] == ["b"]
+    # a deleted what it wrote: no file under the table that no snapshot references.
+    data_dir = Path(spark.sql(f"SELECT file_path FROM {name}.files LIMIT 1").first().file_path.removeprefix("file:")).parents[2]
+    on_disk = {str(p) for p in data_dir.rglob("*.parquet")}
+    assert on_disk <= table_files(spark, name), on_disk - table_files(spark, name)

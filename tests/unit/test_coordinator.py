@@ -1,0 +1,260 @@
+"""The coordinator's decisions without Kafka, Spark or a catalog: slot ownership, the writer's
+quiet windows, the commit gate's retry and give-up rules, in-flight activity and what
+maintenance must spare."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pytest
+
+from icecdc.compactor.settle import WriteCadence
+from icecdc.config import CoordinatorConfig, MaintenanceConfig
+from icecdc.coordinator.activity import TableActivity
+from icecdc.coordinator.commits import CAS_LOST, VALIDATION, CommitGate, CommitGaveUp
+from icecdc.coordinator.leases import LeaseLost
+from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, ORPHANS, MaintenanceSchedule, expiry_cutoff
+from icecdc.coordinator.ownership import Ownership, slot_of
+from icecdc.coordinator.quiet import quiet_delay
+from icecdc.events import CompactionEvent, MaintenanceEvent
+from icecdc.jvm import CommittedSnapshot
+
+# ---- ownership ----
+
+
+def test_slots_are_stable_across_processes_and_releases():
+    # CRC-32, not Python's salted hash: every replica and every release must agree.
+    assert slot_of("lake.db.orders", "day=2025-01-01", 32) == 6
+
+
+def test_partitions_spread_over_slots_and_replicas():
+    slots = 32
+    counts = Counter(slot_of("lake.db.orders", f"day=2025-{m:02d}-{d:02d}", slots) for m in range(1, 13) for d in range(1, 29))
+    assert len(counts) == slots  # 336 partitions touch every slot
+    assert max(counts.values()) < 3 * min(counts.values())
+    # Round-robin gives two replicas 16 slots each: each owns roughly half the partitions.
+    a, b = Ownership(slots), Ownership(slots)
+    a.assign(set(range(0, slots, 2)))
+    b.assign(set(range(1, slots, 2)))
+    paths = [f"day=2025-01-{d:02d}" for d in range(1, 29)]
+    owned_a = [p for p in paths if a.owns("t", p)]
+    owned_b = [p for p in paths if b.owns("t", p)]
+    assert sorted(owned_a + owned_b) == paths and not set(owned_a) & set(owned_b)
+    assert owned_a and owned_b
+    assert a.owns_maintenance("t") != b.owns_maintenance("t")
+
+
+def test_ownership_generation_moves_on_every_assignment():
+    ownership = Ownership(4)
+    ownership.assign({0, 1})
+    first = ownership.generation
+    ownership.revoke()
+    assert ownership.generation == first + 1 and not ownership.held
+    assert not any(ownership.owns("t", f"p={i}") for i in range(20))
+
+
+# ---- quiet windows ----
+
+
+def writer(*times: float) -> WriteCadence:
+    cadence = WriteCadence()
+    for t in times:
+        cadence.record(t)
+    return cadence
+
+
+def test_unknown_or_stopped_writer_is_quiet():
+    assert quiet_delay(WriteCadence(), 100.0, 0.5) == 0
+    assert quiet_delay(writer(10, 12), 13.0, 0.5) == 0  # two commits: no cadence yet
+    assert quiet_delay(writer(0, 2, 4, 6), 6 + 4 * 2 + 0.1, 0.5) == 0  # silent for 4 gaps
+
+
+def test_commit_waits_for_the_writer_when_its_next_commit_is_close():
+    cadence = writer(0, 2, 4, 6)  # a commit every 2 s, the last at 6
+    assert quiet_delay(cadence, 6.1, 0.5) == 0  # just after its commit
+    assert quiet_delay(cadence, 6.8, 0.5) == 0  # 0.8 + 0.5 + 0.5 guard <= 2
+    wait = quiet_delay(cadence, 7.5, 0.5)  # 1.5 + 0.5 + 0.5 > 2: too close to 8
+    assert 0.5 <= wait <= 0.5 + 0.25 + 1e-9
+    assert 0 < quiet_delay(cadence, 8.3, 0.5) <= 0.25  # the writer is late: look again shortly
+
+
+def test_a_commit_too_slow_for_any_window_goes_right_after_the_writer():
+    cadence = writer(0, 2, 4, 6)
+    assert quiet_delay(cadence, 6.1, 3.0) == 0
+    assert quiet_delay(cadence, 6.5, 3.0) > 0
+
+
+# ---- the commit gate ----
+
+
+class FakeJavaError(Exception):
+    def __init__(self, java_class: str) -> None:
+        super().__init__(java_class)
+        name = java_class
+        self.java_exception = type("J", (), {"getClass": lambda _self: type("C", (), {"getName": lambda _s: name})()})()
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+SNAPSHOT = CommittedSnapshot(1, 0, 1, 0, "replace")
+
+
+def gate(clock: Clock, cadence: WriteCadence | None = None, **settings: object) -> tuple[CommitGate, list[float]]:
+    polls: list[float] = []
+
+    def poll(seconds: float) -> None:
+        polls.append(seconds)
+        clock.sleep(seconds)
+
+    config = CoordinatorConfig(**{"commit_backoff_seconds": 0.1, "commit_backoff_max_seconds": 1.0, **settings})
+    return CommitGate(config, lambda _table: cadence or WriteCadence(), poll, clock=clock, sleep=clock.sleep), polls
+
+
+def test_gate_retries_a_lost_compare_and_set_then_commits():
+    clock = Clock()
+    commit_gate, _ = gate(clock)
+    outcomes = [FakeJavaError(CAS_LOST), FakeJavaError(CAS_LOST), None]
+    checks = []
+
+    def attempt() -> CommittedSnapshot:
+        error = outcomes.pop(0)
+        if error:
+            raise error
+        return CommittedSnapshot(1, 0, 1, 0, "replace", interleaved=1)
+
+    assert commit_gate.commit("t", attempt, before_attempt=lambda: checks.append(clock.now)).snapshot_id == 1
+    assert len(checks) == 3  # the lease is checked before every attempt
+    stats = commit_gate.stats
+    # two failed attempts, then one that Iceberg itself retried once (one commit landed meanwhile)
+    assert (stats.attempts, stats.conflicts, stats.retries, stats.gave_up) == (4, 3, 2, 0)
+
+
+def test_gate_gives_up_rather_than_keep_racing_the_writer():
+    clock = Clock()
+    commit_gate, _ = gate(clock, commit_attempts=3)
+    calls = []
+
+    def attempt() -> CommittedSnapshot:
+        calls.append(clock.now)
+        raise FakeJavaError(CAS_LOST)
+
+    with pytest.raises(CommitGaveUp):
+        commit_gate.commit("t", attempt)
+    assert len(calls) == 3 and commit_gate.stats.gave_up == 1
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert all(0 <= g <= 1.0 for g in gaps)  # jittered exponential backoff, capped
+
+
+@pytest.mark.parametrize("error", [FakeJavaError(VALIDATION), LeaseLost("moved"), RuntimeError("disk full")])
+def test_gate_never_retries_a_stale_plan_or_a_lost_lease(error):
+    clock = Clock()
+    commit_gate, _ = gate(clock)
+    calls = []
+
+    def attempt() -> CommittedSnapshot:
+        calls.append(1)
+        raise error
+
+    def lease() -> None:
+        if isinstance(error, LeaseLost):
+            raise error
+
+    with pytest.raises(type(error)):
+        commit_gate.commit("t", attempt, before_attempt=lease)
+    assert len(calls) == (0 if isinstance(error, LeaseLost) else 1)
+    assert commit_gate.stats.retries == 0
+
+
+def test_gate_waits_for_the_quiet_window_and_no_longer_than_allowed():
+    clock = Clock()
+    cadence = writer(990, 992, 994, 996, 998)  # due again at 1000 = now
+    clock.now = 999.6
+    commit_gate, polls = gate(clock, cadence)
+    assert commit_gate.commit("t", lambda: SNAPSHOT) == SNAPSHOT
+    assert polls and commit_gate.stats.quiet_wait_seconds[0] > 0
+
+    # A writer that stops being predictable delays a commit by max_quiet_wait_seconds at most.
+    late = Clock()
+    late.now = 999.6
+    commit_gate, polls = gate(late, writer(990, 992, 994, 996, 998), max_quiet_wait_seconds=0.3)
+    commit_gate.commit("t", lambda: SNAPSHOT)
+    assert commit_gate.stats.quiet_wait_seconds[0] == pytest.approx(0.3, abs=0.01)
+
+    off = Clock()
+    off.now = 999.6
+    commit_gate, polls = gate(off, writer(990, 992, 994, 996, 998), quiet_windows=False)
+    commit_gate.commit("t", lambda: SNAPSHOT)
+    assert not polls
+
+
+# ---- activity across replicas ----
+
+
+def compaction(outcome: str, replica: str = "a", path: str = "p=1", started_ms: int = 1_000_000, snapshot: int = 7) -> CompactionEvent:
+    return CompactionEvent(table="t", partition={"p": 1}, partition_path=path, kind="minor", outcome=outcome, replica=replica,
+                           starting_snapshot_id=snapshot, started_ms=started_ms, finished_ms=started_ms)
+
+
+def test_activity_tracks_running_compactions_until_they_end_or_time_out():
+    activity = TableActivity(max_seconds=60)
+    activity.on_compaction(compaction("started", "a", "p=1", snapshot=7))
+    activity.on_compaction(compaction("started", "b", "p=2", snapshot=8))
+    assert sorted(r.starting_snapshot_id for r in activity.running_compactions("t", 1010)) == [7, 8]
+    activity.on_compaction(compaction("committed", "a", "p=1"))
+    assert [r.replica for r in activity.running_compactions("t", 1010)] == ["b"]
+    assert activity.running_compactions("t", 1000 + 61) == []  # b died: forgotten after the longest run
+    assert activity.running_compactions("other", 1010) == []
+
+
+def test_activity_tracks_maintenance():
+    activity = TableActivity(max_seconds=60)
+    event = MaintenanceEvent(table="t", kind=EXPIRE, outcome="started", replica="a", started_ms=1_000_000, finished_ms=1_000_000)
+    activity.on_maintenance(event)
+    assert activity.maintenance_running("t", 1001)
+    activity.on_maintenance(MaintenanceEvent(table="t", kind=EXPIRE, outcome="committed", replica="b", started_ms=0, finished_ms=0))
+    assert activity.maintenance_running("t", 1001)  # another replica's end does not end a's run
+    activity.on_maintenance(MaintenanceEvent(table="t", kind=EXPIRE, outcome="committed", replica="a", started_ms=0, finished_ms=0))
+    assert not activity.maintenance_running("t", 1001)
+
+
+# ---- maintenance ----
+
+
+def test_expiry_cutoff_spares_protected_snapshots():
+    now = 10_000_000
+    assert expiry_cutoff(now, 3600, []) == now - 3_600_000
+    # a running compaction started from a snapshot 2 h old, the ingester's offsets 30 min old
+    assert expiry_cutoff(now, 3600, [now - 7_200_000, now - 1_800_000]) == now - 7_200_000
+    assert expiry_cutoff(now, 0, [now - 5]) == now - 5
+
+
+def test_maintenance_schedule():
+    schedule = MaintenanceSchedule(MaintenanceConfig(interval_seconds=60, orphan_interval_seconds=3600))
+    assert schedule.due("t", 0) == [EXPIRE, MANIFESTS, ORPHANS]
+    for kind in (EXPIRE, MANIFESTS, ORPHANS):
+        schedule.done("t", kind, 0)
+    assert schedule.due("t", 59) == []
+    assert schedule.due("t", 60) == [EXPIRE, MANIFESTS]
+    assert schedule.due("t", 3600) == [EXPIRE, MANIFESTS, ORPHANS]
+    assert MaintenanceSchedule(MaintenanceConfig(enabled=False)).due("t", 0) == []
+
+
+def test_orphan_age_below_an_hour_is_refused():
+    with pytest.raises(ValueError, match="orphan_age_seconds"):
+        MaintenanceConfig(orphan_age_seconds=60)
+
+
+def test_maintenance_event_round_trip():
+    event = MaintenanceEvent(table="t", kind=ORPHANS, outcome="committed", replica="a", started_ms=1, finished_ms=2,
+                             cutoff_ms=0, protected_snapshot_ids=[1, 2], files_deleted=3)
+    assert MaintenanceEvent.from_json(event.to_json()) == event
