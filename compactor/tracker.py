@@ -58,6 +58,9 @@ class PartitionState:
     # The last write a compaction already answered (done, found nothing to do, or given up):
     # no new work until the partition is written again. This is what makes the policy stop.
     answered_write: float | None = None
+    # The last write known when the running compaction started: the one it answers (a write
+    # that lands while it runs is not in its starting snapshot).
+    compacting_after_write: float | None = None
     settled_at: float | None = None
 
     @property
@@ -178,13 +181,14 @@ class PartitionTracker:
 
     def started(self, state: PartitionState) -> None:
         state.compacting = True
+        state.compacting_after_write = state.cadence.last_write
 
     def finished(self, state: PartitionState, now: float, *, committed: bool) -> None:
         """A compaction committed, or found nothing to do: answered until the next write."""
         state.compacting = False
         state.failures = 0
         state.retry_at = None
-        state.answered_write = state.cadence.last_write
+        state.answered_write = state.compacting_after_write
         if committed:
             state.last_compaction = now
 
@@ -201,7 +205,7 @@ class PartitionTracker:
         if state.failures >= self.settings.max_attempts:
             state.failures = 0
             state.retry_at = None
-            state.answered_write = state.cadence.last_write
+            state.answered_write = state.compacting_after_write
             return False
         state.retry_at = now + retry_delay(state.failures, self.settings, self._rng)
         return True

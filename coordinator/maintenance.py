@@ -96,17 +96,17 @@ class TableMaintenance:
             protected.append(offsets)
         cutoff = expiry_cutoff(now_ms, settings.snapshot_retention_seconds, (s.timestampMillis() for s in protected))
         ids = tuple(sorted({s.snapshotId() for s in protected}))
-        before = sum(1 for _ in iterate(self.table.snapshots()))
-        expirable = sum(1 for s in iterate(self.table.snapshots()) if s.timestampMillis() < cutoff)
-        if before <= settings.retain_last or not expirable:
+        before = {s.snapshotId(): s.timestampMillis() for s in iterate(self.table.snapshots())}
+        if len(before) <= settings.retain_last or not any(t < cutoff for t in before.values()):
             return MaintenanceResult(EXPIRE, False, cutoff, ids)
         result = self._actions().expireSnapshots(self.table).expireOlderThan(cutoff).retainLast(settings.retain_last).execute()
         self.table.refresh()
-        after = sum(1 for _ in iterate(self.table.snapshots()))
+        # (the writer may have committed meanwhile: count what went, not the difference in size)
+        expired = len(before.keys() - {s.snapshotId() for s in iterate(self.table.snapshots())})
         deleted = (result.deletedDataFilesCount() + result.deletedEqualityDeleteFilesCount()
                    + result.deletedPositionDeleteFilesCount() + result.deletedManifestsCount()
                    + result.deletedManifestListsCount())
-        return MaintenanceResult(EXPIRE, before != after, cutoff, ids, snapshots_expired=before - after, files_deleted=deleted)
+        return MaintenanceResult(EXPIRE, expired > 0, cutoff, ids, snapshots_expired=expired, files_deleted=deleted)
 
     def remove_orphans(self, now_ms: int, settings: MaintenanceConfig) -> MaintenanceResult:
         cutoff = now_ms - int(settings.orphan_age_seconds * 1000)

@@ -22,6 +22,7 @@ from confluent_kafka import TopicPartition
 from icecdc import kafka
 from icecdc.config import Config
 from icecdc.events import CompactionEvent, MaintenanceEvent
+from icecdc.jvm import history, load_table
 from tests.cdc import table_rows
 from tests.integration.test_compactor import (
     EQUALITY_DELETES,
@@ -120,16 +121,18 @@ def assert_no_concurrent_compactions(events: list[CompactionEvent], ended_at: di
 def assert_snapshot_log_is_sequential(spark, name: str) -> None:
     """In the snapshot log, each compaction of a partition started from a snapshot at or after
     the previous compaction of that partition committed."""
-    rows = spark.sql(f"SELECT snapshot_id, sequence_number, summary FROM {name}.snapshots ORDER BY committed_at").collect()
-    sequence = {r.snapshot_id: r.sequence_number for r in rows}
+    snapshots = list(reversed(list(history(load_table(spark, name)))))
+    sequence = {s.snapshotId(): s.sequenceNumber() for s in snapshots}
     last: dict[str, int] = {}
-    for row in rows:
-        if "icecdc.compaction" not in row.summary:
+    for snapshot in snapshots:
+        summary = snapshot.summary()
+        if summary.get("icecdc.compaction") is None:
             continue
-        partition, start = row.summary["icecdc.partition"], int(row.summary["icecdc.starting-snapshot-id"])
+        partition, start = summary.get("icecdc.partition"), int(summary.get("icecdc.starting-snapshot-id"))
         if start in sequence and partition in last:
-            assert sequence[start] >= last[partition], f"{partition}: compaction {row.snapshot_id} overlapped the previous one"
-        last[partition] = row.sequence_number
+            assert sequence[start] >= last[partition], f"{partition}: compaction {snapshot.snapshotId()} overlapped the previous one"
+        last[partition] = snapshot.sequenceNumber()
+    assert last, "no compaction in the snapshot log"
 
 
 def slot_log(log: Path) -> list[tuple[float, int]]:
@@ -146,20 +149,23 @@ def rotating_writes(stream: Stream, n: int) -> list:
     src = stream.source
     region, day = PARTITIONS[n % len(PARTITIONS)]
     index = n % len(PARTITIONS)
-    changes = [src.upsert(k, region, 100 * n + k, day) for k in range(index, 400, len(PARTITIONS)) if k % 3 != n % 3]
+    changes = [src.upsert(k, region, 100 * n + k, day) for k in range(index, 400, len(PARTITIONS)) if k // 12 % 3 != n % 3]
     changes += [src.delete(k) for k in range(index, 400, len(PARTITIONS) * 7) if k in src.rows and n % 4 == 0]
-    changes += [src.upsert(k, *HOT[:1], n, HOT[1]) for k in range(1000 + n % 5, 1040, 5)]
+    changes += [src.upsert(k, HOT[0], n, HOT[1]) for k in range(1000 + n % 5, 1040, 5)]
     return changes
 
 
 def initial_rows(stream: Stream) -> list:
     src = stream.source
-    return [src.upsert(k, *PARTITIONS[k % len(PARTITIONS)], k) for k in range(400)] + \
-        [src.upsert(k, HOT[0], k, HOT[1]) for k in range(1000, 1040)]
+    rows = []
+    for k in range(400):
+        region, day = PARTITIONS[k % len(PARTITIONS)]
+        rows.append(src.upsert(k, region, k, day))
+    return rows + [src.upsert(k, HOT[0], k, HOT[1]) for k in range(1000, 1040)]
 
 
 def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(spark, stack_config, unique, tmp_path):
-    config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 5, "snapshot_retention_seconds": 30})
+    config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 30})
     name = f"lake.{config.tables[0].name}"
     replicas: dict[str, subprocess.Popen] = {}
     ended: dict[str, float] = {}
@@ -173,6 +179,7 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
             for n in range(1, 49):
                 stream(rotating_writes(stream, n))  # a writer failure raises here
                 if n == 24:
+                    assert replicas["a"].poll() is None, (tmp_path / "a.log").read_text()[-3000:]
                     replicas["a"].kill()
                     replicas["a"].wait()
                     ended["a"] = killed = time.time()
@@ -184,6 +191,7 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
         for process in replicas.values():
             stop(process)
     ended["b"] = time.time()
+    assert replicas["b"].returncode == 0, (tmp_path / "b.log").read_text()[-3000:]  # SIGTERM: a clean stop
 
     events = compaction_events(config)
     committed = [e for e in events if e.outcome == "committed"]

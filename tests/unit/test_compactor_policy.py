@@ -147,13 +147,26 @@ def test_work_is_answered_until_the_next_write():
     assert t.waiting(3001) and t.candidates(4000)
 
 
+def test_a_write_during_a_compaction_is_not_answered_by_it():
+    t = tracker()
+    t.on_commit(event("db.t", "p=a", 0))
+    state = t.get("db.t", "p=a")
+    t.started(state)
+    t.on_commit(event("db.t", "p=a", 500_000, sequence_number=2))  # lands while it runs
+    t.finished(state, 1001, committed=True)
+    assert t.candidates(2000)  # its starting snapshot did not have that write's deletes
+
+
 def test_failures_back_off_then_give_up_until_the_next_write():
     t = tracker(max_attempts=3, retry_base_seconds=10, retry_max_seconds=100)
     t.on_commit(event("db.t", "p=a", 0))
     state = t.get("db.t", "p=a")
+    t.started(state)
     assert t.failed(state, 1000)
     assert t.candidates(1001) == [] and t.candidates(1011)
+    t.started(state)
     assert t.failed(state, 1011)
+    t.started(state)
     assert not t.failed(state, 1100)  # third failure: given up
     assert t.candidates(10_000) == []
 
