@@ -143,7 +143,12 @@ class CompactorSidecar:
     def reconcile(self, table_name: str) -> None:
         """Replace the tracker's view of one table with its metadata now."""
         table_config = self._table_config(table_name)
-        loaded = load_table_partitions(self._catalog, table_config, self.settings) if table_config else None
+        try:
+            loaded = load_table_partitions(self._catalog, table_config, self.settings) if table_config else None
+        except Exception as exc:  # noqa: BLE001 - a catalog hiccup is retried at the next reconcile
+            log.warning("could not read the metadata of %s (retried at the next reconcile): %s", table_name, exc,
+                        extra={"table": table_name})
+            return
         if loaded is None:
             log.info("table %s does not exist yet; the ingester creates it", table_name)
             return

@@ -40,10 +40,13 @@ def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
         return props
     uri = props.pop("uri", "")
     user, password = props.pop("jdbc.user", None), props.pop("jdbc.password", None)
+    busy_ms = props.get("jdbc.busy_timeout")
     props = {k: v for k, v in props.items() if not k.startswith("jdbc.")}
     if uri.startswith("jdbc:sqlite:"):
         path = uri.removeprefix("jdbc:sqlite:").removeprefix("file:")
-        sql_uri = f"sqlite:///{path}"
+        # Wait for another process's write lock as long as the JVM side does (Python's sqlite3
+        # gives up after 5 s by default).
+        sql_uri = f"sqlite:///{path}" + (f"?timeout={int(busy_ms) / 1000:g}" if busy_ms else "")
     elif uri.startswith("jdbc:postgresql:"):
         auth = f"{user}:{password}@" if user and password else (f"{user}@" if user else "")
         sql_uri = f"postgresql+psycopg2://{auth}{uri.removeprefix('jdbc:postgresql://')}"

@@ -136,8 +136,9 @@ def spark_conf(config: Config) -> dict[str, str]:
     if INIT_CATALOG_TABLES not in config.catalog.properties and sqlite_catalog_initialized(config.catalog.properties):
         # Iceberg's JDBC catalog, when it initializes over tables that already exist, leaves a
         # metadata ResultSet open: on SQLite that is a read lock held for the life of the JVM,
-        # and every other process's commit waits on it (and fails after busy_timeout when this
-        # process is frozen). Tables that exist need no initializing.
+        # every other process's commit waits on it and fails after busy_timeout (seen with the
+        # ingester and the compactor started together). Tables that exist need no initializing,
+        # and create_spark_session makes sure they exist.
         conf[f"{prefix}.{INIT_CATALOG_TABLES}"] = "false"
     return conf
 
@@ -175,6 +176,12 @@ def create_spark_session(config: Config, app_name: str = "icecdc") -> SparkSessi
     """Start (or reuse) the process's Spark session for this config."""
     check_java()
     make_local_catalog_dirs(config.catalog.properties)
+    if sqlite_catalog_file(config.catalog.properties) is not None:
+        # Create the catalog's tables (pyiceberg's SQL catalog writes Iceberg's own layout) so
+        # that the JVM never initializes over existing ones: see INIT_CATALOG_TABLES in spark_conf.
+        from icecdc.catalog import pyiceberg_catalog
+
+        pyiceberg_catalog(config)
     from pyspark.sql import SparkSession
 
     # Executors of a local master run Python workers; they must use this interpreter (the venv).

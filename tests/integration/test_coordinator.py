@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import calendar
 import itertools
+import os
 import re
 import signal
 import subprocess
@@ -20,10 +21,18 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from icecdc import kafka
-from icecdc.config import Config
+from icecdc.catalog import pyiceberg_catalog
+from icecdc.compactor.metadata import load_table_partitions
+from icecdc.compactor.policy import Work, plan_rewrite
+from icecdc.compactor.rewrite import CompactionConflict, PartitionCompaction
+from icecdc.config import Config, MaintenanceConfig
+from icecdc.coordinator.maintenance import TableMaintenance
 from icecdc.events import CompactionEvent, MaintenanceEvent
+from icecdc.ingest.commit import TableCommitter
+from icecdc.ingest.offsets import committed_offsets
+from icecdc.ingest.sources import records_to_dataframe
 from icecdc.jvm import history, load_table
-from tests.cdc import table_rows
+from tests.cdc import REGIONS, SourceDatabase, kafka_records, table_rows
 from tests.integration.test_compactor import (
     EQUALITY_DELETES,
     Stream,
@@ -260,3 +269,129 @@ def test_a_frozen_replica_cannot_commit_after_the_others_took_over(spark, stack_
     data_dir = Path(spark.sql(f"SELECT file_path FROM {name}.files LIMIT 1").first().file_path.removeprefix("file:")).parents[2]
     on_disk = {str(p) for p in data_dir.rglob("*.parquet")}
     assert on_disk <= table_files(spark, name), on_disk - table_files(spark, name)
+
+
+def test_maintenance_during_a_compaction_spares_it_and_exactly_once_recovery(spark, stack_config, unique):
+    config = coordinated_config(stack_config, unique)
+    table_config = config.tables[0]
+    name = f"lake.{table_config.name}"
+    # Retention 0 expires everything it may: only what the coordinator protects survives.
+    settings = MaintenanceConfig(snapshot_retention_seconds=0, retain_last=1, orphan_age_seconds=3600)
+    sent: list = []
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+
+        def batch(pairs: list) -> None:
+            sent.extend(pairs)
+            stream(pairs)
+
+        batch([src.upsert(k, "eu", k, 0) for k in range(1, 60)])
+        for n in range(1, 4):
+            batch([src.upsert(k, "eu", 10 * k + n, 0) for k in range(n, 60, 4)])
+        loaded = load_table_partitions(pyiceberg_catalog(config), table_config, config.compactor)
+        [(path, partition)] = loaded.partitions.items()
+        key = tuple(partition.partition[t.name] for t in loaded.layout.partition)
+        # An orphan older than the safe age: a batch's file from a crash two days ago.
+        orphan = Path(loaded.layout.data_location) / path / "crashed-batch.parquet"
+        orphan.write_bytes(b"PAR1")
+        os.utime(orphan, (time.time() - 2 * 86400,) * 2)
+
+        compaction = PartitionCompaction(spark, name, loaded.layout, key, config.catalog.properties, 1 << 20)
+        plan = plan_rewrite(compaction.files(), Work.DELETE_MERGE, config.compactor)
+        starting_snapshot, _ = compaction.starting_snapshot
+        maintenance = TableMaintenance(spark, name, {})
+        results = []
+
+        def commit_during_maintenance(attempt):
+            # The writer goes on (the compaction's starting snapshot is no longer current nor the
+            # newest offsets snapshot), then maintenance runs, then the compaction commits.
+            batch([src.upsert(k, "eu", 7, 0) for k in range(1, 60, 9)] + [src.delete(58)])
+            now_ms = int(time.time() * 1000)
+            results.append(maintenance.expire(now_ms, settings, [starting_snapshot]))
+            results.append(maintenance.remove_orphans(now_ms, settings))
+            return attempt()
+
+        result = compaction.run(plan, {"icecdc.compactor": "test"}, commit_during_maintenance)
+    expired, orphans = results
+    assert expired.snapshots_expired >= 3 and starting_snapshot in expired.protected_snapshot_ids
+    assert orphans.files_deleted == 1 and not orphan.exists()
+    assert result.committed is not None  # expiry spared its starting snapshot
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == src.expected_rows()
+    assert all(Path(f).exists() for f in table_files(spark, name))  # nothing live was removed
+
+    # Without the protection the same compaction would have failed: shown on a second one.
+    with batch_writer(spark, config) as write:
+        stream.write = write
+        batch([src.upsert(k, "eu", 11, 0) for k in range(2, 60, 5)])
+        late = PartitionCompaction(spark, name, loaded.layout, key, config.catalog.properties, 1 << 20)
+        late_plan = plan_rewrite(late.files(), Work.DELETE_MERGE, config.compactor)
+        batch([src.upsert(k, "eu", 12, 0) for k in range(3, 60, 5)])
+        batch([src.upsert(k, "eu", 13, 0) for k in range(4, 60, 5)])
+        maintenance.expire(int(time.time() * 1000), settings, [])
+        with pytest.raises(CompactionConflict):
+            late.run(late_plan, {})
+
+        # The ingester still recovers exactly once: its offsets survived expiry, so a replay of
+        # the whole source commits nothing, and new records apply once.
+        committer = TableCommitter(spark, name, loaded.layout)
+        assert committed_offsets(committer.summaries_newest_first()) == {table_config.topic: {0: len(sent)}}
+        snapshots = len(spark.sql(f"SELECT * FROM {name}.snapshots").collect())
+        write(records_to_dataframe(spark, kafka_records(table_config.topic, sent, 0)), 1000)
+        spark.sql(f"REFRESH TABLE {name}")
+        assert len(spark.sql(f"SELECT * FROM {name}.snapshots").collect()) == snapshots
+        batch([src.delete(3), src.upsert(4, "us", 1, 1)])
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == src.expected_rows()
+
+
+def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, unique, tmp_path):
+    """A bounded soak: the ingester and one compactor replica (with maintenance every 10 s) as
+    processes, fed 80 rounds of inserts, updates and deletes on a hot day and late changes to
+    older days."""
+    config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 20})
+    data = config.model_dump(by_alias=True)
+    data["ingest"] = {"source": "direct", "trigger_seconds": 0.5, "max_batch_records": 500, "http": {"port": None}}
+    config = Config.model_validate(data)
+    table = config.tables[0]
+    name = f"lake.{table.name}"
+    kafka.ensure_topics(config.kafka, [table.topic])
+    path = write_config(config, tmp_path / "soak.yaml")
+    src = SourceDatabase()
+    producer = kafka.producer(config.kafka)
+
+    def send(pairs: list) -> None:
+        for key, value in pairs:
+            producer.produce(table.topic, key=key, value=value)
+        producer.flush(30)
+
+    send([src.upsert(k, REGIONS[k % 3], k, k % 5) for k in range(500)])
+    compactor = start_icecdc("--log-format", "json", "compact", "--config", str(path), log=tmp_path / "compactor.log")
+    ingester = start_icecdc("--log-format", "json", "ingest", "--config", str(path), "--until-idle", "8",
+                            log=tmp_path / "ingest.log")
+    try:
+        for n in range(1, 81):
+            hot = [src.upsert(k, REGIONS[k % 3], n * 100 + k, 5) for k in range(500 + n % 7, 700, 7)]  # today
+            late = [src.upsert(k, REGIONS[k % 3], n, k % 5) for k in range(n % 25, 500, 25) if k in src.rows and k % 5 == n % 5]
+            gone = [src.delete(k) for k in range(n % 50, 500, 97) if k in src.rows]
+            send(hot + late + gone)
+            time.sleep(0.4)
+        assert ingester.wait(240) == 0, (tmp_path / "ingest.log").read_text()[-3000:]
+        # Everything has settled: the compactor merges every delete.
+        wait_for(lambda: not spark.sql(f"SELECT 1 FROM {name}.files WHERE content != 0").collect(), 180,
+                 "every partition to settle and lose its delete files")
+    finally:
+        stop(ingester)
+        stop(compactor)
+    assert compactor.returncode == 0, (tmp_path / "compactor.log").read_text()[-3000:]
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == src.expected_rows()
+    ingest_log = (tmp_path / "ingest.log").read_text()
+    assert '"level":"error"' not in ingest_log and "Traceback" not in ingest_log  # zero writer commit failures
+    events = compaction_events(config)
+    assert sum(e.outcome == "committed" for e in events) >= 5
+    assert not [e for e in events if e.outcome == "failed"]
+    maintenance = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
+    assert any(e.kind == "expire-snapshots" and e.outcome == "committed" for e in maintenance), maintenance
+    assert not [e for e in maintenance if e.outcome == "failed"], maintenance

@@ -7,6 +7,8 @@ from icecdc.config import CatalogConfig
 def test_sqlite_jdbc_becomes_sql_catalog():
     props = pyiceberg_properties(CatalogConfig(properties={"type": "jdbc", "uri": "jdbc:sqlite:/data/c.db", "warehouse": "/w"}))
     assert props == {"type": "sql", "uri": "sqlite:////data/c.db", "warehouse": "/w"}
+    waiting = pyiceberg_properties(CatalogConfig(properties={"type": "jdbc", "uri": "jdbc:sqlite:/c.db", "jdbc.busy_timeout": "30000"}))
+    assert waiting["uri"] == "sqlite:////c.db?timeout=30"
 
 
 def test_postgres_jdbc_carries_credentials():
