@@ -101,6 +101,15 @@ def _cmd_bench_ingest(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_contention(args: argparse.Namespace) -> int:
+    from icecdc.bench import contention
+
+    results = contention.run(args.batches, args.changes, args.interval, args.out, args.state_dir.resolve())
+    print(contention.summary(results))
+    print(f"results: {args.out / 'contention.json'}, plot: {args.out / 'contention.png'}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import run_demo
 
@@ -170,6 +179,13 @@ def build_parser() -> argparse.ArgumentParser:
     bench_ingest.add_argument("--changes", type=int, default=10_000, help="changes per batch (default: 10000)")
     bench_ingest.add_argument("--batches", type=int, default=5, help="measured batches per size, after one warm-up (default: 5)")
     bench_ingest.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
+    contention = benches.add_parser("contention", help="the writer's commit latency beside no compactor, a naive one and the coordinated one")
+    contention.set_defaults(handler=_cmd_bench_contention)
+    add_state(contention)
+    contention.add_argument("--batches", type=int, default=60, help="writer batches per mode (default: 60)")
+    contention.add_argument("--changes", type=int, default=2000, help="changes per batch (default: 2000)")
+    contention.add_argument("--interval", type=float, default=2.0, help="seconds between the writer's batches (default: 2)")
+    contention.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
     bench_ingest.add_argument("--state-dir", type=Path, default=Path(".icecdc-bench"), help="catalog, warehouse and broker state")
 
     config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")

@@ -18,7 +18,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
@@ -110,6 +110,15 @@ class DirectKafkaSource:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def source_rows(topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]], first_offset: int,
+                partition: int = 0) -> list[dict[str, Any]]:
+    """(key, value) pairs as rows with the Kafka source's schema, as if read from one partition
+    starting at ``first_offset`` (the benchmarks feed the writer this way)."""
+    now = dt.datetime.now(dt.timezone.utc)
+    return [{"key": k, "value": v, "topic": topic, "partition": partition, "offset": first_offset + i, "timestamp": now,
+             "timestampType": 0} for i, (k, v) in enumerate(pairs)]
 
 
 def records_to_dataframe(spark: SparkSession, records: list[dict[str, Any]]) -> DataFrame:

@@ -130,7 +130,7 @@ def _progress(message: str) -> None:
 def run(sizes: list[int], changes: int, batches: int, out: Path, state_dir: Path,
         updates: float = 0.7, inserts: float = 0.2) -> dict[str, Any]:
     from icecdc.ingest.publish import CommitEventPublisher
-    from icecdc.ingest.sources import records_to_dataframe
+    from icecdc.ingest.sources import records_to_dataframe, source_rows
     from icecdc.ingest.writer import BatchWriter
     from icecdc.spark import create_spark_session
 
@@ -164,9 +164,7 @@ def run(sizes: list[int], changes: int, batches: int, out: Path, state_dir: Path
             offset = 0
             for number in range(batches + 1):  # batch 0 warms both paths up and is not counted
                 batch = source.batch(changes, updates, inserts)
-                now = dt.datetime.now(dt.timezone.utc)
-                records = [{"key": orjson.dumps({"id": k}), "value": v, "topic": topic, "partition": 0,
-                            "offset": offset + i, "timestamp": now, "timestampType": 0} for i, (_, k, _, v) in enumerate(batch)]
+                records = source_rows(topic, [(orjson.dumps({"id": k}), v) for _, k, _, v in batch], offset)
                 offset += len(records)
                 # Both paths are timed from a ready source DataFrame (as foreachBatch receives one,
                 # and as MERGE's source view is built before its timer starts).
