@@ -65,7 +65,7 @@ def status_path(config: Config) -> Path:
 class CompactorStats:
     commit_events: int = 0
     bad_commit_events: int = 0
-    maintenance: list[MaintenanceEvent] = field(default_factory=list)
+    maintenance: deque[MaintenanceEvent] = field(default_factory=lambda: deque(maxlen=RECENT_RESULTS))
     outcomes: dict[str, int] = field(default_factory=dict)
     # The latest compaction events, newest last (bounded: the sidecar runs for months).
     results: deque[CompactionEvent] = field(default_factory=lambda: deque(maxlen=RECENT_RESULTS))
@@ -346,7 +346,6 @@ class CompactorSidecar:
         event = MaintenanceEvent(**base, outcome=outcome, finished_ms=int(self._clock() * 1000), reason=reason, **counts)
         self._publish_maintenance(event)
         self.stats.maintenance.append(event)
-        del self.stats.maintenance[:-RECENT_RESULTS]
         coordination_metrics.MAINTENANCE.labels(table_name, kind, outcome).inc()
         coordination_metrics.SNAPSHOTS_EXPIRED.labels(table_name).inc(event.snapshots_expired)
         if kind == "remove-orphans":

@@ -1,22 +1,28 @@
 """``icecdc bench contention``: what a compactor does to the writer it runs beside.
 
-The same CDC batches are written at a fixed cadence to three tables, one run after the other in
-one process: with no compactor, with a naive compactor (commits whenever a compaction is ready,
-no quiet windows, no retry of its own) and with the coordinated compactor (icecdc's defaults).
-The workload moves to a new day every few batches, so yesterday's partitions take late changes
-for a while and then settle: the compactor works while the writer writes. Measured: the writer's
-commit latency (p50/p99) and failures, and the compactor's commit attempts and conflicts (an
-attempt that lost the catalog's compare-and-set or failed validation). At the end the three
-tables must hold the same rows as the workload's own state.
+The same CDC batches are written at a fixed cadence to three tables, one run after the other, by
+a writer in this process: with no compactor, with a naive compactor (commits whenever a
+compaction is ready, no quiet windows, no retry of its own) and with the coordinated compactor
+(icecdc's defaults). The compactor runs as its own process, as deployed. The workload moves to a
+new day every few batches, so yesterday's partitions take late changes for a while and then
+settle: the compactor works while the writer writes. Measured: the writer's commit latency
+(p50/p99), failures and retries, and the compactor's commit attempts and conflicts (an attempt
+that lost the catalog's compare-and-set or failed validation), scraped from the compactor's own
+metrics endpoint. At the end the three tables must hold the same rows as the workload's state.
 """
 
 from __future__ import annotations
 
 import statistics
-import threading
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
+
+import orjson
+from prometheus_client.parser import text_string_to_metric_families
 
 from icecdc import kafka
 from icecdc.bench.report import machine, markdown_table, write_json
@@ -69,9 +75,64 @@ def _mode_config(base: Config, mode: str, run_id: int) -> Config:
     return Config.model_validate(data)
 
 
-def run_mode(spark: Any, config: Config, mode: str, batches: list[list[tuple[bytes, bytes]]], interval: float) -> dict[str, Any]:
+def _scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {(sample.name, tuple(sorted(sample.labels.items()))): sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples}
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=5) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+def start_compactor(config: Config, mode: str, out: Path) -> tuple[subprocess.Popen, int]:
+    """``icecdc compact`` in its own process, as deployed (a sidecar container): it shares the
+    machine's cores with the writer but not its JVM or its interpreter. Returns once it is ready."""
+    port = free_port()
+    data = config.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["compactor"]["http"] = {"host": "127.0.0.1", "port": port}
+    path = out / f"compactor-{mode}.yaml"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(orjson.dumps(data))  # JSON is YAML
+    with (out / f"compactor-{mode}.log").open("w") as log:
+        process = subprocess.Popen([sys.executable, "-m", "icecdc.cli", "compact", "--config", str(path)],
+                                   stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not _ready(port):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError(f"the {mode} compactor did not become ready; see {out / f'compactor-{mode}.log'}")
+        time.sleep(0.5)
+    return process, port
+
+
+def _compactor_counts(port: int, table: str) -> dict[str, Any]:
+    metrics = _scrape(port)
+
+    def total(name: str, **labels: str) -> float:
+        return sum(v for (n, ls), v in metrics.items()
+                   if n == name and dict(ls).get("table") == table and all(dict(ls).get(k) == x for k, x in labels.items()))
+
+    attempts = total("icecdc_compactor_commit_attempts_total")
+    conflicts = total("icecdc_compactor_commit_conflicts_total")
+    return {
+        "compactions": int(total("icecdc_compactions_total", outcome="committed")),
+        "compactions_not_committed": int(total("icecdc_compactions_total") - total("icecdc_compactions_total", outcome="committed")),
+        "commit_attempts": int(attempts), "commit_conflicts": int(conflicts),
+        "commit_retries": int(total("icecdc_compactor_commit_retries_total")),
+        "gave_up": int(total("icecdc_compactor_commit_gave_up_total")),
+        "conflict_rate": conflicts / attempts if attempts else 0.0,
+    }
+
+
+def run_mode(spark: Any, config: Config, mode: str, batches: list[list[tuple[bytes, bytes]]], interval: float,
+             out: Path) -> dict[str, Any]:
     """Write every batch at ``interval`` seconds, with the mode's compactor running beside."""
-    from icecdc.compactor.sidecar import CompactorSidecar
     from icecdc.ingest.publish import CommitEventPublisher
     from icecdc.ingest.sources import records_to_dataframe, source_rows
     from icecdc.ingest.writer import BatchWriter
@@ -83,16 +144,11 @@ def run_mode(spark: Any, config: Config, mode: str, batches: list[list[tuple[byt
     writer = BatchWriter(spark, config, producer, CommitEventPublisher(producer, config.commit_topic), "bench")
     writer(records_to_dataframe(spark, source_rows(table.topic, batches[0], 0)), 0)  # the initial load
     offset = len(batches[0])
-    sidecar = None
-    stop = threading.Event()
-    worker = None
-    if mode != "none":
-        sidecar = CompactorSidecar(config, spark)
-        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop}, daemon=True)
-        worker.start()
+    compactor, port = start_compactor(config, mode, out) if mode != "none" else (None, 0)
     latencies: list[float] = []
     failures: list[str] = []
     interleaved = 0
+    counts: dict[str, Any] = {}
     started = time.monotonic()
     try:
         for number, pairs in enumerate(batches[1:], 1):
@@ -108,26 +164,17 @@ def run_mode(spark: Any, config: Config, mode: str, batches: list[list[tuple[byt
                 failures.append(f"batch {number}: {type(exc).__name__}: {str(exc)[:300]}")
             if number % 10 == 0 or number == len(batches) - 1:
                 _progress(f"{mode}: batch {number}/{len(batches) - 1}, writer commit p50 "
-                          f"{statistics.median(latencies):.3f}s, failures {len(failures)}"
-                          + (f", compactions {sidecar.stats.committed}" if sidecar else ""))
+                          f"{statistics.median(latencies):.3f}s, failures {len(failures)}")
+        if compactor is not None:
+            counts = _compactor_counts(port, table.name)
     finally:
-        stop.set()
-        if worker is not None and sidecar is not None:
-            worker.join(300)
-            sidecar.close()
-    result: dict[str, Any] = {
+        if compactor is not None:
+            compactor.terminate()
+            compactor.wait(120)
+    return {
         "commit_seconds": latencies, "writer_failures": failures, "writer_commits_interleaved": interleaved,
-        "p50": statistics.median(latencies), "p99": percentile(latencies, 0.99),
+        "p50": statistics.median(latencies), "p99": percentile(latencies, 0.99), **counts,
     }
-    if sidecar is not None:
-        gate = sidecar.gate.stats
-        result.update({
-            "compactions": dict(sidecar.stats.outcomes), "commit_attempts": gate.attempts, "commit_conflicts": gate.conflicts,
-            "commit_retries": gate.retries, "gave_up": gate.gave_up,
-            "conflict_rate": gate.conflicts / gate.attempts if gate.attempts else 0.0,
-            "quiet_wait_median": statistics.median(gate.quiet_wait_seconds) if gate.quiet_wait_seconds else 0.0,
-        })
-    return result
 
 
 def run(batches: int, changes: int, interval: float, out: Path, state_dir: Path) -> dict[str, Any]:
@@ -146,14 +193,14 @@ def run(batches: int, changes: int, interval: float, out: Path, state_dir: Path)
         # JIT and caches warm on a scratch table first, or the first mode measured pays for them.
         warm = _mode_config(base, "none", run_id - 1)
         _progress("warming up")
-        run_mode(spark, warm, "none", data[:6], interval)
+        run_mode(spark, warm, "none", data[:6], interval, out)
         spark.sql(f"DROP TABLE lake.{warm.tables[0].name} PURGE")
         names = {}
         for mode in MODES:
             config = _mode_config(base, mode, run_id)
             names[mode] = f"lake.{config.tables[0].name}"
             _progress(f"{mode}: {batches} batches of {changes:,} changes, one every {interval:g}s")
-            results["modes"][mode] = run_mode(spark, config, mode, data, interval)
+            results["modes"][mode] = run_mode(spark, config, mode, data, interval, out)
         expected = workload.expected_rows()
         for mode, name in names.items():
             spark.sql(f"REFRESH TABLE {name}")
@@ -181,7 +228,7 @@ def summary(results: dict[str, Any]) -> str:
         rows.append([
             mode, f"{m['p50'] * 1000:.0f}", f"{m['p99'] * 1000:.0f}", f"{m['p99'] / baseline:.2f}x",
             len(m["writer_failures"]), m["writer_commits_interleaved"],
-            m.get("compactions", {}).get("committed", "-"),
+            m.get("compactions", "-"),
             f"{m['commit_conflicts']}/{m['commit_attempts']} ({m['conflict_rate']:.1%})" if "commit_attempts" in m else "-",
         ])
     return (f"{results['batches']} batches of {results['changes_per_batch']:,} changes, one every "

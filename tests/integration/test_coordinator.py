@@ -41,7 +41,7 @@ from tests.integration.test_compactor import (
     partition_files,
 )
 from tests.integration.test_ingest_writer import batch_writer
-from tests.processes import is_stopped, start_icecdc, write_config
+from tests.processes import icecdc_process, is_stopped, start_icecdc, write_config
 
 SESSION_SECONDS = 6.0
 # Rotating partitions: a batch writes one of them (and the hot one), so each settles in turn.
@@ -395,3 +395,19 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
     maintenance = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
     assert any(e.kind == "expire-snapshots" and e.outcome == "committed" for e in maintenance), maintenance
     assert not [e for e in maintenance if e.outcome == "failed"], maintenance
+
+
+def test_contention_benchmark_harness(tmp_path):
+    """A short ``icecdc bench contention`` in its own process: every mode measured, every table
+    equal to the workload's state (the run fails otherwise), JSON, plot and summary written."""
+    out = tmp_path / "out"
+    run = icecdc_process("bench", "contention", "--state-dir", str(tmp_path / "state"), "--batches", "4", "--changes", "300",
+                         "--interval", "1", "--out", str(out), timeout=900)
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = orjson.loads((out / "contention.json").read_bytes())
+    assert set(results["modes"]) == {"none", "naive", "coordinated"}
+    for mode, measured in results["modes"].items():
+        assert len(measured["commit_seconds"]) == 4 and measured["rows_match"] and not measured["writer_failures"], mode
+    assert {"commit_attempts", "conflict_rate"} <= set(results["modes"]["naive"]) & set(results["modes"]["coordinated"])
+    assert (out / "contention.png").stat().st_size > 0
+    assert "| coordinated |" in (out / "contention.md").read_text()
