@@ -91,7 +91,7 @@ class CompactorSidecar:
         coordination = config.coordinator
         self.writers: dict[str, WriteCadence] = {}
         self.activity = TableActivity(coordination.max_compaction_seconds)
-        self.schedule = MaintenanceSchedule(coordination.maintenance)
+        self.schedule = MaintenanceSchedule(coordination.maintenance, started=clock())
         topics = [config.commit_topic, config.compaction_topic, config.maintenance_topic]
         kafka.ensure_topics(config.kafka, topics)
         self.health = health or Health(float("inf"))

@@ -70,6 +70,9 @@ class CommitGate:
         deadline = started + self._settings.max_quiet_wait_seconds
         expected = self._commit_seconds.get(table, INITIAL_COMMIT_SECONDS)
         while True:
+            # Catch up first: a long compaction leaves the writer's latest commits unread, and a
+            # stale cadence would look like a writer that has stopped.
+            self._poll(0.0)
             now = self._clock()
             delay = quiet_delay(self._cadence(table), now, expected)
             if delay <= 0 or now >= deadline:

@@ -42,18 +42,29 @@ def expiry_cutoff(now_ms: int, retention_seconds: float, protected_timestamps_ms
 
 @dataclass
 class MaintenanceSchedule:
-    """When each kind of maintenance is next due on each table."""
+    """When each kind of maintenance is next due on each table. Expiry and manifest checks are
+    due at once (they cost nothing when there is nothing to do); orphan removal, which lists the
+    whole table location, first comes one ``interval_seconds`` after ``started``, so that short
+    runs and restarts do not pay for it each time."""
 
     settings: MaintenanceConfig
+    started: float = 0.0
     last: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def interval(self, kind: str) -> float:
         return self.settings.orphan_interval_seconds if kind == ORPHANS else self.settings.interval_seconds
 
+    def _last(self, table: str, kind: str) -> float:
+        if (table, kind) in self.last:
+            return self.last[(table, kind)]
+        if kind == ORPHANS:
+            return self.started + self.settings.interval_seconds - self.settings.orphan_interval_seconds
+        return float("-inf")
+
     def due(self, table: str, now: float) -> list[str]:
         if not self.settings.enabled:
             return []
-        return [k for k in (EXPIRE, MANIFESTS, ORPHANS) if now - self.last.get((table, k), float("-inf")) >= self.interval(k)]
+        return [k for k in (EXPIRE, MANIFESTS, ORPHANS) if now - self._last(table, k) >= self.interval(k)]
 
     def done(self, table: str, kind: str, now: float) -> None:
         self.last[(table, kind)] = now

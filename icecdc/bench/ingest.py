@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from icecdc import kafka
-from icecdc.bench.report import machine, markdown_table, write_json
+from icecdc.bench.report import machine, markdown_table, publish
 from icecdc.broker import EmbeddedBroker, free_port
 from icecdc.catalog import ensure_tables
 from icecdc.config import Config, TableConfig, embedded_config
@@ -196,9 +196,7 @@ def run(sizes: list[int], changes: int, batches: int, out: Path, state_dir: Path
                 spark.sql(f"DROP TABLE lake.{name} PURGE")
     finally:
         broker.stop()
-    write_json(out / "ingest.json", results)
-    _plot(results, out / "ingest.png")
-    (out / "ingest.md").write_text(summary(results))
+    publish(out, "ingest", results, _plot, summary)
     return results
 
 

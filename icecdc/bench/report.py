@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,3 +23,11 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def publish(out: Path, name: str, results: dict[str, Any], plot: Callable[[dict[str, Any], Path], None],
+            summary: Callable[[dict[str, Any]], str]) -> None:
+    """``<name>.json`` with every series, ``<name>.png`` and the ``<name>.md`` summary in ``out``."""
+    write_json(out / f"{name}.json", results)
+    plot(results, out / f"{name}.png")
+    (out / f"{name}.md").write_text(summary(results))

@@ -197,6 +197,23 @@ def test_gate_waits_for_the_quiet_window_and_no_longer_than_allowed():
     assert not polls
 
 
+def test_gate_catches_up_on_events_before_judging_the_window():
+    # After a long compaction the last commit it has seen is old: the writer looks stopped. The
+    # commit that is waiting in the consumer says it is not, and due again in 0.4 s.
+    clock = Clock()
+    cadence = writer(980, 982, 984)
+    pending = [998.4]
+
+    def poll(seconds: float) -> None:
+        if pending:
+            cadence.record(pending.pop())
+        clock.sleep(seconds)
+
+    commit_gate = CommitGate(CoordinatorConfig(), lambda _table: cadence, poll, clock=clock, sleep=clock.sleep)
+    commit_gate.commit("t", lambda: SNAPSHOT)
+    assert commit_gate.stats.quiet_wait_seconds[0] > 0.3
+
+
 # ---- activity across replicas ----
 
 
@@ -239,13 +256,16 @@ def test_expiry_cutoff_spares_protected_snapshots():
 
 
 def test_maintenance_schedule():
-    schedule = MaintenanceSchedule(MaintenanceConfig(interval_seconds=60, orphan_interval_seconds=3600))
-    assert schedule.due("t", 0) == [EXPIRE, MANIFESTS, ORPHANS]
-    for kind in (EXPIRE, MANIFESTS, ORPHANS):
+    schedule = MaintenanceSchedule(MaintenanceConfig(interval_seconds=60, orphan_interval_seconds=3600), started=0)
+    assert schedule.due("t", 0) == [EXPIRE, MANIFESTS]  # orphans: not on every (re)start
+    for kind in (EXPIRE, MANIFESTS):
         schedule.done("t", kind, 0)
     assert schedule.due("t", 59) == []
-    assert schedule.due("t", 60) == [EXPIRE, MANIFESTS]
-    assert schedule.due("t", 3600) == [EXPIRE, MANIFESTS, ORPHANS]
+    assert schedule.due("t", 60) == [EXPIRE, MANIFESTS, ORPHANS]
+    for kind in (EXPIRE, MANIFESTS, ORPHANS):
+        schedule.done("t", kind, 60)
+    assert schedule.due("t", 120) == [EXPIRE, MANIFESTS]
+    assert schedule.due("t", 3660) == [EXPIRE, MANIFESTS, ORPHANS]
     assert MaintenanceSchedule(MaintenanceConfig(enabled=False)).due("t", 0) == []
 
 
