@@ -380,9 +380,10 @@ class CompactorSidecar:
             self.reconcile_all()
         candidates = self.due_candidates(now)
         event = self.compact(candidates[0]) if candidates else None
-        if event is None:
-            for table, kind in self.maintenance_due(self._clock()):
-                self.maintain(table, kind)
+        if event is None and (due := self.maintenance_due(self._clock())):
+            # One run per turn: the group protocol is served between runs (a rebalance waits for
+            # whatever this replica is doing, so each piece of work is kept to one).
+            self.maintain(*due[0])
         self.write_status()
         return event
 

@@ -130,6 +130,8 @@ def _compactor_counts(port: int, table: str) -> dict[str, Any]:
         "commit_retries": int(total("icecdc_compactor_commit_retries_total")),
         "gave_up": int(total("icecdc_compactor_commit_gave_up_total")),
         "conflict_rate": conflicts / attempts if attempts else 0.0,
+        "quiet_wait_mean_seconds": (total("icecdc_compactor_quiet_wait_seconds_sum")
+                                    / max(1.0, total("icecdc_compactor_quiet_wait_seconds_count"))),
     }
 
 

@@ -210,9 +210,14 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
     a_partitions = {e.partition_path for e in by_replica["a"]}
     taken_over = [e for e in by_replica["b"] if e.partition_path in a_partitions and e.started_ms / 1000 > killed]
     assert taken_over, "b compacted the partitions a held once a was gone"
-    # The bound: b held every slot within two session timeouts (plus scheduling slack) of the kill.
+    # The bound (docs/coordinator.md): the session timeout, plus the compaction or maintenance run
+    # b had in flight (a replica joins a rebalance between two pieces of work), plus one rebalance.
+    evicted = killed + SESSION_SECONDS
+    maintenance = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
+    busy_until = max([e.finished_ms / 1000 for e in [*events, *maintenance] if e.replica == "b" and e.outcome != "started"
+                      and e.started_ms / 1000 < evicted + 2 and e.finished_ms / 1000 > killed] or [evicted])
     takeover = next(t for t, slots in slot_log(tmp_path / "b.log") if slots == 32 and t > killed - 1)
-    assert takeover - killed <= 2 * SESSION_SECONDS + 4, takeover - killed
+    assert takeover <= max(busy_until, evicted) + SESSION_SECONDS + 4, (takeover - killed, busy_until - killed)
 
     assert_no_concurrent_compactions(events, ended)
     spark.sql(f"REFRESH TABLE {name}")
@@ -221,7 +226,6 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
     parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
     assert_compactions_kept_rows(spark, name, [e for e in committed if parents.get(e.snapshot_id) in parents])
     assert table_rows(spark, name) == stream.source.expected_rows()
-    maintenance = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
     assert any(e.kind == "expire-snapshots" and e.outcome == "committed" for e in maintenance), maintenance
 
 
