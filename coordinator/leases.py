@@ -47,8 +47,8 @@ class PartitionLeases:
             "session.timeout.ms": int(settings.session_timeout_seconds * 1000),
             "heartbeat.interval.ms": max(100, int(settings.session_timeout_seconds * 100)),
             "max.poll.interval.ms": int(settings.max_compaction_seconds * 1000),
-            # Round-robin spreads slots evenly; eager (not cooperative) so that a slot is never
-            # held by two members during a rebalance.
+            # Round-robin spreads slots evenly. Eager: every member releases its slots (from its
+            # main loop, between two pieces of work) before any is handed out again.
             "partition.assignment.strategy": "roundrobin",
         })
         self._consumer.subscribe([self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
