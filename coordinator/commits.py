@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -46,7 +47,9 @@ class CommitStats:
     conflicts: int = 0
     retries: int = 0
     gave_up: int = 0
-    quiet_wait_seconds: list[float] = field(default_factory=list)
+    # The latest waits for a quiet window (bounded: the sidecar runs for months; the histogram
+    # metric keeps the whole distribution).
+    quiet_wait_seconds: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
 
 
 class CommitGate:
