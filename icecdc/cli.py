@@ -110,6 +110,33 @@ def _cmd_bench_contention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_e2e(args: argparse.Namespace) -> int:
+    from icecdc.bench import e2e
+
+    try:
+        updates, inserts = (float(x) for x in args.mix.split(","))
+    except ValueError:
+        raise UserError(f"--mix wants two shares, updates and inserts, like 0.7,0.2; got {args.mix!r}") from None
+    if min(updates, inserts) < 0 or updates + inserts > 1:
+        raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
+    workload = e2e.Workload(keys=args.keys, changes=args.changes, updates=updates, inserts=inserts)
+    results = e2e.run(args.minutes, args.out, args.state_dir.resolve(), workload=workload, batch_seconds=args.batch_seconds,
+                      probe_seconds=args.probe_seconds, cron_seconds=args.cron_seconds, drain_seconds=args.drain_seconds,
+                      lookups=args.lookups)
+    print(e2e.summary(results))
+    print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")
+    return 0
+
+
+def _cmd_bench_rewrite(args: argparse.Namespace) -> int:
+    from icecdc.bench import rewrite
+
+    results = rewrite.run(args.rows, args.batches, args.deleted_share, args.repeats, args.out, args.state_dir.resolve())
+    print(rewrite.summary(results))
+    print(f"results: {args.out / 'rewrite.json'}, plot: {args.out / 'rewrite.png'}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import run_demo
 
@@ -187,6 +214,29 @@ def build_parser() -> argparse.ArgumentParser:
     contention.add_argument("--interval", type=float, default=2.0, help="seconds between the writer's batches (default: 2)")
     contention.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
     bench_ingest.add_argument("--state-dir", type=Path, default=Path(".icecdc-bench"), help="catalog, warehouse and broker state")
+    e2e = benches.add_parser("e2e", help="query latency, files, write amplification and writer latency over a CDC run, "
+                                         "per maintenance strategy (none, cron, threshold, icecdc)")
+    e2e.set_defaults(handler=_cmd_bench_e2e)
+    add_state(e2e)
+    e2e.add_argument("--minutes", type=float, default=10, help="how long the stream is written (default: 10)")
+    e2e.add_argument("--keys", type=int, default=20_000, help="rows in the initial load (default: 20000)")
+    e2e.add_argument("--changes", type=int, default=1500, help="changes per micro-batch outside bursts (default: 1500)")
+    e2e.add_argument("--mix", default="0.7,0.2", metavar="UPDATES,INSERTS",
+                     help="shares of updates and inserts; deletes are the rest (default: 0.7,0.2)")
+    e2e.add_argument("--batch-seconds", type=float, default=10, help="one micro-batch every this many seconds (default: 10)")
+    e2e.add_argument("--probe-seconds", type=float, default=60, help="measure every table this often (default: 60)")
+    e2e.add_argument("--cron-seconds", type=float, default=120, help="the cron strategy's period (default: 120)")
+    e2e.add_argument("--drain-seconds", type=float, default=90, help="how long maintenance runs on after the last batch (default: 90)")
+    e2e.add_argument("--lookups", type=int, default=100, help="point lookups per table per probe (default: 100)")
+    bench_rewrite = benches.add_parser("rewrite", help="the compactor's rewrite throughput (deletes applied) against pyarrow read+write")
+    bench_rewrite.set_defaults(handler=_cmd_bench_rewrite)
+    add_state(bench_rewrite)
+    bench_rewrite.add_argument("--rows", type=int, default=1_000_000, help="rows written (default: 1000000)")
+    bench_rewrite.add_argument("--batches", type=int, default=12, help="batches they are written in: files per partition (default: 12)")
+    bench_rewrite.add_argument("--deleted-share", type=float, default=0.1, help="share of rows then updated or deleted (default: 0.1)")
+    bench_rewrite.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up (default: 3)")
+    bench_rewrite.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
+    e2e.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plots and summary")
 
     config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")
     _config_arg(config)

@@ -45,6 +45,9 @@ class OrdersWorkload:
     # When > 0, updates and deletes pick among the newest this many keys: orders change soon
     # after they are placed, so a day's partition stops being written a while after that day.
     recent_keys: int = 0
+    # The share of updates and deletes that pick among all keys instead: late changes to rows
+    # of days long past (a refund, a correction), which reopen partitions that had settled.
+    late_share: float = 0.0
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_key: int = 1
 
@@ -87,7 +90,8 @@ class OrdersWorkload:
     def _pick(self) -> int:
         # An existing key without listing them all: retry random ids until one exists (callers
         # only pick when rows is non-empty); among the recent keys first, then among all.
-        lowest = max(1, self.next_key - self.recent_keys) if self.recent_keys else 1
+        late = self.late_share and self._random.random() < self.late_share
+        lowest = max(1, self.next_key - self.recent_keys) if self.recent_keys and not late else 1
         for attempt in itertools.count():
             key = self._random.randrange(lowest if attempt < 100 else 1, self.next_key)
             if key in self.rows:

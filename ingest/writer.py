@@ -76,6 +76,8 @@ class BatchResult:
     dead_letters: int
     commits: dict[str, CommittedSnapshot]
     seconds: float
+    # table -> how long its Iceberg commit took (the writer's commit latency, per table).
+    commit_seconds: dict[str, float] = field(default_factory=dict)
 
 
 def _partition_deltas(layout: TableLayout, files: list[WrittenFile]) -> list[PartitionDelta]:
@@ -180,14 +182,16 @@ class BatchWriter:
                 WrittenFile(row.op, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size, row.description))
         rejected_tables = {letter.table for letter in letters}
         commits: dict[str, CommittedSnapshot] = {}
+        commit_seconds: dict[str, float] = {}
         for table, consumed in consumed_by_table.items():
             files = files_by_table.get(table, [])
             # A batch of tombstones only is not worth a snapshot: replaying it changes nothing.
             if not files and table not in rejected_tables:
                 continue
             commits[table] = self._commit(table, files, offset_log.advance(committed.get(table, {}), consumed), tag)
+            commit_seconds[table] = self.stats.last_commit_seconds
             failpoints.hit("after-commit")
-        return BatchResult(tag, records, len(letters), commits, time.monotonic() - started)
+        return BatchResult(tag, records, len(letters), commits, time.monotonic() - started, commit_seconds)
 
     def _commit(self, table: str, files: list[WrittenFile], offsets: offset_log.Offsets, tag: str) -> CommittedSnapshot:
         layout = self.layouts[table]

@@ -1,0 +1,169 @@
+"""The maintenance strategies ``icecdc bench e2e`` compares, each running beside the writer on its
+own table of the same event stream:
+
+- ``none``: nothing; the read cost every table starts from and where it goes untended;
+- ``cron``: Iceberg's ``rewrite_data_files`` over the whole table every K seconds, what most users
+  schedule: files with any delete and groups of small files are rewritten, and delete files that
+  then apply to nothing are dropped;
+- ``threshold``: a table-level trigger in the manner of Amoro's defaults, evaluated every few
+  seconds: a partition is compacted once its small ("fragment") files plus its equality-delete
+  files reach 12 (Amoro's ``CommonPartitionEvaluator.isMinorNecessary`` with
+  ``minor.trigger.file-count`` 12), whether or not it is still being written. Its one-hour
+  minor interval never comes due in a benchmark-length run. The rewrite itself is icecdc's, so the
+  comparison with the sidecar is one of triggers, not of rewrite code;
+- ``icecdc``: the sidecar, ``icecdc compact`` in its own process as deployed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any
+
+from icecdc.bench.contention import _compactor_counts, start_compactor
+from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc.config import CompactorConfig, Config
+
+log = logging.getLogger(__name__)
+
+STRATEGIES = ("none", "cron", "threshold", "icecdc")
+AMORO_MINOR_FILE_COUNT = 12
+THRESHOLD_EVALUATE_SECONDS = 10.0
+CRON_OPTIONS = {"delete-file-threshold": "1", "remove-dangling-deletes": "true"}
+
+
+class Strategy:
+    """No maintenance; the others override ``start`` and ``stop``."""
+
+    def __init__(self) -> None:
+        self.runs = 0
+        self.commits = 0
+        self.conflicts = 0
+        self.failures: list[str] = []
+
+    def start(self) -> None:
+        pass
+
+    def stop(self) -> dict[str, Any]:
+        return {"runs": self.runs, "commits": self.commits, "conflicts": self.conflicts, "failures": self.failures}
+
+
+class _Periodic(Strategy):
+    """A maintenance loop on a thread of the benchmark's own Spark session (a scheduled job)."""
+
+    every_seconds: float
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join()
+        return super().stop()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every_seconds):
+            try:
+                self.run_once()
+            except Exception as exc:  # a failed run is counted; the next one comes
+                log.exception("%s maintenance run failed", type(self).__name__)
+                self.failures.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+
+    def run_once(self) -> None:
+        raise NotImplementedError
+
+
+def _is_conflict(error: Exception) -> bool:
+    text = str(error)
+    return "ValidationException" in text or "CommitFailedException" in text
+
+
+class CronRewrite(_Periodic):
+    def __init__(self, spark: Any, config: Config, table: str, every_seconds: float) -> None:
+        super().__init__()
+        self._spark = spark
+        self._catalog = config.catalog.name
+        self._table = table
+        self.every_seconds = every_seconds
+
+    def run_once(self) -> None:
+        options = ", ".join(f"'{k}', '{v}'" for k, v in CRON_OPTIONS.items())
+        self.runs += 1
+        try:
+            result = self._spark.sql(f"CALL {self._catalog}.system.rewrite_data_files("
+                                     f"table => '{self._table}', options => map({options}))").collect()
+        except Exception as exc:
+            if not _is_conflict(exc):
+                raise
+            self.conflicts += 1
+            return
+        if result and (result[0]["rewritten_data_files_count"] or result[0]["removed_delete_files_count"]):
+            self.commits += 1
+
+
+def amoro_minor_due(small_files: int, equality_delete_files: int) -> bool:
+    return small_files + equality_delete_files >= AMORO_MINOR_FILE_COUNT
+
+
+class ThresholdCompaction(_Periodic):
+    def __init__(self, spark: Any, config: Config, table: str, settings: CompactorConfig) -> None:
+        super().__init__()
+        self._spark = spark
+        self._config = config
+        self._table_config = next(t for t in config.tables if t.name == table)
+        self._settings = settings
+        self._catalog = pyiceberg_catalog(config)
+        self.every_seconds = THRESHOLD_EVALUATE_SECONDS
+
+    def run_once(self) -> None:
+        from icecdc.compactor.metadata import load_table_partitions
+        from icecdc.compactor.policy import Work, plan_rewrite
+        from icecdc.compactor.rewrite import COMPACTOR_PROPERTY, CompactionConflict, PartitionCompaction
+
+        metadata = load_table_partitions(self._catalog, self._table_config, self._settings)
+        if metadata is None:
+            return
+        for partition in metadata.partitions.values():
+            stats = partition.stats
+            if not amoro_minor_due(stats.small_files, stats.equality_delete_files) or self._stop.is_set():
+                continue
+            key = tuple(partition.partition.get(term.name) for term in metadata.layout.partition)
+            compaction = PartitionCompaction(self._spark, qualified(self._config, self._table_config), metadata.layout, key,
+                                             self._config.catalog.properties, self._settings.target_file_size_bytes)
+            files = compaction.files()
+            work = Work.DELETE_MERGE if stats.delete_files else Work.MINOR
+            plan = plan_rewrite(files, work, self._settings) if files is not None else None
+            if plan is None or plan.empty:
+                continue
+            self.runs += 1
+            try:
+                compaction.run(plan, {COMPACTOR_PROPERTY: "bench-threshold"})
+                self.commits += 1
+            except CompactionConflict:
+                self.conflicts += 1
+
+
+class Sidecar(Strategy):
+    def __init__(self, config: Config, out: Path) -> None:
+        super().__init__()
+        self._config = config
+        self._out = out
+        self._process: Any = None
+        self._port = 0
+
+    def start(self) -> None:
+        self._process, self._port = start_compactor(self._config, "e2e-icecdc", self._out)
+
+    def stop(self) -> dict[str, Any]:
+        counts = _compactor_counts(self._port, self._config.tables[0].name)
+        self._process.terminate()
+        self._process.wait(120)
+        return {"runs": counts["compactions"] + counts["compactions_not_committed"], "commits": counts["compactions"],
+                "conflicts": counts["commit_conflicts"], "failures": [], "compactor": counts}
+

@@ -1,0 +1,52 @@
+"""The benchmark harnesses (``icecdc bench e2e`` and ``rewrite``), on short runs with small data."""
+
+import orjson
+
+from icecdc.bench.e2e import METRICS, REFERENCE
+from icecdc.bench.strategies import STRATEGIES
+from tests.processes import icecdc_process
+
+
+def test_e2e_benchmark_harness(tmp_path):
+    """Every strategy (and the compacted copy) gets every series, the run ends with every table
+    equal to the stream's final state (it fails otherwise), and JSON, plots and summary are written."""
+    out = tmp_path / "out"
+    run = icecdc_process("bench", "e2e", "--state-dir", str(tmp_path / "state"), "--out", str(out), "--minutes", "0.5",
+                         "--keys", "2000", "--changes", "200", "--batch-seconds", "5", "--probe-seconds", "10",
+                         "--cron-seconds", "10", "--drain-seconds", "15", "--lookups", "3", timeout=900)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = orjson.loads((out / "e2e.json").read_bytes())
+    assert set(results["strategies"]) == {*STRATEGIES, REFERENCE}
+    for strategy, measured in results["strategies"].items():
+        assert len(measured["series"]) >= 2, strategy
+        for point in measured["series"]:
+            assert set(METRICS) <= set(point) and all(point[m] >= 0 for m in METRICS), (strategy, point)
+        assert measured["series"][-1]["data_files"] > 0, strategy
+    for strategy in STRATEGIES:
+        measured = results["strategies"][strategy]
+        assert measured["rows_match"] and not measured["writer_failures"], strategy
+        assert len(measured["commit_seconds"]) == results["batches"], strategy
+        assert measured["ingested_bytes"] > 0 and "write_amplification" in measured and "settle_to_compacted" in measured
+    # Without maintenance nothing is rewritten and the equality deletes stay; every other
+    # strategy is seen rewriting within the run.
+    assert results["strategies"]["none"]["rewritten_bytes"] == 0
+    assert results["strategies"]["none"]["series"][-1]["equality_delete_files"] > 0
+    assert results["strategies"]["cron"]["compaction_commits"] > 0
+    assert results["strategies"]["icecdc"]["compaction_commits"] > 0
+    for name in ("e2e.png", "e2e-writer_commit_ms.png", *(f"e2e-{m}.png" for m in METRICS)):
+        assert (out / name).stat().st_size > 0, name
+    text = (out / "e2e.md").read_text()
+    assert all(f"| {s} |" in text for s in STRATEGIES)
+
+
+def test_rewrite_benchmark_harness(tmp_path):
+    """A short ``icecdc bench rewrite``: both paths timed over the same files, summary and plot written."""
+    out = tmp_path / "out"
+    run = icecdc_process("bench", "rewrite", "--state-dir", str(tmp_path / "state"), "--out", str(out), "--rows", "20000",
+                         "--batches", "4", "--repeats", "1", timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = orjson.loads((out / "rewrite.json").read_bytes())
+    # Four load batches and the batch of updates: five files in the partition.
+    assert results["files"] == 5 and results["input_bytes"] > 0
+    assert results["icecdc_mb_per_second_per_core"] > 0 and results["pyarrow_mb_per_second_per_core"] > 0
+    assert (out / "rewrite.png").stat().st_size > 0 and "pyarrow" in (out / "rewrite.md").read_text()

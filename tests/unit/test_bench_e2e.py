@@ -1,0 +1,45 @@
+"""The pure parts of ``icecdc bench e2e``: the stream's shape, Amoro's trigger, the settle delay."""
+
+import pytest
+
+from icecdc.bench.e2e import REFERENCE, Workload, batch_sizes, generate, latency_ratio, settle_to_compacted
+from icecdc.bench.strategies import amoro_minor_due
+
+
+def test_batch_sizes_are_bursty_and_repeatable():
+    workload = Workload(changes=100, burst_share=0.25, burst_factor=4)
+    sizes = batch_sizes(400, workload)
+    assert sizes == batch_sizes(400, workload)
+    assert set(sizes) == {100, 400}
+    assert 0.15 < sizes.count(400) / len(sizes) < 0.35
+
+
+def test_stream_moves_the_hot_day_and_keeps_late_changes():
+    stream, orders = generate(12, Workload(keys=500, changes=50, batches_per_day=3, late_share=0.2))
+    assert len(stream) == 13 and len(stream[0]) == 500
+    assert {r["updated_at"] // 86_400_000_000 for r in orders.rows.values()} >= {20089, 20090, 20091, 20092}  # days 0-3 after 2025-01-01
+
+
+def test_amoro_minor_trigger_counts_small_files_and_equality_deletes():
+    assert not amoro_minor_due(small_files=6, equality_delete_files=5)
+    assert amoro_minor_due(small_files=6, equality_delete_files=6)
+    assert amoro_minor_due(small_files=12, equality_delete_files=0)
+
+
+def test_settle_to_compacted_counts_partitions_left_with_equality_deletes():
+    log = {
+        "writes": {("eu", 1): [(10.0, True), (20.0, True)],  # settled with deletes, compacted at 35
+                   ("us", 1): [(10.0, False)],  # last write added no delete: nothing to answer
+                   ("eu", 2): [(95.0, True)],  # still hot when the writes ended
+                   ("us", 2): [(30.0, True)]},  # settled, never compacted
+        "maintained": {("eu", 1): [15.0, 35.0, 50.0], ("eu", 2): [96.0]},
+    }
+    result = settle_to_compacted(log, writes_ended=100.0, settle_seconds=10.0)
+    assert result["settled_partitions"] == 2 and result["compacted"] == 1
+    assert result["median_seconds"] == pytest.approx(15.0)
+
+
+def test_latency_ratio_uses_the_second_half_against_the_compacted_copy():
+    series = lambda *values: [{"count_ms": v} for v in values]
+    results = {"strategies": {"none": {"series": series(10, 10, 30, 40)}, REFERENCE: {"series": series(10, 10, 10, 10)}}}
+    assert latency_ratio(results, "none", "count_ms") == pytest.approx(3.5)
