@@ -114,7 +114,7 @@ def start_compactor(config: Config, mode: str, out: Path) -> tuple[subprocess.Po
     return process, port
 
 
-def _compactor_counts(port: int, table: str) -> dict[str, Any]:
+def compactor_counts(port: int, table: str) -> dict[str, Any]:
     metrics = _scrape(port)
 
     def total(name: str, **labels: str) -> float:
@@ -171,7 +171,7 @@ def run_mode(spark: Any, config: Config, mode: str, batches: list[list[tuple[byt
                 _progress(f"{mode}: batch {number}/{len(batches) - 1}, writer commit p50 "
                           f"{statistics.median(latencies):.3f}s, failures {len(failures)}")
         if compactor is not None:
-            counts = _compactor_counts(port, table.name)
+            counts = compactor_counts(port, table.name)
     finally:
         if compactor is not None:
             compactor.terminate()

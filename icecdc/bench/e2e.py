@@ -32,6 +32,7 @@ from icecdc.bench.report import machine, markdown_table, publish
 from icecdc.bench.strategies import STRATEGIES, CronRewrite, Sidecar, Strategy, ThresholdCompaction
 from icecdc.broker import EmbeddedBroker, free_port
 from icecdc.catalog import ensure_tables, pyiceberg_catalog, qualified
+from icecdc.compactor.metadata import DATA, EQUALITY_DELETES
 from icecdc.config import Config, embedded_config
 from icecdc.workload import ORDERS_PARTITIONING, OrdersWorkload, orders_table
 
@@ -45,7 +46,6 @@ TITLES = {
     "position_delete_files": "live position-delete files", "bytes": "live bytes",
 }
 REFERENCE = "compacted"
-DATA, POSITION_DELETES, EQUALITY_DELETES = 0, 1, 2
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def _config(base: Config, run_id: int) -> Config:
 
 def _sidecar_config(config: Config) -> Config:
     data = config.model_dump(by_alias=True)
-    data["tables"] = [t for t in data["tables"] if "_icecdc_" in t["name"]]
+    data["tables"] = [data["tables"][STRATEGIES.index("icecdc")]]
     return Config.model_validate(data)
 
 

@@ -21,7 +21,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from icecdc.bench.contention import _compactor_counts, start_compactor
+from icecdc.bench.contention import compactor_counts, start_compactor
 from icecdc.catalog import pyiceberg_catalog, qualified
 from icecdc.config import CompactorConfig, Config
 
@@ -161,7 +161,7 @@ class Sidecar(Strategy):
         self._process, self._port = start_compactor(self._config, "e2e-icecdc", self._out)
 
     def stop(self) -> dict[str, Any]:
-        counts = _compactor_counts(self._port, self._config.tables[0].name)
+        counts = compactor_counts(self._port, self._config.tables[0].name)
         self._process.terminate()
         self._process.wait(120)
         return {"runs": counts["compactions"] + counts["compactions_not_committed"], "commits": counts["compactions"],
