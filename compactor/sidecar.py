@@ -310,7 +310,9 @@ class CompactorSidecar:
             due += [(table.name, kind) for kind in self.schedule.due(table.name, now)]
         return due
 
-    def maintain(self, table_name: str, kind: str) -> MaintenanceEvent:
+    def maintain(self, table_name: str, kind: str) -> MaintenanceEvent | None:
+        """Run one kind of maintenance on a table; None when a manifest check found nothing to
+        merge (checked every minute: not worth an event, a lease check or a quiet window)."""
         settings = self.config.coordinator.maintenance
         slot = maintenance_slot(table_name, self.leases.ownership.slots)
         started = self._clock()
@@ -319,10 +321,12 @@ class CompactorSidecar:
         result: MaintenanceResult | None = None
         reason: str | None = None
         try:
-            self.leases.confirm(slot, f"{kind} on {table_name}")
-            self._publish_maintenance(MaintenanceEvent(**base, outcome=STARTED, finished_ms=int(started * 1000)))
             maintenance = TableMaintenance(self._spark, qualified(self.config, self._table_config(table_name)),
                                            {COMPACTOR_PROPERTY: self.replica})
+            if kind == MANIFESTS and not maintenance.manifests_due(settings):
+                return None
+            self.leases.confirm(slot, f"{kind} on {table_name}")
+            self._publish_maintenance(MaintenanceEvent(**base, outcome=STARTED, finished_ms=int(started * 1000)))
             now_ms = int(self._clock() * 1000)
             self.gate.wait_for_quiet(table_name)  # expiry and manifest rewrites commit metadata too
             if kind == EXPIRE:

@@ -16,7 +16,7 @@ snapshot-summary tags, and the actions return what they did).
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 EXPIRE = "expire-snapshots"
 ORPHANS = "remove-orphans"
 MANIFESTS = "rewrite-manifests"
+# Iceberg's TableProperties.MANIFEST_TARGET_SIZE_BYTES and its default.
+MANIFEST_TARGET_SIZE = "commit.manifest.target-size-bytes"
+MANIFEST_TARGET_SIZE_DEFAULT = 8 * 1024 * 1024
 
 
 def expiry_cutoff(now_ms: int, retention_seconds: float, protected_timestamps_ms: Iterable[int]) -> int:
@@ -40,19 +43,32 @@ def expiry_cutoff(now_ms: int, retention_seconds: float, protected_timestamps_ms
     return min([now_ms - int(retention_seconds * 1000), *protected_timestamps_ms])
 
 
+def manifest_target_size(table_properties: Mapping[str, str]) -> int:
+    return int(table_properties.get(MANIFEST_TARGET_SIZE, MANIFEST_TARGET_SIZE_DEFAULT))
+
+
+def is_small_manifest(length: int, target_size_bytes: int) -> bool:
+    """A manifest worth merging: under half the size Iceberg packs manifests to. Larger ones
+    already cost queries little per entry, and rewriting them would cost the rewrite a lot."""
+    return length < target_size_bytes // 2
+
+
 @dataclass
 class MaintenanceSchedule:
     """When each kind of maintenance is next due on each table. Expiry and manifest checks are
-    due at once (they cost nothing when there is nothing to do); orphan removal, which lists the
-    whole table location, first comes one ``interval_seconds`` after ``started``, so that short
-    runs and restarts do not pay for it each time."""
+    due at once (they cost nothing when there is nothing to do), then every ``interval_seconds``
+    and ``manifest_interval_seconds``; orphan removal, which lists the whole table location, first
+    comes one ``interval_seconds`` after ``started``, so that short runs and restarts do not pay
+    for it each time."""
 
     settings: MaintenanceConfig
     started: float = 0.0
     last: dict[tuple[str, str], float] = field(default_factory=dict)
 
     def interval(self, kind: str) -> float:
-        return self.settings.orphan_interval_seconds if kind == ORPHANS else self.settings.interval_seconds
+        if kind == ORPHANS:
+            return self.settings.orphan_interval_seconds
+        return self.settings.manifest_interval_seconds if kind == MANIFESTS else self.settings.interval_seconds
 
     def _last(self, table: str, kind: str) -> float:
         if (table, kind) in self.last:
@@ -125,15 +141,29 @@ class TableMaintenance:
         removed = sum(1 for _ in iterate(result.orphanFileLocations()))
         return MaintenanceResult(ORPHANS, removed > 0, cutoff, files_deleted=removed)
 
-    def manifest_count(self) -> int:
+    def small_manifests(self) -> list[Any]:
+        """The current snapshot's small data and delete manifests (one manifest-list read)."""
         self.table.refresh()
         current = self.table.currentSnapshot()
-        return 0 if current is None else current.allManifests(self.table.io()).size()
+        if current is None:
+            return []
+        target = manifest_target_size(dict(self.table.properties()))
+        return [m for m in iterate(current.allManifests(self.table.io())) if is_small_manifest(m.length(), target)]
+
+    def manifests_due(self, settings: MaintenanceConfig) -> bool:
+        return len(self.small_manifests()) > settings.max_small_manifests
 
     def rewrite_manifests(self, settings: MaintenanceConfig) -> MaintenanceResult:
-        if self.manifest_count() <= settings.max_manifests:
+        small = self.small_manifests()
+        if len(small) <= settings.max_small_manifests:
             return MaintenanceResult(MANIFESTS, False)
-        action = self._actions().rewriteManifests(self.table)
+        # Only the small ones: the action takes a java.util.function.Predicate, and Guava's
+        # Predicates.in (relocated in Iceberg's runtime) is one, over manifests that compare by path.
+        chosen = jvm(self._spark).java.util.HashSet()
+        for manifest in small:
+            chosen.add(manifest)
+        predicates = jvm(self._spark).org.apache.iceberg.relocated.com.google.common.base.Predicates
+        action = self._actions().rewriteManifests(self.table).rewriteIf(getattr(predicates, "in")(chosen))
         for key, value in self._summary.items():
             action = action.snapshotProperty(key, value)
         result = action.execute()

@@ -91,10 +91,21 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _positive_numbers(text: str, option: str) -> list[float]:
+    """A comma-separated list of positive numbers, or a clear error."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"{option} wants comma-separated numbers, like 30,120; got {text!r}") from None
+    if min(values) <= 0:
+        raise UserError(f"{option}: every value must be above 0; got {text!r}")
+    return values
+
+
 def _cmd_bench_ingest(args: argparse.Namespace) -> int:
     from icecdc.bench import ingest
 
-    sizes = [int(float(s)) for s in args.sizes.split(",")]
+    sizes = [int(s) for s in _positive_numbers(args.sizes, "--sizes")]
     results = ingest.run(sizes, args.changes, args.batches, args.out, args.state_dir.resolve())
     print(ingest.summary(results))
     print(f"results: {args.out / 'ingest.json'}, plot: {args.out / 'ingest.png'}")
@@ -119,9 +130,10 @@ def _cmd_bench_e2e(args: argparse.Namespace) -> int:
         raise UserError(f"--mix wants two shares, updates and inserts, like 0.7,0.2; got {args.mix!r}") from None
     if min(updates, inserts) < 0 or updates + inserts > 1:
         raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
+    cron_seconds = _positive_numbers(args.cron_seconds, "--cron-seconds")
     workload = e2e.Workload(keys=args.keys, changes=args.changes, updates=updates, inserts=inserts)
     results = e2e.run(args.minutes, args.out, args.state_dir.resolve(), workload=workload, batch_seconds=args.batch_seconds,
-                      probe_seconds=args.probe_seconds, cron_seconds=args.cron_seconds, drain_seconds=args.drain_seconds,
+                      probe_seconds=args.probe_seconds, cron_seconds=cron_seconds, drain_seconds=args.drain_seconds,
                       lookups=args.lookups)
     print(e2e.summary(results))
     print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")
@@ -134,6 +146,16 @@ def _cmd_bench_rewrite(args: argparse.Namespace) -> int:
     results = rewrite.run(args.rows, args.batches, args.deleted_share, args.repeats, args.out, args.state_dir.resolve())
     print(rewrite.summary(results))
     print(f"results: {args.out / 'rewrite.json'}, plot: {args.out / 'rewrite.png'}")
+    return 0
+
+
+def _cmd_bench_manifests(args: argparse.Namespace) -> int:
+    from icecdc.bench import manifests
+
+    counts = [int(n) for n in _positive_numbers(args.manifests, "--manifests")]
+    results = manifests.run(args.rows, counts, args.lookups, args.out, args.state_dir.resolve())
+    print(manifests.summary(results))
+    print(f"results: {args.out / 'manifests.json'}, plot: {args.out / 'manifests.png'}")
     return 0
 
 
@@ -225,7 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
                      help="shares of updates and inserts; deletes are the rest (default: 0.7,0.2)")
     e2e.add_argument("--batch-seconds", type=float, default=10, help="one micro-batch every this many seconds (default: 10)")
     e2e.add_argument("--probe-seconds", type=float, default=60, help="measure every table this often (default: 60)")
-    e2e.add_argument("--cron-seconds", type=float, default=120, help="the cron strategy's period (default: 120)")
+    e2e.add_argument("--cron-seconds", default="30,120", metavar="K[,K...]",
+                     help="periods of the cron strategies, one table each (default: 30,120)")
     e2e.add_argument("--drain-seconds", type=float, default=90, help="how long maintenance runs on after the last batch (default: 90)")
     e2e.add_argument("--lookups", type=int, default=100, help="point lookups per table per probe (default: 100)")
     bench_rewrite = benches.add_parser("rewrite", help="the compactor's rewrite throughput (deletes applied) against pyarrow read+write")
@@ -237,6 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
     bench_rewrite.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up (default: 3)")
     bench_rewrite.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
     e2e.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plots and summary")
+    bench_manifests = benches.add_parser("manifests", help="point-lookup latency with N small manifests against the same "
+                                                            "data files with the manifests merged")
+    bench_manifests.set_defaults(handler=_cmd_bench_manifests)
+    bench_manifests.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR),
+                                 help=f"local state directory: catalog and warehouse, no broker (default: {DEFAULT_STATE_DIR})")
+    bench_manifests.add_argument("--rows", type=int, default=100_000, help="rows in each table (default: 100000)")
+    bench_manifests.add_argument("--manifests", default="2,8,20,50", metavar="N[,N...]",
+                                 help="commits (so manifests) each table is loaded in (default: 2,8,20,50)")
+    bench_manifests.add_argument("--lookups", type=int, default=100, help="point lookups on each snapshot (default: 100)")
+    bench_manifests.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
 
     config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")
     _config_arg(config)

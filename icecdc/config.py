@@ -251,8 +251,14 @@ class MaintenanceConfig(_Strict):
     # unreferenced until they commit: below an hour is refused.
     orphan_age_seconds: float = Field(default=3 * 24 * 3600.0, ge=3600.0)
     orphan_interval_seconds: float = Field(default=24 * 3600.0, gt=0)
-    # Manifests are rewritten (clustered by partition) once the current snapshot has this many.
-    max_manifests: int = Field(default=100, ge=2)
+    # Every query that cannot prune a manifest by partition opens it (a point lookup by key opens
+    # them all), and each writer commit adds a data and a delete manifest, each compaction
+    # another; Iceberg merges manifests on commit only from 100 on. So every
+    # ``manifest_interval_seconds`` (a manifest-list read) the small manifests (under half the
+    # table's commit.manifest.target-size-bytes) are counted, and past ``max_small_manifests``
+    # they, and only they, are merged, clustered by partition.
+    manifest_interval_seconds: float = Field(default=60.0, gt=0)
+    max_small_manifests: int = Field(default=8, ge=1)
 
 
 class CoordinatorConfig(_Strict):

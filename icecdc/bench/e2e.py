@@ -3,11 +3,11 @@ writer, over one CDC run.
 
 One event stream (an orders table: a hot current day that moves on, changes soon after a row is
 placed, a share of late changes to any older day, bursty batch sizes) is written by the
-ingester's micro-batch writer into four tables at once, one per strategy
+ingester's micro-batch writer into one table per strategy at once
 (``icecdc.bench.strategies``), every micro-batch one Spark job and one commit per table, as the
 ingester does for several tables. The maintenance of each table runs beside it. Every probe
 interval a probe, on a thread of its own while the writer keeps its schedule, measures, per table: file counts (data, small, live
-equality- and position-delete files, bytes) and query latency (a full count with deletes
+equality- and position-delete files, bytes, manifests) and query latency (a full count with deletes
 applied, an aggregation, point lookups by key; medians of repeats), and the same for a fully
 compacted copy of the current data as the reference. After the last batch it keeps probing for
 a drain period while maintenance catches up, then checks that every table holds exactly the
@@ -23,13 +23,24 @@ import statistics
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from icecdc import kafka
 from icecdc.bench.report import machine, markdown_table, publish
-from icecdc.bench.strategies import STRATEGIES, CronRewrite, Sidecar, Strategy, ThresholdCompaction
+from icecdc.bench.strategies import (
+    ICECDC,
+    NONE,
+    THRESHOLD,
+    CronRewrite,
+    Sidecar,
+    Strategy,
+    ThresholdCompaction,
+    cron_period,
+    strategy_names,
+)
 from icecdc.broker import EmbeddedBroker, free_port
 from icecdc.catalog import ensure_tables, pyiceberg_catalog, qualified
 from icecdc.compactor.metadata import DATA, EQUALITY_DELETES
@@ -38,12 +49,13 @@ from icecdc.workload import ORDERS_PARTITIONING, OrdersWorkload, orders_table
 
 COLUMNS = ("id", "region", "status", "amount", "updated_at")
 METRICS = ("count_ms", "aggregate_ms", "lookup_ms", "data_files", "small_files", "equality_delete_files",
-           "position_delete_files", "bytes")
+           "position_delete_files", "bytes", "manifests")
 TITLES = {
     "count_ms": "full count, deletes applied (ms, median)", "aggregate_ms": "aggregation (ms, median)",
     "lookup_ms": "point lookup by key (ms, median)", "data_files": "live data files",
     "small_files": "small data files", "equality_delete_files": "live equality-delete files",
     "position_delete_files": "live position-delete files", "bytes": "live bytes",
+    "manifests": "manifests in the current snapshot",
 }
 REFERENCE = "compacted"
 
@@ -84,10 +96,11 @@ def _progress(message: str) -> None:
     print(f"[bench e2e] {message}", flush=True)
 
 
-def _config(base: Config, run_id: int) -> Config:
+def _config(base: Config, run_id: int, strategies: Sequence[str]) -> Config:
     data = base.model_dump(by_alias=True)
+    slugs = [s.replace("-", "_") for s in strategies]
     data.update({
-        "tables": [orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}") for s in STRATEGIES],
+        "tables": [orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}") for s in slugs],
         "commit_topic": f"e2e-commits-{run_id}", "compaction_topic": f"e2e-compactions-{run_id}",
         "maintenance_topic": f"e2e-maintenance-{run_id}",
         "compactor": {"consumer_group": f"e2e-{run_id}", "http": {"port": None}, "reconcile_seconds": 10,
@@ -99,9 +112,9 @@ def _config(base: Config, run_id: int) -> Config:
     return Config.model_validate(data)
 
 
-def _sidecar_config(config: Config) -> Config:
+def _sidecar_config(config: Config, strategies: Sequence[str]) -> Config:
     data = config.model_dump(by_alias=True)
-    data["tables"] = [data["tables"][STRATEGIES.index("icecdc")]]
+    data["tables"] = [data["tables"][strategies.index(ICECDC)]]
     return Config.model_validate(data)
 
 
@@ -109,10 +122,14 @@ def _sidecar_config(config: Config) -> Config:
 
 
 def file_counts(table: Any, small_file_bytes: int) -> dict[str, int]:
-    """Live files of a pyiceberg table, from its metadata."""
-    counts = dict.fromkeys(("data_files", "small_files", "equality_delete_files", "position_delete_files", "bytes"), 0)
-    if table.current_snapshot() is None:
+    """Live files of a pyiceberg table and the manifests listing them (every query that cannot
+    prune a manifest by partition opens it), from its metadata."""
+    counts = dict.fromkeys(("data_files", "small_files", "equality_delete_files", "position_delete_files", "bytes",
+                            "manifests"), 0)
+    current = table.current_snapshot()
+    if current is None:
         return counts
+    counts["manifests"] = len(current.manifests(table.io))
     for row in table.inspect.files().select(["content", "file_size_in_bytes"]).to_pylist():
         size = row["file_size_in_bytes"]
         counts["bytes"] += size
@@ -126,59 +143,69 @@ def file_counts(table: Any, small_file_bytes: int) -> dict[str, int]:
     return counts
 
 
-def _median_ms(run: Any, repeats: int) -> float:
-    timings = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        run()
-        timings.append((time.perf_counter() - started) * 1000)
-    return statistics.median(timings)
+def _ms(query: str, spark: Any) -> float:
+    started = time.perf_counter()
+    spark.sql(query).collect()
+    return (time.perf_counter() - started) * 1000
 
 
-def query_latency(spark: Any, name: str, keys: list[int], repeats: int) -> dict[str, float]:
-    """Median latency of a full count (deletes applied), an aggregation and point lookups."""
-    count = spark.sql(f"SELECT count(*) FROM {name}")
-    aggregate = spark.sql(f"SELECT region, status, count(*), sum(amount) FROM {name} GROUP BY region, status")
-    lookups = [_median_ms(lambda k=k: spark.sql(f"SELECT * FROM {name} WHERE id = {k}").collect(), 1) for k in keys]
-    return {"count_ms": _median_ms(count.collect, repeats), "aggregate_ms": _median_ms(aggregate.collect, repeats),
-            "lookup_ms": statistics.median(lookups)}
+def query_latency(spark: Any, names: dict[str, str], keys: list[int], repeats: int) -> dict[str, dict[str, float]]:
+    """Median latency, per table, of a full count (deletes applied), an aggregation and point
+    lookups. The tables take turns, query by query and key by key, so that what else the machine
+    is doing meanwhile (the writer, the strategies' own rewrites) falls on all of them alike."""
+    queries = {
+        "count_ms": [lambda n: f"SELECT count(*) FROM {n}"] * repeats,
+        "aggregate_ms": [lambda n: f"SELECT region, status, count(*), sum(amount) FROM {n} GROUP BY region, status"] * repeats,
+        "lookup_ms": [lambda n, k=k: f"SELECT * FROM {n} WHERE id = {k}" for k in keys],
+    }
+    timings: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in names}
+    for metric, runs in queries.items():
+        for query in runs:
+            for strategy, name in names.items():
+                timings[strategy][metric].append(_ms(query(name), spark))
+    return {s: {metric: statistics.median(values) for metric, values in t.items()} for s, t in timings.items()}
 
 
 class Probe:
     """Measures every strategy's table and a compacted copy of the current data."""
 
     def __init__(self, spark: Any, config: Config, names: dict[str, str], orders: OrdersWorkload, lookups: int,
-                 repeats: int, run_id: int) -> None:
+                 repeats: int, run_id: int, started: float) -> None:
         self._spark = spark
+        self._started = started
         self._catalog = pyiceberg_catalog(config)
-        self._names = names
-        self._orders = orders
         self._lookups = lookups
+        self._orders = orders
         self._repeats = repeats
         self._small = config.compactor.small_file_bytes
         self.reference = f"{config.catalog.name}.bench.e2e_{REFERENCE}_{run_id}"
-        self.series: dict[str, list[dict[str, float]]] = {s: [] for s in (*names, REFERENCE)}
+        self._names = {**names, REFERENCE: self.reference}
+        self.series: dict[str, list[dict[str, float]]] = {s: [] for s in self._names}
         # Iceberg answers count(*) from file metadata when no delete applies: off, so that every
         # table is counted by reading it, as a count with deletes must be.
         spark.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
 
-    def __call__(self, elapsed: float) -> None:
+    def __call__(self) -> None:
+        began = time.monotonic() - self._started
         # Keys of the stream's final state: mid-run some do not exist yet, which costs a lookup
         # all the same.
-        keys = random.Random(int(elapsed)).sample(sorted(self._orders.rows), self._lookups)
+        keys = random.Random(len(self.series[REFERENCE])).sample(sorted(self._orders.rows), self._lookups)
         # Copied from the sidecar's table at this moment: the same rows, each partition in one file.
         partitioning = ", ".join(ORDERS_PARTITIONING)
         self._spark.sql(f"CREATE OR REPLACE TABLE {self.reference} USING iceberg PARTITIONED BY ({partitioning}) "
-                        f"TBLPROPERTIES ('format-version' = '2') AS SELECT * FROM {self._names['icecdc']}")
-        for strategy, name in (*self._names.items(), (REFERENCE, self.reference)):
+                        f"TBLPROPERTIES ('format-version' = '2') AS SELECT * FROM {self._names[ICECDC]}")
+        files = {}
+        for strategy, name in self._names.items():
             self._spark.sql(f"REFRESH TABLE {name}")
-            table = self._catalog.load_table(name.split(".", 1)[1])
-            point = {"t": round(elapsed, 1), **file_counts(table, self._small),
-                     **query_latency(self._spark, name, keys, self._repeats)}
-            self.series[strategy].append(point)
+            files[strategy] = file_counts(self._catalog.load_table(name.split(".", 1)[1]), self._small)
+        latency = query_latency(self._spark, self._names, keys, self._repeats)
+        ended = time.monotonic() - self._started
+        for strategy in self._names:
+            self.series[strategy].append({"t": round(began, 1), "t_end": round(ended, 1), **files[strategy],
+                                          **latency[strategy]})
         line = ", ".join(f"{s} {p[-1]['count_ms']:.0f}/{p[-1]['lookup_ms']:.0f} ms {p[-1]['equality_delete_files']} eq-del"
                          for s, p in self.series.items())
-        _progress(f"t={elapsed:.0f}s count/lookup: {line}")
+        _progress(f"t={began:.0f}-{ended:.0f}s count/lookup: {line}")
 
 
 # ---- the snapshot log ---------------------------------------------------------------------------
@@ -244,19 +271,19 @@ def settle_to_compacted(log: dict[str, Any], writes_ended: float, settle_seconds
 # ---- the run ------------------------------------------------------------------------------------
 
 
-def _start(spark: Any, config: Config, strategy: str, name: str, cron_seconds: float, out: Path) -> Strategy:
-    if strategy == "cron":
-        return CronRewrite(spark, config, name.split(".", 1)[1], cron_seconds)
-    if strategy == "threshold":
+def _start(spark: Any, config: Config, strategies: Sequence[str], strategy: str, name: str, out: Path) -> Strategy:
+    if (period := cron_period(strategy)) is not None:
+        return CronRewrite(spark, config, name.split(".", 1)[1], period)
+    if strategy == THRESHOLD:
         return ThresholdCompaction(spark, config, name.split(".", 1)[1], config.compactor)
-    if strategy == "icecdc":
-        return Sidecar(_sidecar_config(config), out)
+    if strategy == ICECDC:
+        return Sidecar(_sidecar_config(config, strategies), out)
     return Strategy()
 
 
 def _run_strategies(base: Config, out: Path, batches: int, workload: Workload, batch_seconds: float,
-                    probe_seconds: float, cron_seconds: float, drain_seconds: float, lookups: int,
-                    repeats: int) -> dict[str, Any]:
+                    probe_seconds: float, cron_seconds: Sequence[float], drain_seconds: float, lookups: int,
+                    repeats: int) -> tuple[dict[str, Any], float]:
     from icecdc.ingest.publish import CommitEventPublisher
     from icecdc.ingest.sources import records_to_dataframe, source_rows
     from icecdc.ingest.writer import BatchWriter
@@ -264,14 +291,15 @@ def _run_strategies(base: Config, out: Path, batches: int, workload: Workload, b
 
     stream, orders = generate(batches, workload)
     run_id = int(time.time())
-    config = _config(base, run_id)
+    all_strategies = strategy_names(cron_seconds)
+    config = _config(base, run_id, all_strategies)
     spark = create_spark_session(config, "icecdc-bench-e2e")
     ensure_tables(spark, config)
     kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
     producer = kafka.producer(config.kafka)
     writer = BatchWriter(spark, config, producer, CommitEventPublisher(producer, config.commit_topic), "bench-e2e")
-    names = {s: qualified(config, t) for s, t in zip(STRATEGIES, config.tables, strict=True)}
-    by_table = {t.name: s for s, t in zip(STRATEGIES, config.tables, strict=True)}
+    names = {s: qualified(config, t) for s, t in zip(all_strategies, config.tables, strict=True)}
+    by_table = {t.name: s for s, t in zip(all_strategies, config.tables, strict=True)}
     offset = 0
 
     def write(number: int) -> dict[str, float]:
@@ -283,22 +311,22 @@ def _run_strategies(base: Config, out: Path, batches: int, workload: Workload, b
         result = writer(records_to_dataframe(spark, rows), number)
         return {by_table[t]: s for t, s in result.commit_seconds.items()}
 
-    _progress(f"initial load: {workload.keys:,} rows into {len(STRATEGIES)} tables")
+    _progress(f"initial load: {workload.keys:,} rows into {len(all_strategies)} tables")
     write(0)
-    strategies = {s: _start(spark, config, s, names[s], cron_seconds, out) for s in STRATEGIES}
+    strategies = {s: _start(spark, config, all_strategies, s, names[s], out) for s in all_strategies}
     for strategy in strategies.values():
         strategy.start()
-    probe = Probe(spark, config, names, orders, min(lookups, workload.keys), repeats, run_id)
-    commit_seconds: dict[str, list[tuple[float, float]]] = {s: [] for s in STRATEGIES}
-    writer_failures: list[str] = []
     started = time.monotonic()
+    probe = Probe(spark, config, names, orders, min(lookups, workload.keys), repeats, run_id, started)
+    commit_seconds: dict[str, list[tuple[float, float]]] = {s: [] for s in all_strategies}
+    writer_failures: list[str] = []
     # The probe runs on its own thread while the writer keeps its schedule: pausing the writer
     # for a probe would give every partition a quiet gap that a real stream does not have.
     probing = threading.Event()
 
     def probe_loop() -> None:
         while not probing.wait(probe_seconds):
-            probe(time.monotonic() - started)
+            probe()
 
     prober = threading.Thread(target=probe_loop, name="probe", daemon=True)
     prober.start()
@@ -312,12 +340,13 @@ def _run_strategies(base: Config, out: Path, batches: int, workload: Workload, b
         if number % 6 == 0 or number == batches:
             _progress(f"batch {number}/{batches} ({len(stream[number]):,} changes), writer failures {len(writer_failures)}")
     writes_ended = time.time()
+    writes_ended_t = time.monotonic() - started
     _progress(f"all {batches} batches written; maintenance drains for {drain_seconds:.0f}s")
     time.sleep(drain_seconds)
     probing.set()
     prober.join()
     counts = {s: strategy.stop() for s, strategy in strategies.items()}
-    probe(time.monotonic() - started)  # the final state, maintenance stopped
+    probe()  # the final state, maintenance stopped
     producer.flush(10)
 
     expected = orders.expected_rows()
@@ -346,17 +375,18 @@ def _run_strategies(base: Config, out: Path, batches: int, workload: Workload, b
     _progress(f"every table holds the stream's final state ({len(expected):,} rows)")
     for name in (*names.values(), probe.reference):
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
-    return results
+    return results, writes_ended_t
 
 
 def run(minutes: float, out: Path, state_dir: Path, *, workload: Workload = Workload(), batch_seconds: float = 10.0,
-        probe_seconds: float = 60.0, cron_seconds: float = 120.0, drain_seconds: float = 90.0, lookups: int = 100,
+        probe_seconds: float = 60.0, cron_seconds: Sequence[float] = (30.0, 120.0), drain_seconds: float = 90.0,
+        lookups: int = 100,
         repeats: int = 3) -> dict[str, Any]:
 
     batches = max(2, round(minutes * 60 / batch_seconds))
     results: dict[str, Any] = {
         "machine": machine(), "minutes": minutes, "batches": batches, "batch_seconds": batch_seconds,
-        "probe_seconds": probe_seconds, "cron_seconds": cron_seconds, "drain_seconds": drain_seconds,
+        "probe_seconds": probe_seconds, "cron_seconds": list(cron_seconds), "drain_seconds": drain_seconds,
         "lookups": lookups, "repeats": repeats, "workload": workload.__dict__,
     }
     port = free_port()
@@ -364,7 +394,7 @@ def run(minutes: float, out: Path, state_dir: Path, *, workload: Workload = Work
     broker.start()
     try:
         # In a function of its own so that its Kafka clients are gone before the broker stops.
-        results["strategies"] = _run_strategies(embedded_config(state_dir, port), out, batches, workload, batch_seconds,
+        results["strategies"], results["writes_ended_t"] = _run_strategies(embedded_config(state_dir, port), out, batches, workload, batch_seconds,
                                                 probe_seconds, cron_seconds, drain_seconds, lookups, repeats)
     finally:
         broker.stop()
@@ -375,27 +405,44 @@ def run(minutes: float, out: Path, state_dir: Path, *, workload: Workload = Work
 # ---- reporting ----------------------------------------------------------------------------------
 
 
-def after_warm_up(series: list[dict[str, float]], metric: str) -> list[float]:
-    """The second half of a series: the first half is the tables filling up."""
-    return [p[metric] for p in series[len(series) // 2:]]
+WRITING, FINAL = "writing", "final"
 
 
-def latency_ratio(results: dict[str, Any], strategy: str, metric: str) -> float:
-    """Median over the probes after warm-up of a strategy's latency over the compacted copy's."""
-    mine = after_warm_up(results["strategies"][strategy]["series"], metric)
-    reference = after_warm_up(results["strategies"][REFERENCE]["series"], metric)
-    return statistics.median(m / r for m, r in zip(mine, reference, strict=True))
+def in_phase(point: dict[str, float], writes_ended_t: float, phase: str, final_t: float) -> bool:
+    """``writing``: probes wholly in the second half of the writes (the first half is the tables
+    filling up); ``final``: the last probe, after the drain, with maintenance stopped."""
+    if phase == FINAL:
+        return point["t"] >= final_t
+    return point["t"] >= writes_ended_t / 2 and point["t_end"] <= writes_ended_t
+
+
+def latency_ratio(results: dict[str, Any], strategy: str, metric: str, phase: str) -> float | None:
+    """Median, over the probes of a phase, of a strategy's latency over the compacted copy's in
+    the same probe; None when no probe fell in the phase."""
+    series = results["strategies"][strategy]["series"]
+    pairs = zip(series, results["strategies"][REFERENCE]["series"], strict=True)
+    ratios = [m[metric] / r[metric] for m, r in pairs if in_phase(m, results["writes_ended_t"], phase, series[-1]["t"])]
+    return statistics.median(ratios) if ratios else None
+
+
+def _ratios(results: dict[str, Any], strategy: str, metric: str) -> str:
+    return " / ".join("-" if (r := latency_ratio(results, strategy, metric, phase)) is None else f"{r:.2f}x"
+                      for phase in (WRITING, FINAL))
+
+
+def strategies_of(results: dict[str, Any]) -> list[str]:
+    return [s for s in results["strategies"] if s != REFERENCE]
 
 
 def summary(results: dict[str, Any]) -> str:
     rows = []
-    for strategy in STRATEGIES:
+    for strategy in strategies_of(results):
         m = results["strategies"][strategy]
         settled = m["settle_to_compacted"]
         last = m["series"][-1]
         rows.append([
-            strategy, *(f"{latency_ratio(results, strategy, k):.2f}x" for k in ("count_ms", "aggregate_ms", "lookup_ms")),
-            last["data_files"], last["equality_delete_files"], last["position_delete_files"],
+            strategy, *(_ratios(results, strategy, k) for k in ("count_ms", "aggregate_ms", "lookup_ms")),
+            last["data_files"], last["equality_delete_files"], last["position_delete_files"], last["manifests"],
             f"{m['rewritten_bytes'] / 1e6:.1f}", f"{m['write_amplification']:.2f}",
             m["compaction_commits"], m["maintenance"]["conflicts"],
             f"{m['writer_commit_p50'] * 1000:.0f}", len(m["writer_failures"]),
@@ -404,16 +451,18 @@ def summary(results: dict[str, Any]) -> str:
             m["settled_partitions_with_equality_deletes"],
         ])
     reference = results["strategies"][REFERENCE]["series"][-1]
-    ingested = results["strategies"]["none"]["ingested_bytes"]
+    ingested = results["strategies"][NONE]["ingested_bytes"]
     return (
         f"{results['batches']} micro-batches, one every {results['batch_seconds']:g}s, then {results['drain_seconds']:g}s "
-        f"of drain; {results['workload']['keys']:,} starting keys; probes every {results['probe_seconds']:g}s; cron every "
-        f"{results['cron_seconds']:g}s; {results['machine']}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
-        f"Latency columns: median over the probes of the second half of the run of each query's latency over the "
-        f"compacted copy's (final copy: {reference['count_ms']:.0f} ms count, {reference['aggregate_ms']:.0f} ms "
-        f"aggregation, {reference['lookup_ms']:.0f} ms lookup, {reference['data_files']} files).\n\n"
-        + markdown_table(["strategy", "count vs compacted", "aggregation vs compacted", "lookup vs compacted",
-                          "data files at end", "eq-delete files at end", "pos-delete files at end",
+        f"of drain; {results['workload']['keys']:,} starting keys; probes every {results['probe_seconds']:g}s; "
+        f"{results['machine']}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
+        f"Latency columns: each query's latency over the compacted copy's in the same probe, the median over the "
+        f"probes wholly in the second half of the writes / in the final probe, after the drain (final copy: {reference['count_ms']:.0f} ms count, {reference['aggregate_ms']:.0f} ms "
+        f"aggregation, {reference['lookup_ms']:.0f} ms lookup, {reference['data_files']} files, "
+        f"{reference['manifests']} manifests).\n\n"
+        + markdown_table(["strategy", "count vs compacted, writing / final", "aggregation vs compacted",
+                          "lookup vs compacted",
+                          "data files at end", "eq-delete files at end", "pos-delete files at end", "manifests at end",
                           "MB rewritten", "write amplification", "compaction commits", "conflicts",
                           "writer commit p50 ms", "writer failures", "settled partitions compacted",
                           "last write to compacted, median s", "settled partitions with eq deletes"], rows) + "\n")
@@ -431,11 +480,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
             series = data["series"]
             ax.plot([p["t"] for p in series], [p[metric] for p in series], marker=".", label=strategy,
                     linestyle="--" if strategy == REFERENCE else "-")
+        ax.axvline(results["writes_ended_t"], color="grey", linestyle=":", linewidth=1)  # the last batch
         ax.set_title(TITLES[metric], fontsize=9)
         ax.set_xlabel("seconds into the run", fontsize=8)
         ax.grid(alpha=0.3)
 
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7))
+    fig, axes = plt.subplots(3, 3, figsize=(15, 10))
     for ax, metric in zip(axes.flat, METRICS, strict=True):
         draw(ax, metric)
     axes.flat[0].legend(fontsize=8)
@@ -450,7 +500,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         fig.savefig(path.with_name(f"e2e-{metric}.png"), dpi=100)
         plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for strategy in STRATEGIES:
+    for strategy in strategies_of(results):
         points = results["strategies"][strategy]["commit_seconds"]
         ax.plot([t for t, _ in points], [s * 1000 for _, s in points], marker=".", linestyle="", label=strategy)
     ax.set_title("writer commit latency (ms)", fontsize=9)

@@ -2,9 +2,10 @@
 own table of the same event stream:
 
 - ``none``: nothing; the read cost every table starts from and where it goes untended;
-- ``cron``: Iceberg's ``rewrite_data_files`` over the whole table every K seconds, what most users
-  schedule: files with any delete and groups of small files are rewritten, and delete files that
-  then apply to nothing are dropped;
+- ``cron-<K>s``: Iceberg's ``rewrite_data_files`` over the whole table every K seconds, what most
+  users schedule: files with any delete and groups of small files are rewritten, and delete files
+  that then apply to nothing are dropped. A run can hold several periods: how often cron must run
+  to match a read latency is what its rewriting is to be compared at;
 - ``threshold``: a table-level trigger in the manner of Amoro's defaults, evaluated every few
   seconds: a partition is compacted once its small ("fragment") files plus its equality-delete
   files reach 12 (Amoro's ``CommonPartitionEvaluator.isMinorNecessary`` with
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,10 +29,23 @@ from icecdc.config import CompactorConfig, Config
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("none", "cron", "threshold", "icecdc")
+NONE, THRESHOLD, ICECDC = "none", "threshold", "icecdc"
+CRON_PREFIX = "cron-"
 AMORO_MINOR_FILE_COUNT = 12
 THRESHOLD_EVALUATE_SECONDS = 10.0
 CRON_OPTIONS = {"delete-file-threshold": "1", "remove-dangling-deletes": "true"}
+
+
+def strategy_names(cron_seconds: Sequence[float]) -> tuple[str, ...]:
+    """The strategies of a run, in the order they are reported."""
+    return (NONE, *(f"{CRON_PREFIX}{period:g}s" for period in cron_seconds), THRESHOLD, ICECDC)
+
+
+def cron_period(strategy: str) -> float | None:
+    """The period of a ``cron-<K>s`` strategy; None for the others."""
+    if not strategy.startswith(CRON_PREFIX):
+        return None
+    return float(strategy.removeprefix(CRON_PREFIX).removesuffix("s"))
 
 
 class Strategy:

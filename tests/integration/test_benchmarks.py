@@ -3,7 +3,7 @@
 import orjson
 
 from icecdc.bench.e2e import METRICS, REFERENCE
-from icecdc.bench.strategies import STRATEGIES
+from icecdc.bench.strategies import strategy_names
 from tests.processes import icecdc_process
 
 
@@ -16,13 +16,14 @@ def test_e2e_benchmark_harness(tmp_path):
                          "--cron-seconds", "10", "--drain-seconds", "15", "--lookups", "3", timeout=900)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = orjson.loads((out / "e2e.json").read_bytes())
-    assert set(results["strategies"]) == {*STRATEGIES, REFERENCE}
+    strategies = strategy_names([10])
+    assert list(results["strategies"]) == [*strategies, REFERENCE]
     for strategy, measured in results["strategies"].items():
         assert len(measured["series"]) >= 2, strategy
         for point in measured["series"]:
             assert set(METRICS) <= set(point) and all(point[m] >= 0 for m in METRICS), (strategy, point)
         assert measured["series"][-1]["data_files"] > 0, strategy
-    for strategy in STRATEGIES:
+    for strategy in strategies:
         measured = results["strategies"][strategy]
         assert measured["rows_match"] and not measured["writer_failures"], strategy
         assert len(measured["commit_seconds"]) == results["batches"], strategy
@@ -31,12 +32,12 @@ def test_e2e_benchmark_harness(tmp_path):
     # strategy is seen rewriting within the run.
     assert results["strategies"]["none"]["rewritten_bytes"] == 0
     assert results["strategies"]["none"]["series"][-1]["equality_delete_files"] > 0
-    assert results["strategies"]["cron"]["compaction_commits"] > 0
+    assert results["strategies"]["cron-10s"]["compaction_commits"] > 0
     assert results["strategies"]["icecdc"]["compaction_commits"] > 0
     for name in ("e2e.png", "e2e-writer_commit_ms.png", *(f"e2e-{m}.png" for m in METRICS)):
         assert (out / name).stat().st_size > 0, name
     text = (out / "e2e.md").read_text()
-    assert all(f"| {s} |" in text for s in STRATEGIES)
+    assert all(f"| {s} |" in text for s in strategies)
 
 
 def test_rewrite_benchmark_harness(tmp_path):
@@ -50,3 +51,18 @@ def test_rewrite_benchmark_harness(tmp_path):
     assert results["files"] == 5 and results["input_bytes"] > 0
     assert results["icecdc_mb_per_second_per_core"] > 0 and results["pyarrow_mb_per_second_per_core"] > 0
     assert (out / "rewrite.png").stat().st_size > 0 and "pyarrow" in (out / "rewrite.md").read_text()
+
+
+def test_manifests_benchmark_harness(tmp_path):
+    """A short ``icecdc bench manifests``: each table has as many manifests as commits, the merge
+    leaves fewer over the same data files, and JSON, plot and summary are written."""
+    out = tmp_path / "out"
+    run = icecdc_process("bench", "manifests", "--state-dir", str(tmp_path / "state"), "--out", str(out), "--rows", "3000",
+                         "--manifests", "2,6", "--lookups", "5", timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = orjson.loads((out / "manifests.json").read_bytes())
+    assert [p["manifests"] for p in results["series"]] == [2, 6]
+    for point in results["series"]:
+        assert point["merged_manifests"] == 1 and len(point["lookup_ms"]) == len(point["merged_lookup_ms"]) == 5
+        assert point["data_files"] >= point["manifests"]
+    assert (out / "manifests.png").stat().st_size > 0 and "| 6 |" in (out / "manifests.md").read_text()

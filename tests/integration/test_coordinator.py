@@ -31,7 +31,7 @@ from icecdc.events import CompactionEvent, MaintenanceEvent
 from icecdc.ingest.commit import TableCommitter
 from icecdc.ingest.offsets import committed_offsets
 from icecdc.ingest.sources import records_to_dataframe
-from icecdc.jvm import history, load_table
+from icecdc.jvm import history, iterate, load_table
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, table_rows
 from tests.integration.test_compactor import (
     EQUALITY_DELETES,
@@ -227,6 +227,7 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
     assert_compactions_kept_rows(spark, name, [e for e in committed if parents.get(e.snapshot_id) in parents])
     assert table_rows(spark, name) == stream.source.expected_rows()
     assert any(e.kind == "expire-snapshots" and e.outcome == "committed" for e in maintenance), maintenance
+    assert any(e.kind == "rewrite-manifests" and e.outcome == "committed" for e in maintenance), maintenance
 
 
 def table_files(spark, name: str) -> set[str]:
@@ -350,11 +351,51 @@ def test_maintenance_during_a_compaction_spares_it_and_exactly_once_recovery(spa
     assert table_rows(spark, name) == src.expected_rows()
 
 
+def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, unique):
+    """Each writer commit adds a data and a delete manifest; past ``max_small_manifests`` small
+    ones the maintenance merges them, leaves the large ones alone, and the rows stay the same."""
+    config = coordinated_config(stack_config, unique)
+    name = f"lake.{config.tables[0].name}"
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, REGIONS[k % 3], k, 0) for k in range(1, 400)])
+        for n in range(1, 9):
+            stream([src.upsert(k, REGIONS[k % 3], 10 * k + n, n % 2) for k in range(n, 400, 9)] + [src.delete(400 - n)])
+
+    def manifests() -> dict[str, int]:
+        table = load_table(spark, name)
+        table.refresh()
+        return {m.path(): m.length() for m in iterate(table.currentSnapshot().allManifests(table.io()))}
+
+    before = manifests()
+    lengths = sorted(before.values())
+    # A target size that makes the biggest quarter of the manifests "large" for this test.
+    target = lengths[len(lengths) * 3 // 4] * 2
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('commit.manifest.target-size-bytes' = '{target}')")
+    large = {path for path, length in before.items() if length >= target // 2}
+    small = len(before) - len(large)
+    assert large and small >= 12, before
+    maintenance = TableMaintenance(spark, name, {"icecdc.compactor": "test"})
+    assert not maintenance.manifests_due(MaintenanceConfig(max_small_manifests=small))
+    assert not maintenance.rewrite_manifests(MaintenanceConfig(max_small_manifests=small)).committed
+
+    result = maintenance.rewrite_manifests(MaintenanceConfig(max_small_manifests=4))
+    after = manifests()
+    assert result.committed and result.manifests_rewritten == small, result
+    assert large <= after.keys()  # untouched
+    assert len(after) < len(before)
+    assert load_table(spark, name).currentSnapshot().summary()["icecdc.compactor"] == "test"
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == src.expected_rows()
+
+
 def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, unique, tmp_path):
     """A bounded soak: the ingester and one compactor replica (with maintenance every 10 s) as
     processes, fed 80 rounds of inserts, updates and deletes on a hot day and late changes to
     older days."""
-    config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 20})
+    config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 20,
+                                                                "manifest_interval_seconds": 10, "max_small_manifests": 8})
     data = config.model_dump(by_alias=True)
     data["ingest"] = {"source": "direct", "trigger_seconds": 0.5, "max_batch_records": 500, "http": {"port": None}}
     config = Config.model_validate(data)
@@ -398,6 +439,7 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
     assert not [e for e in events if e.outcome == "failed"]
     maintenance = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
     assert any(e.kind == "expire-snapshots" and e.outcome == "committed" for e in maintenance), maintenance
+    assert any(e.kind == "rewrite-manifests" and e.outcome == "committed" for e in maintenance), maintenance
     assert not [e for e in maintenance if e.outcome == "failed"], maintenance
 
 

@@ -2,8 +2,17 @@
 
 import pytest
 
-from icecdc.bench.e2e import REFERENCE, Workload, batch_sizes, generate, latency_ratio, settle_to_compacted
-from icecdc.bench.strategies import amoro_minor_due
+from icecdc.bench.e2e import (
+    FINAL,
+    REFERENCE,
+    WRITING,
+    Workload,
+    batch_sizes,
+    generate,
+    latency_ratio,
+    settle_to_compacted,
+)
+from icecdc.bench.strategies import amoro_minor_due, cron_period, strategy_names
 
 
 def test_batch_sizes_are_bursty_and_repeatable():
@@ -39,7 +48,21 @@ def test_settle_to_compacted_counts_partitions_left_with_equality_deletes():
     assert result["median_seconds"] == pytest.approx(15.0)
 
 
-def test_latency_ratio_uses_the_second_half_against_the_compacted_copy():
-    series = lambda *values: [{"count_ms": v} for v in values]
-    results = {"strategies": {"none": {"series": series(10, 10, 30, 40)}, REFERENCE: {"series": series(10, 10, 10, 10)}}}
-    assert latency_ratio(results, "none", "count_ms") == pytest.approx(3.5)
+def test_latency_ratio_by_phase_against_the_compacted_copy_of_the_same_probe():
+    series = lambda *points: [{"t": t, "t_end": t + 20, "count_ms": v} for t, v in points]
+    results = {"writes_ended_t": 100.0, "strategies": {
+        "none": {"series": series((20, 10), (50, 30), (70, 40), (90, 50), (130, 70))},
+        REFERENCE: {"series": series((20, 10), (50, 10), (70, 10), (90, 10), (130, 10))},
+    }}
+    # The first half of the writes is the tables filling up; a probe that ran past the last
+    # batch is in neither phase; the final probe is the last one.
+    assert latency_ratio(results, "none", "count_ms", WRITING) == pytest.approx(3.5)
+    assert latency_ratio(results, "none", "count_ms", FINAL) == pytest.approx(7.0)
+    results["writes_ended_t"] = 60.0
+    assert latency_ratio(results, "none", "count_ms", WRITING) is None
+
+
+def test_strategy_names_one_cron_per_period():
+    names = strategy_names([30, 120.5])
+    assert names == ("none", "cron-30s", "cron-120.5s", "threshold", "icecdc")
+    assert [cron_period(n) for n in names] == [None, 30.0, 120.5, None, None]

@@ -14,7 +14,15 @@ from icecdc.config import CoordinatorConfig, MaintenanceConfig
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.commits import CAS_LOST, VALIDATION, CommitGate, CommitGaveUp
 from icecdc.coordinator.leases import LeaseLost
-from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, ORPHANS, MaintenanceSchedule, expiry_cutoff
+from icecdc.coordinator.maintenance import (
+    EXPIRE,
+    MANIFESTS,
+    ORPHANS,
+    MaintenanceSchedule,
+    expiry_cutoff,
+    is_small_manifest,
+    manifest_target_size,
+)
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.coordinator.quiet import quiet_delay
 from icecdc.events import CompactionEvent, MaintenanceEvent
@@ -256,17 +264,26 @@ def test_expiry_cutoff_spares_protected_snapshots():
 
 
 def test_maintenance_schedule():
-    schedule = MaintenanceSchedule(MaintenanceConfig(interval_seconds=60, orphan_interval_seconds=3600), started=0)
+    settings = MaintenanceConfig(interval_seconds=60, manifest_interval_seconds=20, orphan_interval_seconds=3600)
+    schedule = MaintenanceSchedule(settings, started=0)
     assert schedule.due("t", 0) == [EXPIRE, MANIFESTS]  # orphans: not on every (re)start
     for kind in (EXPIRE, MANIFESTS):
         schedule.done("t", kind, 0)
-    assert schedule.due("t", 59) == []
-    assert schedule.due("t", 60) == [EXPIRE, MANIFESTS, ORPHANS]
+    assert schedule.due("t", 19) == []
+    assert schedule.due("t", 20) == [MANIFESTS]  # a manifest check is a manifest-list read
+    schedule.done("t", MANIFESTS, 45)
+    assert schedule.due("t", 60) == [EXPIRE, ORPHANS]  # the manifest check ran at 45
     for kind in (EXPIRE, MANIFESTS, ORPHANS):
         schedule.done("t", kind, 60)
     assert schedule.due("t", 120) == [EXPIRE, MANIFESTS]
     assert schedule.due("t", 3660) == [EXPIRE, MANIFESTS, ORPHANS]
     assert MaintenanceSchedule(MaintenanceConfig(enabled=False)).due("t", 0) == []
+
+
+def test_small_manifests_are_under_half_the_target_size():
+    assert manifest_target_size({}) == 8 * 1024 * 1024  # Iceberg's default
+    assert manifest_target_size({"commit.manifest.target-size-bytes": "1000"}) == 1000
+    assert is_small_manifest(499, 1000) and not is_small_manifest(500, 1000)
 
 
 def test_orphan_age_below_an_hour_is_refused():

@@ -1,0 +1,117 @@
+"""``icecdc bench manifests``: what small manifests cost a point lookup, the data files held equal.
+
+For each manifest count N, a table is loaded in N commits: N small manifests, as N writer commits
+leave them. Iceberg's ``rewriteManifests`` action then merges them: the next snapshot lists the
+very same data files in as few manifests as the target size allows. Point lookups by key
+alternate between the two snapshots (``VERSION AS OF``), so warm-up and machine noise fall on
+both alike. This is the measurement behind the compactor's ``max_small_manifests``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+import statistics
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from icecdc.bench.report import machine, markdown_table, publish
+from icecdc.config import embedded_config
+
+DAYS = 8
+
+
+def _progress(message: str) -> None:
+    print(f"[bench manifests] {message}", flush=True)
+
+
+def _lookup_ms(spark: Any, name: str, snapshot_id: int, key: int) -> float:
+    started = time.perf_counter()
+    spark.sql(f"SELECT * FROM {name} VERSION AS OF {snapshot_id} WHERE id = {key}").collect()
+    return (time.perf_counter() - started) * 1000
+
+
+def _manifests(spark: Any, name: str, snapshot_id: int) -> int:
+    return spark.sql(f"SELECT count(*) FROM {name}.all_manifests WHERE reference_snapshot_id = {snapshot_id}").first()[0]
+
+
+def measure(spark: Any, name: str, rows: int, commits: int, lookups: int) -> dict[str, Any]:
+    """Load ``rows`` in ``commits`` commits, merge the manifests, time lookups on both snapshots."""
+    # Contiguous id ranges per commit and per day: a lookup by id prunes to the few files (one
+    # per region) whose bounds hold it, in both snapshots alike.
+    spark.sql(f"CREATE TABLE {name} (id BIGINT, region STRING, status STRING, amount DECIMAL(12,2), updated_at TIMESTAMP) "
+              f"USING iceberg PARTITIONED BY (region, days(updated_at)) TBLPROPERTIES ('format-version' = '2')")
+    bounds = [rows * i // commits for i in range(commits + 1)]
+    for low, high in itertools.pairwise(bounds):
+        spark.sql(f"INSERT INTO {name} SELECT id, element_at(array('eu', 'us', 'apac'), CAST(id % 3 + 1 AS INT)), 'placed', "
+                  f"CAST(id % 100000 / 100 AS DECIMAL(12,2)), "
+                  f"TIMESTAMP '2026-01-01 00:00:00' + make_interval(0, 0, 0, CAST(id * {DAYS} DIV {rows} AS INT)) "
+                  f"FROM range({low}, {high})")
+    before = spark.sql(f"SELECT snapshot_id FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+    spark.sql(f"CALL {name.split('.', 1)[0]}.system.rewrite_manifests('{name.split('.', 1)[1]}')")
+    after = spark.sql(f"SELECT snapshot_id FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
+    keys = random.Random(commits).sample(range(rows), lookups)
+    for key in keys[:20]:  # warm-up: the first table pays for the JIT
+        _lookup_ms(spark, name, before, key), _lookup_ms(spark, name, after, key)
+    small, merged = [], []
+    for key in keys:
+        small.append(_lookup_ms(spark, name, before, key))
+        merged.append(_lookup_ms(spark, name, after, key))
+    data_files = spark.sql(f"SELECT count(*) FROM {name}.files").first()[0]
+    return {"commits": commits, "data_files": data_files, "manifests": _manifests(spark, name, before),
+            "merged_manifests": _manifests(spark, name, after), "lookup_ms": small, "merged_lookup_ms": merged,
+            "ratio": statistics.median(small) / statistics.median(merged)}
+
+
+def run(rows: int, manifest_counts: Sequence[int], lookups: int, out: Path, state_dir: Path) -> dict[str, Any]:
+    from icecdc.spark import create_spark_session
+
+    config = embedded_config(state_dir, 0)  # no broker: only Spark and the catalog
+    spark = create_spark_session(config, "icecdc-bench-manifests")
+    run_id = int(time.time())
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {config.catalog.name}.bench")
+    series = []
+    for commits in manifest_counts:
+        name = f"{config.catalog.name}.bench.manifests_{commits}_{run_id}"
+        try:
+            point = measure(spark, name, rows, commits, lookups)
+        finally:
+            spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+        series.append(point)
+        _progress(f"{point['manifests']} manifests: {statistics.median(point['lookup_ms']):.0f} ms a lookup; merged into "
+                  f"{point['merged_manifests']}: {statistics.median(point['merged_lookup_ms']):.0f} ms ({point['ratio']:.2f}x)")
+    results = {"machine": machine(), "rows": rows, "lookups": lookups, "series": series}
+    publish(out, "manifests", results, _plot, summary)
+    return results
+
+
+def summary(results: dict[str, Any]) -> str:
+    rows = [[p["manifests"], p["data_files"], f"{statistics.median(p['lookup_ms']):.0f}", p["merged_manifests"],
+             f"{statistics.median(p['merged_lookup_ms']):.0f}", f"{p['ratio']:.2f}x"] for p in results["series"]]
+    return (f"{results['rows']:,} rows; medians of {results['lookups']} point lookups by key on each snapshot, "
+            f"alternating; {results['machine']}.\n\n"
+            + markdown_table(["manifests", "data files", "lookup ms", "merged into", "lookup ms, merged", "ratio"], rows)
+            + "\n")
+
+
+def _plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series = results["series"]
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    counts = [p["manifests"] for p in series]
+    ax.plot(counts, [statistics.median(p["lookup_ms"]) for p in series], marker="o", label="as written")
+    ax.plot(counts, [statistics.median(p["merged_lookup_ms"]) for p in series], marker="o", label="manifests merged")
+    ax.set_xlabel("manifests as written (same data files in both)")
+    ax.set_ylabel("point lookup, median ms")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
