@@ -21,7 +21,7 @@ from typing import Any
 import orjson
 
 from icecdc import kafka
-from icecdc.bench.report import machine, markdown_table, publish
+from icecdc.bench.report import line_plot, machine, markdown_table, publish
 from icecdc.broker import EmbeddedBroker, free_port
 from icecdc.catalog import ensure_tables
 from icecdc.config import Config, TableConfig, embedded_config
@@ -210,20 +210,9 @@ def summary(results: dict[str, Any]) -> str:
 
 
 def _plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sizes = [s["rows"] / 1e6 for s in results["sizes"]]
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, key in (("icecdc (equality deletes)", "icecdc"), ("MERGE INTO, merge-on-read", "merge")):
-        ax.plot(sizes, [s["median_seconds"][key] for s in results["sizes"]], marker="o", label=label)
-    ax.set_xlabel("starting table size (million rows)")
-    ax.set_ylabel(f"seconds per batch of {results['changes_per_batch']:,} changes (median)")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    sizes = results["sizes"]
+    line_plot(path, [s["rows"] / 1e6 for s in sizes],
+              {label: [s["median_seconds"][key] for s in sizes]
+               for label, key in (("icecdc (equality deletes)", "icecdc"), ("MERGE INTO, merge-on-read", "merge"))},
+              "starting table size (million rows)",
+              f"seconds per batch of {results['changes_per_batch']:,} changes (median)")

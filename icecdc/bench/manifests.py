@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from icecdc.bench.report import machine, markdown_table, publish
+from icecdc.bench.report import line_plot, machine, markdown_table, publish
 from icecdc.config import embedded_config
 
 DAYS = 8
@@ -97,21 +97,8 @@ def summary(results: dict[str, Any]) -> str:
 
 
 def _plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     series = results["series"]
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    counts = [p["manifests"] for p in series]
-    ax.plot(counts, [statistics.median(p["lookup_ms"]) for p in series], marker="o", label="as written")
-    ax.plot(counts, [statistics.median(p["merged_lookup_ms"]) for p in series], marker="o", label="manifests merged")
-    ax.set_xlabel("manifests as written (same data files in both)")
-    ax.set_ylabel("point lookup, median ms")
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    line_plot(path, [p["manifests"] for p in series],
+              {"as written": [statistics.median(p["lookup_ms"]) for p in series],
+               "manifests merged": [statistics.median(p["merged_lookup_ms"]) for p in series]},
+              "manifests as written (same data files in both)", "point lookup, median ms", size=(6, 3.5))

@@ -31,3 +31,24 @@ def publish(out: Path, name: str, results: dict[str, Any], plot: Callable[[dict[
     write_json(out / f"{name}.json", results)
     plot(results, out / f"{name}.png")
     (out / f"{name}.md").write_text(summary(results))
+
+
+def line_plot(path: Path, x: list[float], lines: dict[str, list[float]], xlabel: str, ylabel: str,
+              size: tuple[float, float] = (6, 4)) -> None:
+    """One line per label over a shared x axis, y from 0."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    for label, ys in lines.items():
+        ax.plot(x, ys, marker="o", label=label)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
