@@ -122,6 +122,7 @@ class CompactorSidecar:
         ownership = self.leases.ownership
         if ownership.generation != self._generation:
             self._generation = ownership.generation
+            self.activity.over_before = self.leases.work_over_before
             coordination_metrics.SLOTS_HELD.set(len(ownership.held))
             if self.leases.joined:
                 self.health.mark("kafka", True, f"in consumer group {self.settings.consumer_group}, "
@@ -299,16 +300,25 @@ class CompactorSidecar:
     # ---- maintenance ----
 
     def maintenance_due(self, now: float) -> list[tuple[str, str]]:
-        """(table, kind) pairs this replica should run now: it holds the table's maintenance
-        slot, and no compaction of the table is in flight on any replica."""
-        due = []
-        for table in self.config.tables:
-            if table.name not in self.layouts or not self.leases.owns_maintenance(table.name):
-                continue
-            if self.activity.running_compactions(table.name, now):
-                continue
-            due += [(table.name, kind) for kind in self.schedule.due(table.name, now)]
-        return due
+        """(table, kind) pairs this replica should run now: those due on the tables whose
+        maintenance slot it holds."""
+        return [(table.name, kind) for table in self.config.tables
+                if table.name in self.layouts and self.leases.owns_maintenance(table.name)
+                for kind in self.schedule.due(table.name, now)]
+
+    def wait_for_compactions(self, table: str, what: str) -> None:
+        """Wait until no compaction of ``table`` is in flight on any replica. Once the maintenance
+        run's "started" event is out no new one starts, so this lasts at most the longest one
+        under way: maintenance never waits for a gap between compactions, which on a busy table
+        may not come. The group protocol is served meanwhile, so that the compaction of a replica
+        that died is forgotten at the rebalance that evicts it; a rebalance ends the wait with
+        LeaseLost, since the other replicas no longer honour an announcement older than it."""
+        generation = self.leases.ownership.generation
+        while self.activity.running_compactions(table, self._clock()):
+            self.poll_leases()
+            if self.leases.ownership.generation != generation:
+                raise LeaseLost(f"a rebalance came while {what} waited for the compactions in flight")
+            self.poll_events(0.2)
 
     def maintain(self, table_name: str, kind: str) -> MaintenanceEvent | None:
         """Run one kind of maintenance on a table; None when a manifest check found nothing to
@@ -325,8 +335,10 @@ class CompactorSidecar:
                                            {COMPACTOR_PROPERTY: self.replica})
             if kind == MANIFESTS and not maintenance.manifests_due(settings):
                 return None
-            self.leases.confirm(slot, f"{kind} on {table_name}")
+            what = f"{kind} on {table_name}"
+            self.leases.confirm(slot, what)
             self._publish_maintenance(MaintenanceEvent(**base, outcome=STARTED, finished_ms=int(started * 1000)))
+            self.wait_for_compactions(table_name, what)
             now_ms = int(self._clock() * 1000)
             self.gate.wait_for_quiet(table_name)  # expiry and manifest rewrites commit metadata too
             if kind == EXPIRE:
@@ -338,6 +350,8 @@ class CompactorSidecar:
                 result = maintenance.remove_orphans(now_ms, settings)
             outcome = "committed" if result.committed else "nothing-to-do"
         except LeaseLost as exc:
+            # It did nothing: due again at once, on whichever replica holds the slot now.
+            self.schedule.due_again(table_name, kind)
             outcome, reason = "failed", str(exc)
         except Exception as exc:
             log.exception("%s on %s failed", kind, table_name)
@@ -375,19 +389,23 @@ class CompactorSidecar:
                 if self.leases.owns(c.table, c.partition_path) and not self.activity.maintenance_running(c.table, now)]
 
     def run_once(self, poll_timeout: float = 0.0) -> CompactionEvent | None:
-        """One turn: read events, reconcile when due, compact the best due partition if any."""
+        """One turn: read events, reconcile when due, then one piece of work: the maintenance
+        run due if any, else a compaction of the best due partition if any. One per turn, so that
+        the group protocol is served between two (a rebalance waits for whatever this replica is
+        doing). Maintenance goes first because a busy replica always has a partition to compact
+        (found by the two-replica test: no maintenance ran in a whole run), and it comes due
+        seldom: expiry every ``interval_seconds``, a manifest merge at most once a minute."""
         self.health.beat()
         self.poll_leases()
         self.poll_events(poll_timeout)
         now = self._clock()
         if now - self._last_reconcile >= self.settings.reconcile_seconds:
             self.reconcile_all()
-        candidates = self.due_candidates(now)
-        event = self.compact(candidates[0]) if candidates else None
-        if event is None and (due := self.maintenance_due(self._clock())):
-            # One run per turn: the group protocol is served between runs (a rebalance waits for
-            # whatever this replica is doing, so each piece of work is kept to one).
-            self.maintain(*due[0])
+        if (due := self.maintenance_due(now)) and self.maintain(*due[0]) is not None:
+            event = None
+        else:  # nothing due, or a manifest check that found nothing to merge
+            candidates = self.due_candidates(self._clock())
+            event = self.compact(candidates[0]) if candidates else None
         self.write_status()
         return event
 

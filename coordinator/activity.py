@@ -1,9 +1,11 @@
 """Which compactions and maintenance runs are in flight on each table, across all replicas, from
 the events they publish when they start and when they finish (plain data; the sidecar feeds it).
 
-A replica that dies mid-run never publishes its end; its entry is dropped after the longest a run
-may take (``max_compaction_seconds``), by when its lease is long gone and a late commit of it
-would fail its lease check.
+A replica that dies mid-run never publishes its end. Its entry is dropped at the first rebalance
+this replica takes part in after the death (``over_before``: live replicas join a rebalance only
+between two pieces of work, so whatever started before it and is still listed was cut off), and in
+any case after the longest a run may take (``max_compaction_seconds``), by when its lease is long
+gone and a late commit of it would fail its lease check.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ class TableActivity:
     max_seconds: float
     compactions: dict[str, dict[tuple[str, str], RunningCompaction]] = field(default_factory=dict)
     maintenance: dict[str, tuple[str, float]] = field(default_factory=dict)
+    # Runs that started before this time are over, whoever ran them: this replica has been given
+    # slots by a rebalance it joined at that time, and every live replica joined it only after
+    # finishing the run it had under way (``PartitionLeases.work_over_before``).
+    over_before: float = float("-inf")
 
     def on_compaction(self, event: CompactionEvent) -> None:
         running = self.compactions.setdefault(event.table, {})
@@ -44,9 +50,12 @@ class TableActivity:
         elif self.maintenance.get(event.table, ("", 0.0))[0] == event.replica:
             del self.maintenance[event.table]
 
+    def _under_way(self, started: float, now: float) -> bool:
+        return self.over_before <= started and now - started < self.max_seconds
+
     def running_compactions(self, table: str, now: float) -> list[RunningCompaction]:
-        return [r for r in self.compactions.get(table, {}).values() if now - r.started < self.max_seconds]
+        return [r for r in self.compactions.get(table, {}).values() if self._under_way(r.started, now)]
 
     def maintenance_running(self, table: str, now: float) -> bool:
         entry = self.maintenance.get(table)
-        return entry is not None and now - entry[1] < self.max_seconds
+        return entry is not None and self._under_way(entry[1], now)

@@ -16,6 +16,7 @@ that check and the catalog's compare-and-set is covered by Iceberg itself (docs/
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
@@ -43,6 +44,12 @@ class PartitionLeases:
                         "(the count is fixed when the topic is created)", self._topic, slots, settings.lease_slots, slots)
         self.ownership = Ownership(slots)
         self.joined = False
+        # When this replica last asked to join the group (subscribing, or giving its slots up for
+        # a rebalance). A rebalance completes only once every live member has joined it, and a
+        # member joins only between two pieces of work; so when this replica is given slots, every
+        # run that started before it asked, on any replica, has ended or was cut off by a death.
+        self._joining_since = time.time()
+        self.work_over_before = float("-inf")
         self._consumer = kafka.consumer(config.kafka, config.compactor.consumer_group, **{
             "session.timeout.ms": int(settings.session_timeout_seconds * 1000),
             "heartbeat.interval.ms": max(100, int(settings.session_timeout_seconds * 100)),
@@ -55,15 +62,18 @@ class PartitionLeases:
 
     def _assigned(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self.joined = True
+        self.work_over_before = self._joining_since
         self.ownership.assign({p.partition for p in partitions})
         log.info("replica %s holds %d of %d slots: %s", self._replica, len(partitions), self.ownership.slots,
                  sorted(self.ownership.held), extra={"replica": self._replica})
 
     def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._joining_since = time.time()
         self.ownership.revoke()
         log.info("replica %s gave up its slots for a rebalance", self._replica, extra={"replica": self._replica})
 
     def _lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
+        self._joining_since = time.time()
         self.ownership.revoke()
         log.warning("replica %s lost its slots (it was out of the group, e.g. paused past the session timeout)",
                     self._replica, extra={"replica": self._replica})

@@ -85,6 +85,10 @@ class MaintenanceSchedule:
     def done(self, table: str, kind: str, now: float) -> None:
         self.last[(table, kind)] = now
 
+    def due_again(self, table: str, kind: str) -> None:
+        """A run that did nothing after all (it was due when it started): due at once again."""
+        self.last.pop((table, kind), None)
+
 
 @dataclass(frozen=True)
 class MaintenanceResult:

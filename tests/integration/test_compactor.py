@@ -34,8 +34,11 @@ def compactor_config(stack_config: Config, unique: str, **settings) -> Config:
         "settle": {"cadence_multiple": 3, "min_seconds": 1, "initial_seconds": 3, "max_seconds": 8},
         **settings,
     }
+    # No maintenance: these tests drive the compactor turn by turn, and a maintenance run would
+    # take a turn first when due (it has its own tests, in test_coordinator).
+    coordinator = {**config.coordinator.model_dump(by_alias=True), "maintenance": {"enabled": False}}
     return Config.model_validate({**config.model_dump(by_alias=True), "compaction_topic": f"compactions-{unique}",
-                                  "compactor": compactor})
+                                  "compactor": compactor, "coordinator": coordinator})
 
 
 class Stream:

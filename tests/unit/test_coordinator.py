@@ -252,6 +252,18 @@ def test_activity_tracks_maintenance():
     assert not activity.maintenance_running("t", 1001)
 
 
+def test_a_rebalance_ends_every_run_that_started_before_this_replica_joined_it():
+    activity = TableActivity(max_seconds=1800)
+    activity.on_compaction(compaction("started", "dead", "p=1", started_ms=1_000_000))
+    activity.on_maintenance(MaintenanceEvent(table="t", kind=EXPIRE, outcome="started", replica="dead",
+                                             started_ms=1_000_000, finished_ms=1_000_000))
+    assert activity.running_compactions("t", 1020) and activity.maintenance_running("t", 1020)
+    activity.over_before = 1015.0  # given slots by a rebalance it asked to join at 1015
+    assert activity.running_compactions("t", 1020) == [] and not activity.maintenance_running("t", 1020)
+    activity.on_compaction(compaction("started", "live", "p=2", started_ms=1_016_000, snapshot=9))
+    assert [r.starting_snapshot_id for r in activity.running_compactions("t", 1020)] == [9]
+
+
 # ---- maintenance ----
 
 
@@ -277,6 +289,10 @@ def test_maintenance_schedule():
         schedule.done("t", kind, 60)
     assert schedule.due("t", 120) == [EXPIRE, MANIFESTS]
     assert schedule.due("t", 3660) == [EXPIRE, MANIFESTS, ORPHANS]
+    for kind in (EXPIRE, MANIFESTS, ORPHANS):
+        schedule.done("t", kind, 3660)
+        schedule.due_again("t", kind)  # it lost its lease before doing anything
+    assert schedule.due("t", 3661) == [EXPIRE, MANIFESTS, ORPHANS]
     assert MaintenanceSchedule(MaintenanceConfig(enabled=False)).due("t", 0) == []
 
 
