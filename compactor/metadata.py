@@ -8,20 +8,22 @@ from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
 
+from icecdc import summary
+from icecdc.catalog import load_metadata_table
 from icecdc.compactor.policy import PartitionStats
-from icecdc.compactor.rewrite import COMPACTOR_PROPERTY
+from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.compactor.tracker import PartitionMetadata
 from icecdc.config import CompactorConfig, TableConfig
-from icecdc.ingest.layout import TableLayout, layout_from_pyiceberg
-
-DATA, POSITION_DELETES, EQUALITY_DELETES = 0, 1, 2
+from icecdc.files import DataFileContent
+from icecdc.layout import TableLayout, layout_from_pyiceberg
+from icecdc.tableref import TableRef
 
 
 def _snapshot_time_and_owner(table: Any, snapshot_id: int | None) -> tuple[float | None, bool]:
     snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
     if snapshot is None:
         return None, False
-    ours = COMPACTOR_PROPERTY in snapshot.summary.additional_properties
+    ours = summary.COMPACTOR in snapshot.summary.additional_properties
     return snapshot.timestamp_ms / 1000, ours
 
 
@@ -41,17 +43,16 @@ def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) 
         keys[path] = key
         c = counters[path]
         size, records = row["file_size_in_bytes"], row["record_count"]
-        if row["content"] == DATA:
+        content = DataFileContent(row["content"])
+        if content is DataFileContent.DATA:
             c["data_files"] += 1
             c["data_bytes"] += size
             c["records"] += records
-            if size < settings.small_file_bytes:
-                c["small_files"] += 1
-                c["small_bytes"] += size
-            elif size < settings.large_file_bytes:
-                c["medium_files"] += 1
-                c["medium_bytes"] += size
-        elif row["content"] == EQUALITY_DELETES:
+            kind = size_class(size, settings)
+            if kind is not SizeClass.LARGE:
+                c[f"{kind.value}_files"] += 1
+                c[f"{kind.value}_bytes"] += size
+        elif content is DataFileContent.EQUALITY_DELETES:
             c["equality_delete_files"] += 1
             c["equality_delete_records"] += records
         else:
@@ -61,7 +62,9 @@ def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) 
     if layout.partition:
         for row in table.inspect.partitions().select(["partition", "spec_id", "last_updated_snapshot_id"]).to_pylist():
             if row["spec_id"] == layout.spec_id:
-                last_updated[layout.partition_path(layout.partition_from_metadata(row["partition"]))] = row["last_updated_snapshot_id"]
+                last_updated[layout.partition_path(layout.partition_from_metadata(row["partition"]))] = row[
+                    "last_updated_snapshot_id"
+                ]
     else:
         last_updated[""] = table.current_snapshot().snapshot_id
     out = {}
@@ -85,16 +88,15 @@ class TableMetadata:
     partitions: dict[str, PartitionMetadata]
 
 
-def load_table_partitions(catalog: Any, table_config: TableConfig, settings: CompactorConfig) -> TableMetadata | None:
+def load_table_partitions(
+    catalog: Any, ref: TableRef, table_config: TableConfig, settings: CompactorConfig
+) -> TableMetadata | None:
     """A configured table's layout and partitions; None while the table does not exist (the
     ingester creates it)."""
-    from pyiceberg.exceptions import NoSuchTableError
-
-    try:
-        table = catalog.load_table(table_config.name)
-    except NoSuchTableError:
+    table = load_metadata_table(catalog, ref)
+    if table is None:
         return None
     layout = layout_from_pyiceberg(table_config.name, table_config.topic, table_config.primary_key, table)
     snapshot = table.current_snapshot()
-    sequence_number = snapshot.sequence_number if snapshot is not None else 0
+    sequence_number = (snapshot.sequence_number or 0) if snapshot is not None else 0
     return TableMetadata(layout, sequence_number, read_partitions(table, layout, settings))

@@ -1,4 +1,4 @@
-"""The compactor's Prometheus metrics (served over HTTP by the deployment, issue 8)."""
+"""The compactor's Prometheus metrics (served on ``compactor.http`` by ``icecdc.health``)."""
 
 from __future__ import annotations
 
@@ -7,15 +7,24 @@ from prometheus_client import Counter, Gauge, Histogram
 PARTITIONS = Gauge("icecdc_compactor_partitions", "Partitions by state", ["table", "state"])
 COMMIT_EVENTS = Counter("icecdc_compactor_commit_events_total", "Commit events consumed", ["outcome"])
 STARTED = Counter("icecdc_compactions_started_total", "Compactions started", ["table", "kind"])
-FINISHED = Counter("icecdc_compactions_total", "Compactions finished, by outcome (committed, conflict, failed, skipped, abandoned)",
-                   ["table", "kind", "outcome"])
+FINISHED = Counter(
+    "icecdc_compactions_total",
+    "Compactions finished, by outcome (committed, conflict, failed, skipped, abandoned)",
+    ["table", "kind", "outcome"],
+)
 BYTES_READ = Counter("icecdc_compactor_bytes_read_total", "Data file bytes rewritten", ["table"])
 BYTES_WRITTEN = Counter("icecdc_compactor_bytes_written_total", "Data file bytes written", ["table"])
 DATA_FILES_REMOVED = Counter("icecdc_compactor_data_files_removed_total", "Data files replaced by compactions", ["table"])
 DATA_FILES_ADDED = Counter("icecdc_compactor_data_files_added_total", "Data files written by compactions", ["table"])
 DELETE_FILES_REMOVED = Counter("icecdc_compactor_delete_files_removed_total", "Delete files removed by compactions", ["table"])
-POSITION_DELETE_FILES_ADDED = Counter("icecdc_compactor_position_delete_files_added_total",
-                                      "Position-delete files written by equality-to-position conversions", ["table"])
-SETTLE_TO_COMPACTED = Histogram("icecdc_compactor_settle_to_compacted_seconds",
-                                "From a partition settling to its compaction committing", ["table"],
-                                buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600))
+POSITION_DELETE_FILES_ADDED = Counter(
+    "icecdc_compactor_position_delete_files_added_total",
+    "Position-delete files written by equality-to-position conversions",
+    ["table"],
+)
+SETTLE_TO_COMPACTED = Histogram(
+    "icecdc_compactor_settle_to_compacted_seconds",
+    "From a partition settling to its compaction committing",
+    ["table"],
+    buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
+)

@@ -19,7 +19,9 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.config import CompactorConfig
+from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
 
 MIB = 1024 * 1024
 # Every compaction costs a commit and a Spark job, whatever its size: the cost of a tiny
@@ -130,26 +132,19 @@ class DataFileFacts:
     position_deletes: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class DeleteFileFacts:
-    path: str
-    kind: str  # "equality" or "position"
-    records: int
-    size: int
-    data_sequence_number: int = 0
-    referenced_data_file: str | None = None  # position deletes that name their one data file
-
-
-def applying_deletes(path: str, data_sequence_number: int,
-                     deletes: tuple[DeleteFileFacts, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def applying_deletes(
+    path: str, data_sequence_number: int, deletes: tuple[LiveDeleteFile, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """The equality and position deletes of the same partition that apply to one data file, by
     the spec's sequence-number rules: an equality delete applies to files with a strictly lower
     data sequence number, a position delete to files with a lower or equal one (and only to the
     file it names, when it names one)."""
-    equality = tuple(d.path for d in deletes if d.kind == "equality" and d.data_sequence_number > data_sequence_number)
+    equality = tuple(d.path for d in deletes if d.is_equality and d.data_sequence_number > data_sequence_number)
     position = tuple(
-        d.path for d in deletes
-        if d.kind == "position" and d.data_sequence_number >= data_sequence_number
+        d.path
+        for d in deletes
+        if d.content is DataFileContent.POSITION_DELETES
+        and d.data_sequence_number >= data_sequence_number
         and d.referenced_data_file in (None, path)
     )
     return equality, position
@@ -157,10 +152,25 @@ def applying_deletes(path: str, data_sequence_number: int,
 
 @dataclass(frozen=True)
 class PartitionFiles:
-    """A partition's live files at one snapshot."""
+    """A partition's live files at one snapshot, each data file with the deletes that apply to it."""
 
     data: tuple[DataFileFacts, ...]
-    deletes: tuple[DeleteFileFacts, ...]
+    deletes: tuple[LiveDeleteFile, ...]
+
+    @classmethod
+    def of(cls, data: Iterable[LiveDataFile], deletes: Iterable[LiveDeleteFile]) -> PartitionFiles:
+        """From a listing: which deletes apply to which file is computed from sequence numbers,
+        not read from each scan task (one call per file instead of one per (file, delete) pair)."""
+        deletes = tuple(deletes)
+        return cls(
+            tuple(
+                DataFileFacts(
+                    f.path, f.size, f.records, f.data_sequence_number, *applying_deletes(f.path, f.data_sequence_number, deletes)
+                )
+                for f in data
+            ),
+            deletes,
+        )
 
 
 @dataclass(frozen=True)
@@ -177,8 +187,8 @@ class RewritePlan:
 
 def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig) -> RewritePlan:
     """The files one compaction of this partition touches."""
-    small = [f for f in files.data if f.size < settings.small_file_bytes]
-    large = [f for f in files.data if f.size >= settings.large_file_bytes]
+    small = [f for f in files.data if size_class(f.size, settings) is SizeClass.SMALL]
+    large = [f for f in files.data if size_class(f.size, settings) is SizeClass.LARGE]
     deletes_by_path = {d.path: d for d in files.deletes}
 
     def deleted_share(f: DataFileFacts) -> float:
@@ -198,16 +208,14 @@ def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig) -
             has_deletes = bool(f.equality_deletes or f.position_deletes)
             if f.path not in large_paths:
                 # Small files are packed along with the files deletes force us to rewrite.
-                if has_deletes or (f.size < settings.small_file_bytes and len(small) > 1):
+                if has_deletes or (size_class(f.size, settings) is SizeClass.SMALL and len(small) > 1):
                     rewrite.append(f)
             elif f.position_deletes and deleted_share(f) >= settings.position_delete_rewrite_ratio:
                 rewrite.append(f)
             elif f.equality_deletes:
                 convert.append(f)
     touched = {f.path for f in rewrite} | {f.path for f in convert}
-    still_needed = {
-        p for f in files.data if f.path not in touched for p in (*f.equality_deletes, *f.position_deletes)
-    }
+    still_needed = {p for f in files.data if f.path not in touched for p in (*f.equality_deletes, *f.position_deletes)}
     remove = tuple(sorted(d.path for d in files.deletes if d.path not in still_needed))
     plan = RewritePlan(work, tuple(f.path for f in rewrite), tuple(f.path for f in convert), remove)
     if not plan.rewrite and not plan.convert and plan.remove_deletes:

@@ -18,10 +18,12 @@ from icecdc.fileio import FIELD_ID, read_parquet_fields, write_parquet
 # Reserved field ids of the position-delete schema (Iceberg spec, "Position Delete Files").
 FILE_PATH_FIELD_ID = 2147483546
 POS_FIELD_ID = 2147483545
-POSITION_DELETE_SCHEMA = pa.schema([
-    pa.field("file_path", pa.string(), nullable=False, metadata={FIELD_ID: str(FILE_PATH_FIELD_ID).encode()}),
-    pa.field("pos", pa.int64(), nullable=False, metadata={FIELD_ID: str(POS_FIELD_ID).encode()}),
-])
+POSITION_DELETE_SCHEMA = pa.schema(
+    [
+        pa.field("file_path", pa.string(), nullable=False, metadata={FIELD_ID: str(FILE_PATH_FIELD_ID).encode()}),
+        pa.field("pos", pa.int64(), nullable=False, metadata={FIELD_ID: str(POS_FIELD_ID).encode()}),
+    ]
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,9 @@ def convert(task: Conversion, io_properties: Mapping[str, str]) -> ConvertedFile
     positions: list[pa.Array] = []
     keys_by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
     for deletes in task.equality_deletes:
-        keys_by_ids.setdefault(deletes.field_ids, []).append(read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties))
+        keys_by_ids.setdefault(deletes.field_ids, []).append(
+            read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties)
+        )
     for field_ids, tables in keys_by_ids.items():
         data = read_parquet_fields(task.data_file, list(field_ids), io_properties)
         positions.append(_matching_positions(data, pa.concat_tables(tables)))

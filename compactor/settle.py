@@ -1,5 +1,6 @@
 """Settle detection: is a partition still being written (hot), pausing (settling), or done
-(settled)? Decided from the partition's own write cadence, as seen in the commit stream.
+(settled)? Decided from the partition's own write cadence (``icecdc.cadence``), as seen in the
+commit stream.
 
 A fixed window cannot serve every partition: one written every 5 s has settled after a minute of
 silence, one written every 10 min has not. So each partition keeps the times of its recent
@@ -11,13 +12,10 @@ stretch the window of an otherwise busy partition.
 from __future__ import annotations
 
 import enum
-import statistics
-from collections import deque
-from dataclasses import dataclass, field
 
+from icecdc.cadence import WriteCadence
 from icecdc.config import SettleConfig
 
-RECENT_WRITES = 16
 # Hot until the writer is this many usual gaps late: a writer's cadence jitters, and a partition
 # must not flap between hot and settling on every late batch.
 LATE_FACTOR = 1.5
@@ -27,36 +25,6 @@ class Phase(enum.Enum):
     HOT = "hot"
     SETTLING = "settling"
     SETTLED = "settled"
-
-
-@dataclass
-class WriteCadence:
-    """The recent write times (epoch seconds) of one partition."""
-
-    times: deque[float] = field(default_factory=lambda: deque(maxlen=RECENT_WRITES))
-
-    def record(self, at: float) -> None:
-        # Events can arrive out of order (several ingesters, a replayed topic); keep them sorted
-        # and ignore a time already known (the same commit seen twice).
-        if at in self.times:
-            return
-        if not self.times or at > self.times[-1]:
-            self.times.append(at)
-            return
-        ordered = sorted([*self.times, at])[-RECENT_WRITES:]
-        self.times.clear()
-        self.times.extend(ordered)
-
-    @property
-    def last_write(self) -> float | None:
-        return self.times[-1] if self.times else None
-
-    @property
-    def typical_gap(self) -> float | None:
-        if len(self.times) < 2:
-            return None
-        gaps = [b - a for a, b in zip(self.times, list(self.times)[1:])]
-        return statistics.median(gaps)
 
 
 def settle_window(cadence: WriteCadence, settings: SettleConfig) -> float:

@@ -1,38 +1,104 @@
-"""``icecdc status``: every partition's state, files, deletes and read cost. It shows the running
-sidecar's own view (its status file, with hot/settling/compacting as it sees them) while that is
-fresh, and otherwise one computed from table metadata alone (no Spark, no Kafka)."""
+"""``icecdc status``: every partition's state, files, deletes and read cost. A running sidecar
+writes its own view (hot, settling, settled, compacting as it sees them) to a status file and
+refreshes its partition gauges; ``icecdc status`` shows that view while it is fresh, and
+otherwise one computed from table metadata alone (no Spark, no Kafka)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 
 from icecdc.catalog import pyiceberg_catalog
+from icecdc.compactor import metrics
 from icecdc.compactor.metadata import load_table_partitions
-from icecdc.compactor.sidecar import status_path
-from icecdc.compactor.tracker import PartitionTracker
+from icecdc.compactor.tracker import PartitionStatus, PartitionTracker
 from icecdc.config import Config
 
+STATUS_FILE = "compactor-status.json"
+# The status file is rewritten at most this often, and around each compaction.
+WRITE_INTERVAL = 1.0
 # A running sidecar rewrites its status at least this often, except during a compaction.
 FRESH_SECONDS = 120.0
+STATES = ("hot", "settling", "settled", "compacting")
 
 
-def collect(config: Config, now: float | None = None) -> dict[str, Any]:
+def status_path(config: Config) -> Path:
+    return config.state_dir / "compactor" / STATUS_FILE
+
+
+@dataclass(frozen=True)
+class StatusReport:
+    source: str  # which view this is: a running compactor's, or table metadata's
+    updated: float
+    partitions: list[PartitionStatus]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> StatusReport:
+        return cls(document["source"], document["updated"], [PartitionStatus(**p) for p in document["partitions"]])
+
+
+class StatusWriter:
+    """The running sidecar's view, in its status file and its partition gauges."""
+
+    def __init__(
+        self,
+        config: Config,
+        replica: str,
+        tracker: PartitionTracker,
+        owned: Callable[[str, str], bool],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._config = config
+        self._replica = replica
+        self._tracker = tracker
+        self._owned = owned
+        self._clock = clock
+        self._last = float("-inf")
+
+    def write(self, force: bool = False) -> None:
+        now = self._clock()
+        if not force and now - self._last < WRITE_INTERVAL:
+            return
+        self._last = now
+        rows = self._tracker.report(now, owned=self._owned)
+        for table in self._config.tables:
+            counts = dict.fromkeys(STATES, 0)
+            for row in rows:
+                if row.table == table.name:
+                    counts[row.state] += 1
+            for state, count in counts.items():
+                metrics.PARTITIONS.labels(table.name, state).set(count)
+        path = status_path(self._config)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        report = StatusReport(f"compactor {self._replica}", now, rows)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
+        temporary.replace(path)
+
+
+def collect(config: Config, now: float | None = None) -> StatusReport:
     now = time.time() if now is None else now
     path = status_path(config)
     if path.exists():
-        document = orjson.loads(path.read_bytes())
-        if now - document.get("updated", 0) <= FRESH_SECONDS:
-            return {"source": f"compactor {document['replica']}", "updated": document["updated"], "partitions": document["partitions"]}
+        report = StatusReport.from_dict(orjson.loads(path.read_bytes()))
+        if now - report.updated <= FRESH_SECONDS:
+            return report
     tracker = PartitionTracker(config.compactor)
     catalog = pyiceberg_catalog(config)
     for table in config.tables:
-        loaded = load_table_partitions(catalog, table, config.compactor)
+        loaded = load_table_partitions(catalog, config.table_ref(table), table, config.compactor)
         if loaded is not None:
             tracker.on_metadata(table.name, loaded.sequence_number, loaded.partitions)
-    return {"source": "table metadata (no running compactor)", "updated": now, "partitions": tracker.report(now)}
+    return StatusReport("table metadata (no running compactor)", now, tracker.report(now))
 
 
 def _age(then: float | None, now: float) -> str:
@@ -45,21 +111,43 @@ def _age(then: float | None, now: float) -> str:
     return f"{seconds:.0f}s ago"
 
 
-def render(status: dict[str, Any], now: float | None = None) -> str:
+def render(report: StatusReport, now: float | None = None) -> str:
     now = time.time() if now is None else now
-    header = ("table", "partition", "state", "data files", "small", "eq-del files", "eq-del rows",
-              "pos-del files", "pos-del rows", "last write", "last compaction", "read cost")
+    header = (
+        "table",
+        "partition",
+        "state",
+        "data files",
+        "small",
+        "eq-del files",
+        "eq-del rows",
+        "pos-del files",
+        "pos-del rows",
+        "last write",
+        "last compaction",
+        "read cost",
+    )
     rows = [header]
-    for p in status["partitions"]:
-        rows.append((
-            p["table"], p["partition"], p["state"], str(p["data_files"]), str(p["small_files"]),
-            str(p["equality_delete_files"]), str(p["equality_delete_records"]),
-            str(p["position_delete_files"]), str(p["position_delete_records"]),
-            _age(p["last_write"], now), _age(p["last_compaction"], now), f"{p['read_cost']} (ideal {p['ideal_read_cost']})",
-        ))
+    for p in report.partitions:
+        rows.append(
+            (
+                p.table,
+                p.partition,
+                p.state,
+                str(p.data_files),
+                str(p.small_files),
+                str(p.equality_delete_files),
+                str(p.equality_delete_records),
+                str(p.position_delete_files),
+                str(p.position_delete_records),
+                _age(p.last_write, now),
+                _age(p.last_compaction, now),
+                f"{p.read_cost} (ideal {p.ideal_read_cost})",
+            )
+        )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [f"source: {status['source']}"]
-    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = [f"source: {report.source}"]
+    lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     if len(rows) == 1:
         lines.append("(no partitions with live files)")
     return "\n".join(lines)

@@ -1,6 +1,7 @@
 """What the sidecar knows about every partition: file statistics (from table metadata, kept
-current between reads by the commit events), write cadence, and the outcome of its own work.
-Plain data and plain decisions; the sidecar feeds it and acts on ``candidates``.
+current between reads by the commit events), write cadence, and where its own work on it stands.
+Plain data and plain decisions; the sidecar feeds it, acts on ``candidates``, and records what
+each attempt did through ``outcomes``.
 
 Time is wall-clock epoch seconds throughout, because commit events carry the catalog's commit
 time; the writer and the sidecar are expected to run on hosts with synchronised clocks (they
@@ -10,11 +11,11 @@ share a pod in the Kubernetes deployment).
 from __future__ import annotations
 
 import dataclasses
-import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from icecdc.cadence import WriteCadence
 from icecdc.compactor.policy import (
     Candidate,
     PartitionStats,
@@ -26,9 +27,10 @@ from icecdc.compactor.policy import (
     rank,
     read_cost,
 )
-from icecdc.compactor.settle import Phase, WriteCadence, phase, settle_window, settles_at
+from icecdc.compactor.settle import Phase, phase, settle_window, settles_at
+from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.config import CompactorConfig
-from icecdc.events import CommitEvent
+from icecdc.events import CommitEvent, PartitionDelta
 
 COMPACTING = "compacting"
 
@@ -71,15 +73,32 @@ class PartitionState:
         return self.answered_write is not None and self.answered_write == self.cadence.last_write
 
 
-def retry_delay(failures: int, settings: CompactorConfig, rng: random.Random) -> float:
-    """Exponential backoff with jitter (half to full delay), so replicas do not retry in step."""
-    delay = min(settings.retry_max_seconds, settings.retry_base_seconds * 2 ** max(0, failures - 1))
-    return delay * rng.uniform(0.5, 1.0)
+@dataclass(frozen=True)
+class PartitionStatus:
+    """One row of ``icecdc status``: a partition's state, files, deletes and read cost."""
+
+    table: str
+    partition: str
+    state: str  # hot, settling, settled, compacting
+    data_files: int
+    small_files: int
+    data_bytes: int
+    records: int
+    equality_delete_files: int
+    equality_delete_records: int
+    position_delete_files: int
+    position_delete_records: int
+    last_write: float | None
+    last_compaction: float | None
+    settle_window_seconds: float
+    read_cost: int
+    ideal_read_cost: int
+    owned: bool | None = None  # whether this replica holds the partition's lease (None: not asked)
 
 
-def _add(stats: PartitionStats, delta: Any, small_file_bytes: int) -> PartitionStats:
+def _add(stats: PartitionStats, delta: PartitionDelta, settings: CompactorConfig) -> PartitionStats:
     # A commit event sums a batch's files per partition; a batch's files are small or not alike.
-    small = delta.data_files and delta.data_bytes / delta.data_files < small_file_bytes
+    small = bool(delta.data_files) and size_class(delta.data_bytes // delta.data_files, settings) is SizeClass.SMALL
     return dataclasses.replace(
         stats,
         data_files=stats.data_files + delta.data_files,
@@ -93,12 +112,11 @@ def _add(stats: PartitionStats, delta: Any, small_file_bytes: int) -> PartitionS
 
 
 class PartitionTracker:
-    def __init__(self, settings: CompactorConfig, seed: int | None = None) -> None:
+    def __init__(self, settings: CompactorConfig) -> None:
         self.settings = settings
         self._partitions: dict[tuple[str, str], PartitionState] = {}
         # Per table, the sequence number its statistics were last read at from metadata.
         self._counted_up_to: dict[str, int] = {}
-        self._rng = random.Random(seed)
 
     def __iter__(self) -> Iterator[PartitionState]:
         return iter(self._partitions.values())
@@ -120,7 +138,7 @@ class PartitionTracker:
         for delta in event.partitions:
             state = self._state(event.table, delta.partition_path, delta.partition)
             if not counted:
-                state.stats = _add(state.stats, delta, self.settings.small_file_bytes)
+                state.stats = _add(state.stats, delta, self.settings)
             state.cadence.record(at)
             state.settled_at = None
 
@@ -172,48 +190,17 @@ class PartitionTracker:
     def waiting(self, now: float) -> list[PartitionState]:
         """Partitions that need work which is not due yet (still hot, or backing off)."""
         return [
-            s for s in self._partitions.values()
-            if not s.compacting and not s.answered() and needed_work(s.stats, self.settings) is not None
+            s
+            for s in self._partitions.values()
+            if not s.compacting
+            and not s.answered()
+            and needed_work(s.stats, self.settings) is not None
             and self._due(s, now) is None
         ]
 
-    # ---- outcomes of the sidecar's own work ----
-
-    def started(self, state: PartitionState) -> None:
-        state.compacting = True
-        state.compacting_after_write = state.cadence.last_write
-
-    def finished(self, state: PartitionState, now: float, *, committed: bool) -> None:
-        """A compaction committed, or found nothing to do: answered until the next write."""
-        state.compacting = False
-        state.failures = 0
-        state.retry_at = None
-        state.answered_write = state.compacting_after_write
-        if committed:
-            state.last_compaction = now
-
-    def released(self, state: PartitionState) -> None:
-        """The compaction stopped without an outcome of its own (the partition's lease moved to
-        another replica): nothing to answer, nothing to back off from."""
-        state.compacting = False
-
-    def failed(self, state: PartitionState, now: float) -> bool:
-        """Schedule a retry with backoff; returns False when the partition is given up (until
-        it is written again)."""
-        state.compacting = False
-        state.failures += 1
-        if state.failures >= self.settings.max_attempts:
-            state.failures = 0
-            state.retry_at = None
-            state.answered_write = state.compacting_after_write
-            return False
-        state.retry_at = now + retry_delay(state.failures, self.settings, self._rng)
-        return True
-
-    # ---- reporting ----
-
-    def report(self, now: float, tables: Iterable[str] | None = None,
-               owned: Callable[[str, str], bool] | None = None) -> list[dict[str, Any]]:
+    def report(
+        self, now: float, tables: Iterable[str] | None = None, owned: Callable[[str, str], bool] | None = None
+    ) -> list[PartitionStatus]:
         """Status rows; ``owned`` tells whether this replica holds a partition's lease."""
         wanted = set(tables) if tables is not None else None
         rows = []
@@ -221,23 +208,25 @@ class PartitionTracker:
             if wanted is not None and state.table not in wanted:
                 continue
             stats = state.stats
-            rows.append({
-                "table": state.table,
-                "partition": state.path or "(unpartitioned)",
-                "state": self.phase_of(state, now),
-                "data_files": stats.data_files,
-                "small_files": stats.small_files,
-                "data_bytes": stats.data_bytes,
-                "records": stats.records,
-                "equality_delete_files": stats.equality_delete_files,
-                "equality_delete_records": stats.equality_delete_records,
-                "position_delete_files": stats.position_delete_files,
-                "position_delete_records": stats.position_delete_records,
-                "last_write": state.cadence.last_write,
-                "last_compaction": state.last_compaction,
-                "settle_window_seconds": round(settle_window(state.cadence, self.settings.settle), 1),
-                "read_cost": read_cost(stats),
-                "ideal_read_cost": ideal_read_cost(stats, self.settings),
-                **({"owned": owned(state.table, state.path)} if owned is not None else {}),
-            })
+            rows.append(
+                PartitionStatus(
+                    table=state.table,
+                    partition=state.path or "(unpartitioned)",
+                    state=self.phase_of(state, now),
+                    data_files=stats.data_files,
+                    small_files=stats.small_files,
+                    data_bytes=stats.data_bytes,
+                    records=stats.records,
+                    equality_delete_files=stats.equality_delete_files,
+                    equality_delete_records=stats.equality_delete_records,
+                    position_delete_files=stats.position_delete_files,
+                    position_delete_records=stats.position_delete_records,
+                    last_write=state.cadence.last_write,
+                    last_compaction=state.last_compaction,
+                    settle_window_seconds=round(settle_window(state.cadence, self.settings.settle), 1),
+                    read_cost=read_cost(stats),
+                    ideal_read_cost=ideal_read_cost(stats, self.settings),
+                    owned=owned(state.table, state.path) if owned is not None else None,
+                )
+            )
         return rows

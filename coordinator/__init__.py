@@ -7,5 +7,9 @@ compactor replicas off the same partition (docs/coordinator.md):
 - ``quiet``: when the writer of a table is quiet enough for a commit (pure);
 - ``commits``: the commit gate (quiet window, backoff and jitter, give-up) and its accounting;
 - ``activity``: which compactions and maintenance runs are in flight, across replicas (pure);
+- ``errors``: what it refuses a compaction (pure);
 - ``maintenance``: snapshot expiry, orphan removal, manifest rewrites, and what they must spare.
+
+``icecdc.coordinator`` lives in the repository's top-level ``coordinator/`` folder (the design
+card's layout); it depends on the plumbing in ``icecdc/`` only, and the compactor on it.
 """

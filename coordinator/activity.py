@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from icecdc.events import CompactionEvent, MaintenanceEvent
-
-STARTED = "started"
+from icecdc.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
 
 
 @dataclass(frozen=True)
@@ -38,14 +36,15 @@ class TableActivity:
     def on_compaction(self, event: CompactionEvent) -> None:
         running = self.compactions.setdefault(event.table, {})
         key = (event.replica, event.partition_path)
-        if event.outcome == STARTED:
-            running[key] = RunningCompaction(event.replica, event.partition_path, event.starting_snapshot_id,
-                                             event.started_ms / 1000)
+        if event.outcome is CompactionOutcome.STARTED:
+            running[key] = RunningCompaction(
+                event.replica, event.partition_path, event.starting_snapshot_id, event.started_ms / 1000
+            )
         else:
             running.pop(key, None)
 
     def on_maintenance(self, event: MaintenanceEvent) -> None:
-        if event.outcome == STARTED:
+        if event.outcome is MaintenanceOutcome.STARTED:
             self.maintenance[event.table] = (event.replica, event.started_ms / 1000)
         elif self.maintenance.get(event.table, ("", 0.0))[0] == event.replica:
             del self.maintenance[event.table]

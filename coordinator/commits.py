@@ -19,26 +19,18 @@ from dataclasses import dataclass, field
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from icecdc import failpoints
-from icecdc.compactor.settle import WriteCadence
+from icecdc.cadence import WriteCadence
 from icecdc.config import CoordinatorConfig
 from icecdc.coordinator import metrics
+from icecdc.coordinator.errors import CommitGaveUp
 from icecdc.coordinator.quiet import quiet_delay
-from icecdc.jvm import CommittedSnapshot, java_exception_class
+from icecdc.errors import CommitConflict, CompareAndSetLost
+from icecdc.jvm.tables import CommittedSnapshot
 
 log = logging.getLogger(__name__)
 
-CAS_LOST = "org.apache.iceberg.exceptions.CommitFailedException"
-VALIDATION = "org.apache.iceberg.exceptions.ValidationException"
 # A first guess at a compaction commit's duration until this process has timed one.
 INITIAL_COMMIT_SECONDS = 0.5
-
-
-class CasLost(RuntimeError):
-    """The commit lost the catalog's compare-and-set to another commit, every time Iceberg tried."""
-
-
-class CommitGaveUp(RuntimeError):
-    """The compaction lost every commit attempt; nothing was committed."""
 
 
 @dataclass
@@ -53,9 +45,14 @@ class CommitStats:
 
 
 class CommitGate:
-    def __init__(self, settings: CoordinatorConfig, cadence: Callable[[str], WriteCadence],
-                 poll: Callable[[float], object], clock: Callable[[], float] = time.time,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(
+        self,
+        settings: CoordinatorConfig,
+        cadence: Callable[[str], WriteCadence],
+        poll: Callable[[float], object],
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._settings = settings
         self._cadence = cadence
         self._poll = poll  # reads commit events for up to the given seconds (the writer's cadence)
@@ -86,8 +83,9 @@ class CommitGate:
         metrics.QUIET_WAIT.labels(table).observe(waited)
         return waited
 
-    def commit(self, table: str, attempt: Callable[[], CommittedSnapshot],
-               before_attempt: Callable[[], None] = lambda: None) -> CommittedSnapshot:
+    def commit(
+        self, table: str, attempt: Callable[[], CommittedSnapshot], before_attempt: Callable[[], None] = lambda: None
+    ) -> CommittedSnapshot:
         """Commit through ``attempt`` (which builds a fresh update each time: a failed Iceberg
         update cannot be committed again). ``before_attempt`` is the lease check."""
 
@@ -98,12 +96,14 @@ class CommitGate:
             started = self._clock()
             try:
                 committed = attempt()
-            except Exception as error:
-                kind = java_exception_class(error)
-                lost = {CAS_LOST: "cas", VALIDATION: "validation"}.get(kind or "")
-                self._count(table, attempts=1, conflicts=1 if lost else 0, kind=lost or "")
-                if kind == CAS_LOST:
-                    raise CasLost(str(error)) from error
+            except CompareAndSetLost:
+                self._count(table, attempts=1, conflicts=1, kind="cas")
+                raise
+            except CommitConflict:
+                self._count(table, attempts=1, conflicts=1, kind="validation")
+                raise
+            except Exception:
+                self._count(table, attempts=1, conflicts=0, kind="")
                 raise
             seconds = self._clock() - started
             previous = self._commit_seconds.get(table)
@@ -114,9 +114,10 @@ class CommitGate:
 
         retrying = Retrying(
             stop=stop_after_attempt(self._settings.commit_attempts),
-            wait=wait_random_exponential(multiplier=self._settings.commit_backoff_seconds,
-                                         max=self._settings.commit_backoff_max_seconds),
-            retry=retry_if_exception_type(CasLost),
+            wait=wait_random_exponential(
+                multiplier=self._settings.commit_backoff_seconds, max=self._settings.commit_backoff_max_seconds
+            ),
+            retry=retry_if_exception_type(CompareAndSetLost),
             sleep=self._sleep,
             before_sleep=lambda state: self._retrying(table, state.attempt_number),
         )
@@ -125,14 +126,20 @@ class CommitGate:
         except RetryError as exc:
             self.stats.gave_up += 1
             metrics.COMMIT_GAVE_UP.labels(table).inc()
-            raise CommitGaveUp(f"lost the catalog's compare-and-set {self._settings.commit_attempts} times; "
-                               "giving the compaction up rather than racing the writer") from exc.last_attempt.exception()
+            raise CommitGaveUp(
+                f"lost the catalog's compare-and-set {self._settings.commit_attempts} times; "
+                "giving the compaction up rather than racing the writer"
+            ) from exc.last_attempt.exception()
 
     def _retrying(self, table: str, attempt_number: int) -> None:
         self.stats.retries += 1
         metrics.COMMIT_RETRIES.labels(table).inc()
-        log.info("compaction commit on %s lost the catalog's compare-and-set (attempt %d); retrying after a backoff",
-                 table, attempt_number, extra={"table": table})
+        log.info(
+            "compaction commit on %s lost the catalog's compare-and-set (attempt %d); retrying after a backoff",
+            table,
+            attempt_number,
+            extra={"table": table},
+        )
 
     def _count(self, table: str, attempts: int, conflicts: int, kind: str) -> None:
         self.stats.attempts += attempts

@@ -22,14 +22,11 @@ from typing import Any
 from confluent_kafka import KafkaException, TopicPartition
 
 from icecdc import kafka
-from icecdc.config import Config
+from icecdc.config import Config, ScalarProperty
+from icecdc.coordinator.errors import LeaseLost
 from icecdc.coordinator.ownership import Ownership
 
 log = logging.getLogger(__name__)
-
-
-class LeaseLost(RuntimeError):
-    """This replica no longer holds the slot; whatever it was doing there must not commit."""
 
 
 class PartitionLeases:
@@ -40,8 +37,14 @@ class PartitionLeases:
         kafka.ensure_topics(config.kafka, [self._topic], partitions=settings.lease_slots)
         slots = kafka.partition_count(config.kafka, self._topic)
         if slots != settings.lease_slots:
-            log.warning("lease topic %s has %d partitions, not the configured %d; using %d slots "
-                        "(the count is fixed when the topic is created)", self._topic, slots, settings.lease_slots, slots)
+            log.warning(
+                "lease topic %s has %d partitions, not the configured %d; using %d slots "
+                "(the count is fixed when the topic is created)",
+                self._topic,
+                slots,
+                settings.lease_slots,
+                slots,
+            )
         self.ownership = Ownership(slots)
         self.joined = False
         # When this replica last asked to join the group (subscribing, or giving its slots up for
@@ -50,22 +53,29 @@ class PartitionLeases:
         # run that started before it asked, on any replica, has ended or was cut off by a death.
         self._joining_since = time.time()
         self.work_over_before = float("-inf")
-        self._consumer = kafka.consumer(config.kafka, config.compactor.consumer_group, **{
+        group_settings: dict[str, ScalarProperty] = {
             "session.timeout.ms": int(settings.session_timeout_seconds * 1000),
             "heartbeat.interval.ms": max(100, int(settings.session_timeout_seconds * 100)),
             "max.poll.interval.ms": int(settings.max_compaction_seconds * 1000),
             # Round-robin spreads slots evenly. Eager: every member releases its slots (from its
             # main loop, between two pieces of work) before any is handed out again.
             "partition.assignment.strategy": "roundrobin",
-        })
+        }
+        self._consumer = kafka.consumer(config.kafka, config.compactor.consumer_group, **group_settings)
         self._consumer.subscribe([self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost)
 
     def _assigned(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self.joined = True
         self.work_over_before = self._joining_since
         self.ownership.assign({p.partition for p in partitions})
-        log.info("replica %s holds %d of %d slots: %s", self._replica, len(partitions), self.ownership.slots,
-                 sorted(self.ownership.held), extra={"replica": self._replica})
+        log.info(
+            "replica %s holds %d of %d slots: %s",
+            self._replica,
+            len(partitions),
+            self.ownership.slots,
+            sorted(self.ownership.held),
+            extra={"replica": self._replica},
+        )
 
     def _revoked(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self._joining_since = time.time()
@@ -75,8 +85,11 @@ class PartitionLeases:
     def _lost(self, _consumer: Any, partitions: list[TopicPartition]) -> None:
         self._joining_since = time.time()
         self.ownership.revoke()
-        log.warning("replica %s lost its slots (it was out of the group, e.g. paused past the session timeout)",
-                    self._replica, extra={"replica": self._replica})
+        log.warning(
+            "replica %s lost its slots (it was out of the group, e.g. paused past the session timeout)",
+            self._replica,
+            extra={"replica": self._replica},
+        )
 
     def poll(self) -> None:
         """Serve the group protocol: rebalance callbacks run only from here."""
@@ -94,11 +107,14 @@ class PartitionLeases:
             raise LeaseLost(f"slot {slot} is no longer held by {self._replica}")
         try:
             # The broker accepts an offset commit only from a member of the current generation.
-            self._consumer.commit(offsets=[TopicPartition(self._topic, slot, 0, metadata=f"{self._replica}: {what}"[:200])],
-                                  asynchronous=False)
+            self._consumer.commit(
+                offsets=[TopicPartition(self._topic, slot, 0, metadata=f"{self._replica}: {what}"[:200])], asynchronous=False
+            )
         except KafkaException as exc:
             self.ownership.revoke()
-            raise LeaseLost(f"the group no longer counts {self._replica} as the owner of slot {slot}: {exc.args[0].str()}") from None
+            raise LeaseLost(
+                f"the group no longer counts {self._replica} as the owner of slot {slot}: {exc.args[0].str()}"
+            ) from None
 
     def close(self) -> None:
         self._consumer.close()

@@ -4,13 +4,16 @@ What maintenance must never do is decided here, in plain functions:
 - expire the starting snapshot of a running compaction (its commit validates the history from
   that snapshot and would fail), or the ingester's newest offsets snapshot: exactly-once
   recovery walks back from the current snapshot to the newest one that records source offsets
-  (``ingest/offsets.py``), so that snapshot and every one after it must stay. Both are spared by
-  moving the expiry cutoff back to the oldest of them; ``expireOlderThan`` keeps everything newer;
+  (``icecdc.summary.OFFSETS``), so that snapshot and every one after it must stay. Both are
+  spared by moving the expiry cutoff back to the oldest of them; ``expireOlderThan`` keeps
+  everything newer;
 - remove a file that a commit in flight is about to reference: only files older than
   ``orphan_age_seconds`` (at least an hour, far beyond a micro-batch or a compaction) are taken.
 
-Running them is Iceberg's own Spark actions, through py4j (Spark SQL's procedures take no
-snapshot-summary tags, and the actions return what they did).
+- announce a run (which stops the table's compactions on every replica until it ends) that has
+  nothing to do: expiry and manifest merges are checked first, cheaply, and skipped when idle.
+
+Running them is Iceberg's own Spark actions, through the Java adapter (``icecdc.jvm.actions``).
 """
 
 from __future__ import annotations
@@ -18,20 +21,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
+from icecdc import summary
 from icecdc.config import MaintenanceConfig
-from icecdc.ingest.offsets import OFFSETS_PROPERTY
-from icecdc.jvm import activate_session, history, iterate, jvm, load_table
-
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+from icecdc.events import MaintenanceKind
+from icecdc.jvm import actions
+from icecdc.jvm.actions import ManifestFacts
+from icecdc.jvm.tables import IcebergTable
 
 log = logging.getLogger(__name__)
 
-EXPIRE = "expire-snapshots"
-ORPHANS = "remove-orphans"
-MANIFESTS = "rewrite-manifests"
+EXPIRE, ORPHANS, MANIFESTS = MaintenanceKind.EXPIRE, MaintenanceKind.ORPHANS, MaintenanceKind.MANIFESTS
 # Iceberg's TableProperties.MANIFEST_TARGET_SIZE_BYTES and its default.
 MANIFEST_TARGET_SIZE = "commit.manifest.target-size-bytes"
 MANIFEST_TARGET_SIZE_DEFAULT = 8 * 1024 * 1024
@@ -41,6 +41,11 @@ def expiry_cutoff(now_ms: int, retention_seconds: float, protected_timestamps_ms
     """Snapshots older than the returned time may be expired: the retention limit, moved back to
     the oldest protected snapshot."""
     return min([now_ms - int(retention_seconds * 1000), *protected_timestamps_ms])
+
+
+def anything_to_expire(snapshot_times_ms: Iterable[int], cutoff_ms: int, retain_last: int) -> bool:
+    times = list(snapshot_times_ms)
+    return len(times) > retain_last and any(t < cutoff_ms for t in times)
 
 
 def manifest_target_size(table_properties: Mapping[str, str]) -> int:
@@ -56,43 +61,43 @@ def is_small_manifest(length: int, target_size_bytes: int) -> bool:
 @dataclass
 class MaintenanceSchedule:
     """When each kind of maintenance is next due on each table. Expiry and manifest checks are
-    due at once (they cost nothing when there is nothing to do), then every ``interval_seconds``
-    and ``manifest_interval_seconds``; orphan removal, which lists the whole table location, first
-    comes one ``interval_seconds`` after ``started``, so that short runs and restarts do not pay
-    for it each time."""
+    due at once (they cost a metadata read when there is nothing to do), then every
+    ``interval_seconds`` and ``manifest_interval_seconds``; orphan removal, which lists the whole
+    table location, first comes one ``interval_seconds`` after ``started``, so that short runs
+    and restarts do not pay for it each time."""
 
     settings: MaintenanceConfig
     started: float = 0.0
-    last: dict[tuple[str, str], float] = field(default_factory=dict)
+    last: dict[tuple[str, MaintenanceKind], float] = field(default_factory=dict)
 
-    def interval(self, kind: str) -> float:
-        if kind == ORPHANS:
+    def interval(self, kind: MaintenanceKind) -> float:
+        if kind is ORPHANS:
             return self.settings.orphan_interval_seconds
-        return self.settings.manifest_interval_seconds if kind == MANIFESTS else self.settings.interval_seconds
+        return self.settings.manifest_interval_seconds if kind is MANIFESTS else self.settings.interval_seconds
 
-    def _last(self, table: str, kind: str) -> float:
+    def _last(self, table: str, kind: MaintenanceKind) -> float:
         if (table, kind) in self.last:
             return self.last[(table, kind)]
-        if kind == ORPHANS:
+        if kind is ORPHANS:
             return self.started + self.settings.interval_seconds - self.settings.orphan_interval_seconds
         return float("-inf")
 
-    def due(self, table: str, now: float) -> list[str]:
+    def due(self, table: str, now: float) -> list[MaintenanceKind]:
         if not self.settings.enabled:
             return []
         return [k for k in (EXPIRE, MANIFESTS, ORPHANS) if now - self._last(table, k) >= self.interval(k)]
 
-    def done(self, table: str, kind: str, now: float) -> None:
+    def done(self, table: str, kind: MaintenanceKind, now: float) -> None:
         self.last[(table, kind)] = now
 
-    def due_again(self, table: str, kind: str) -> None:
+    def due_again(self, table: str, kind: MaintenanceKind) -> None:
         """A run that did nothing after all (it was due when it started): due at once again."""
         self.last.pop((table, kind), None)
 
 
 @dataclass(frozen=True)
 class MaintenanceResult:
-    kind: str
+    kind: MaintenanceKind
     committed: bool
     cutoff_ms: int | None = None
     protected_snapshot_ids: tuple[int, ...] = ()
@@ -103,73 +108,55 @@ class MaintenanceResult:
 
 
 class TableMaintenance:
-    """Iceberg's maintenance actions on one table."""
+    """Maintenance of one table, sparing what must be spared; ``summary`` tags its commits."""
 
-    def __init__(self, spark: SparkSession, qualified_name: str, summary: dict[str, str]) -> None:
-        self._spark = spark
-        self._summary = summary
-        self.table = load_table(spark, qualified_name)
+    def __init__(self, table: IcebergTable, tags: Mapping[str, str]) -> None:
+        self.table = table
+        self._tags = dict(tags)
 
-    def _actions(self) -> Any:
-        activate_session(self._spark)
-        return jvm(self._spark).org.apache.iceberg.spark.actions.SparkActions.get(self._spark._jsparkSession)
-
-    def offsets_snapshot(self) -> Any | None:
-        """The newest snapshot that records the ingester's source offsets."""
-        return next((s for s in history(self.table) if s.summary().get(OFFSETS_PROPERTY)), None)
+    def worth_running(self, kind: MaintenanceKind, now_ms: int, settings: MaintenanceConfig) -> bool:
+        """Whether a run of ``kind`` would do anything, from metadata alone. Protected snapshots
+        only move the expiry cutoff back, so nothing older than the retention limit means
+        nothing to expire, whatever is running. Orphans cannot be told without listing."""
+        if kind is EXPIRE:
+            self.table.refresh()
+            cutoff = now_ms - int(settings.snapshot_retention_seconds * 1000)
+            return anything_to_expire(self.table.snapshot_times_ms().values(), cutoff, settings.retain_last)
+        if kind is MANIFESTS:
+            return len(self.small_manifests()) > settings.max_small_manifests
+        return True
 
     def expire(self, now_ms: int, settings: MaintenanceConfig, running_starts: Iterable[int | None]) -> MaintenanceResult:
         self.table.refresh()
-        protected = [self.table.snapshot(i) for i in running_starts if i is not None]
-        protected = [s for s in protected if s is not None]
-        offsets = self.offsets_snapshot()
+        times = self.table.snapshot_times_ms()
+        protected = {i: times[i] for i in running_starts if i is not None and i in times}
+        offsets = self.table.newest_snapshot_with(summary.OFFSETS)
         if offsets is not None:
-            protected.append(offsets)
-        cutoff = expiry_cutoff(now_ms, settings.snapshot_retention_seconds, (s.timestampMillis() for s in protected))
-        ids = tuple(sorted({s.snapshotId() for s in protected}))
-        before = {s.snapshotId(): s.timestampMillis() for s in iterate(self.table.snapshots())}
-        if len(before) <= settings.retain_last or not any(t < cutoff for t in before.values()):
+            protected[offsets.snapshot_id] = offsets.timestamp_ms
+        cutoff = expiry_cutoff(now_ms, settings.snapshot_retention_seconds, protected.values())
+        ids = tuple(sorted(protected))
+        if not anything_to_expire(times.values(), cutoff, settings.retain_last):
             return MaintenanceResult(EXPIRE, False, cutoff, ids)
-        result = self._actions().expireSnapshots(self.table).expireOlderThan(cutoff).retainLast(settings.retain_last).execute()
+        deleted = actions.expire_snapshots(self.table, cutoff, settings.retain_last)
         self.table.refresh()
         # (the writer may have committed meanwhile: count what went, not the difference in size)
-        expired = len(before.keys() - {s.snapshotId() for s in iterate(self.table.snapshots())})
-        deleted = (result.deletedDataFilesCount() + result.deletedEqualityDeleteFilesCount()
-                   + result.deletedPositionDeleteFilesCount() + result.deletedManifestsCount()
-                   + result.deletedManifestListsCount())
+        expired = len(times.keys() - self.table.snapshot_times_ms().keys())
         return MaintenanceResult(EXPIRE, expired > 0, cutoff, ids, snapshots_expired=expired, files_deleted=deleted)
 
     def remove_orphans(self, now_ms: int, settings: MaintenanceConfig) -> MaintenanceResult:
         cutoff = now_ms - int(settings.orphan_age_seconds * 1000)
-        result = self._actions().deleteOrphanFiles(self.table).olderThan(cutoff).execute()
-        removed = sum(1 for _ in iterate(result.orphanFileLocations()))
+        removed = actions.delete_orphan_files(self.table, cutoff)
         return MaintenanceResult(ORPHANS, removed > 0, cutoff, files_deleted=removed)
 
-    def small_manifests(self) -> list[Any]:
+    def small_manifests(self) -> list[ManifestFacts]:
         """The current snapshot's small data and delete manifests (one manifest-list read)."""
-        self.table.refresh()
-        current = self.table.currentSnapshot()
-        if current is None:
-            return []
-        target = manifest_target_size(dict(self.table.properties()))
-        return [m for m in iterate(current.allManifests(self.table.io())) if is_small_manifest(m.length(), target)]
-
-    def manifests_due(self, settings: MaintenanceConfig) -> bool:
-        return len(self.small_manifests()) > settings.max_small_manifests
+        manifests = actions.current_manifests(self.table)  # refreshes the table
+        target = manifest_target_size(self.table.properties())
+        return [m for m in manifests if is_small_manifest(m.length, target)]
 
     def rewrite_manifests(self, settings: MaintenanceConfig) -> MaintenanceResult:
         small = self.small_manifests()
         if len(small) <= settings.max_small_manifests:
             return MaintenanceResult(MANIFESTS, False)
-        # Only the small ones: the action takes a java.util.function.Predicate, and Guava's
-        # Predicates.in (relocated in Iceberg's runtime) is one, over manifests that compare by path.
-        chosen = jvm(self._spark).java.util.HashSet()
-        for manifest in small:
-            chosen.add(manifest)
-        predicates = jvm(self._spark).org.apache.iceberg.relocated.com.google.common.base.Predicates
-        action = self._actions().rewriteManifests(self.table).rewriteIf(getattr(predicates, "in")(chosen))
-        for key, value in self._summary.items():
-            action = action.snapshotProperty(key, value)
-        result = action.execute()
-        return MaintenanceResult(MANIFESTS, True, manifests_rewritten=sum(1 for _ in iterate(result.rewrittenManifests())),
-                                 manifests_added=sum(1 for _ in iterate(result.addedManifests())))
+        rewritten, added = actions.rewrite_manifests(self.table, {m.path for m in small}, self._tags)
+        return MaintenanceResult(MANIFESTS, True, manifests_rewritten=rewritten, manifests_added=added)

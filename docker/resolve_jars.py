@@ -23,8 +23,13 @@ def coordinates(spark_version: str, scala_binary: str, iceberg_version: str) -> 
 def main(target: str) -> None:
     ivy = Path("/tmp/ivy")
     packages = coordinates(os.environ["SPARK_VERSION"], os.environ["SCALA_BINARY"], os.environ["ICEBERG_VERSION"])
-    (SparkSession.builder.master("local[1]").config("spark.jars.packages", ",".join(packages))
-     .config("spark.jars.ivy", str(ivy)).getOrCreate().stop())
+    (
+        SparkSession.builder.master("local[1]")
+        .config("spark.jars.packages", ",".join(packages))
+        .config("spark.jars.ivy", str(ivy))
+        .getOrCreate()
+        .stop()
+    )
     Path(target).mkdir(parents=True, exist_ok=True)
     for jar in sorted((ivy / "jars").glob("*.jar")):
         shutil.copy(jar, target)

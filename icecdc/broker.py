@@ -11,6 +11,7 @@ A broker started by ``icecdc broker start`` outlives the command; its pid, port 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -106,9 +107,19 @@ class EmbeddedBroker:
         url = f"tcp://{self.host}:{self.port}"
         with open(self.log_file, "ab") as log:
             process = subprocess.Popen(
-                [tansu_binary(), "broker", "--listener-url", url, "--advertised-listener-url", url,
-                 "--storage-engine", "memory://tansu/"],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                [
+                    tansu_binary(),
+                    "broker",
+                    "--listener-url",
+                    url,
+                    "--advertised-listener-url",
+                    url,
+                    "--storage-engine",
+                    "memory://tansu/",
+                ],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
                 # Its own session: the broker must not die with the terminal's Ctrl-C of the caller.
                 start_new_session=True,
             )
@@ -135,9 +146,7 @@ class EmbeddedBroker:
             time.sleep(0.05)
         if _pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
-        try:
+        with contextlib.suppress(ChildProcessError):  # not our child: nothing to reap
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
         self._pid_file.unlink(missing_ok=True)
         return True

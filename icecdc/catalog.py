@@ -8,26 +8,36 @@ only: it cannot scan tables that carry equality deletes.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import functools
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
 
-from icecdc.config import CatalogConfig, Config, TableConfig
-from icecdc.errors import UserError
+from icecdc.config import CatalogConfig, Config
+from icecdc.errors import CatalogUnavailable, IcebergError, NoSuchTable, UserError
 from icecdc.health import Check, cached
-from icecdc.jvm import load_table
+from icecdc.jvm.bridge import java_errors
+from icecdc.outages import CatalogRetry
+from icecdc.tableref import TableRef
 from icecdc.tablespec import PartitionField, TableShape
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
     from pyspark.sql import SparkSession
+
+T = TypeVar("T")
+# What a database, an object store or a REST catalog says when it is only busy for now.
+_TRANSIENT_TEXT = re.compile(
+    r"database is locked|SQLITE_BUSY|could not connect|connection (refused|reset)|timed out|"
+    r"SlowDown|Throttl|Too Many Requests|Service Unavailable",
+    re.IGNORECASE,
+)
 
 
 class TableMismatchError(UserError):
     """An existing table does not have the shape its configuration declares."""
-
-
-def qualified(config: Config, table: TableConfig | str) -> str:
-    name = table if isinstance(table, str) else table.name
-    return f"{config.catalog.name}.{name}"
 
 
 def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
@@ -51,14 +61,73 @@ def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
         auth = f"{user}:{password}@" if user and password else (f"{user}@" if user else "")
         sql_uri = f"postgresql+psycopg2://{auth}{uri.removeprefix('jdbc:postgresql://')}"
     else:
-        raise ValueError(f"pyiceberg cannot open the JDBC catalog at {uri.split('?')[0]!r}")
+        raise UserError(f"pyiceberg cannot open the JDBC catalog at {uri.split('?')[0]!r}")
     return {**props, "type": "sql", "uri": sql_uri}
+
+
+def translate_pyiceberg(error: BaseException) -> BaseException:
+    """The ``icecdc.errors`` kind of an error pyiceberg (or the database or store under it)
+    raised; anything else unchanged."""
+    from pyiceberg import exceptions as pyiceberg_errors
+
+    if isinstance(error, IcebergError):
+        return error
+    if isinstance(error, pyiceberg_errors.NoSuchTableError):
+        return NoSuchTable(str(error))
+    transient: tuple[type[BaseException], ...] = (
+        pyiceberg_errors.ServerError,
+        pyiceberg_errors.ServiceUnavailableError,
+        pyiceberg_errors.TooManyRequestsError,
+        ConnectionError,
+        TimeoutError,
+    )
+    try:
+        from sqlalchemy import exc as sql
+
+        transient += (sql.OperationalError, sql.InterfaceError, sql.DisconnectionError, sql.TimeoutError)
+    except ImportError:  # no SQL catalog installed
+        pass
+    if isinstance(error, transient) or (isinstance(error, OSError) and _TRANSIENT_TEXT.search(str(error))):
+        return CatalogUnavailable(f"{type(error).__name__}: {error}")
+    return error
+
+
+@contextmanager
+def pyiceberg_errors() -> Iterator[None]:
+    try:
+        yield
+    except Exception as error:
+        translated = translate_pyiceberg(error)
+        if translated is error:
+            raise
+        raise translated from error
+
+
+def metadata_call(retry: CatalogRetry | None, what: str, function: Callable[[], T]) -> T:
+    """A pyiceberg call (a catalog request, a manifest read): errors translated, and tried again
+    while the catalog is unavailable."""
+
+    def attempt() -> T:
+        with pyiceberg_errors():
+            return function()
+
+    return retry.call(what, attempt) if retry is not None else attempt()
 
 
 def pyiceberg_catalog(config: Config) -> Catalog:
     from pyiceberg.catalog import load_catalog
 
     return load_catalog(config.catalog.name, **pyiceberg_properties(config.catalog))
+
+
+def load_metadata_table(catalog: Catalog, ref: TableRef) -> Table | None:
+    """The pyiceberg table (metadata only: pyiceberg cannot scan equality deletes); None while
+    it does not exist."""
+    try:
+        with pyiceberg_errors():
+            return catalog.load_table(ref.identifier)
+    except NoSuchTable:
+        return None
 
 
 # Readiness probes come every few seconds; the catalog is asked at most this often.
@@ -79,42 +148,51 @@ def catalog_check(config: Config) -> Check:
     return cached(reachable, CATALOG_CHECK_SECONDS)
 
 
-def live_shape(spark: SparkSession, qualified_name: str) -> TableShape:
-    table = load_table(spark, qualified_name)
+def live_shape(table: Table) -> TableShape:
+    """A pyiceberg table's columns, key and partitioning, spelled as a configured shape is."""
     schema = table.schema()
-    columns = {field.name(): field.type().toString() for field in schema.columns()}
+    columns = {field.name: str(field.field_type) for field in schema.fields}
     partition = tuple(
-        PartitionField.from_iceberg(schema.findColumnName(field.sourceId()), field.transform().toString())
-        for field in table.spec().fields()
+        PartitionField.from_iceberg(schema.find_column_name(f.source_id) or "", str(f.transform)) for f in table.spec().fields
     )
-    return TableShape(columns, tuple(schema.identifierFieldNames()), partition)
+    return TableShape(columns, tuple(schema.identifier_field_names()), partition)
 
 
-def ensure_tables(spark: SparkSession, config: Config) -> list[str]:
+def ensure_tables(spark: SparkSession, config: Config, retry: CatalogRetry | None = None) -> list[str]:
     """Create every configured table that has a schema and does not exist (format v2, identifier
     fields = primary key); check the ones that exist. Returns the names created.
 
     Raises TableMismatchError listing every difference, for all tables at once, rather than
-    writing into a table whose key or partitioning differs from what the ingester assumes.
+    writing into a table whose key or partitioning differs from what the ingester assumes. Each
+    statement is idempotent, so that a catalog outage in the middle is retried safely.
     """
+
+    def sql(what: str, statement: str) -> None:
+        def run() -> None:
+            with java_errors():
+                spark.sql(statement)
+
+        retry.call(what, run) if retry is not None else run()
+
+    catalog = metadata_call(retry, "opening the catalog", lambda: pyiceberg_catalog(config))
     created: list[str] = []
     problems: list[str] = []
     for table in config.tables:
-        name = qualified(config, table)
-        exists = spark.catalog.tableExists(name)
+        ref = config.table_ref(table)
+        existing = metadata_call(retry, f"loading {ref}", functools.partial(load_metadata_table, catalog, ref))
         shape = table.shape
         if shape is None:
-            if not exists:
+            if existing is None:
                 problems.append(f"{table.name}: does not exist and has no schema in the config to create it from")
             continue
-        if not exists:
-            namespace = name.rsplit(".", 1)[0]
-            spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
-            spark.sql(shape.create_table_sql(name, table.properties))
-            spark.sql(f"ALTER TABLE {name} SET IDENTIFIER FIELDS {', '.join(f'`{c}`' for c in shape.identifier_fields)}")
+        if existing is None:
+            sql(f"creating {ref.qualified_namespace}", f"CREATE NAMESPACE IF NOT EXISTS {ref.qualified_namespace}")
+            sql(f"creating {ref}", shape.create_table_sql(ref.qualified, table.properties, if_not_exists=True))
+            keys = ", ".join(f"`{c}`" for c in shape.identifier_fields)
+            sql(f"setting the primary key of {ref}", f"ALTER TABLE {ref.qualified} SET IDENTIFIER FIELDS {keys}")
             created.append(table.name)
             continue
-        problems.extend(f"{table.name}: {p}" for p in shape.differences(live_shape(spark, name)))
+        problems.extend(f"{table.name}: {p}" for p in shape.differences(live_shape(existing)))
     if problems:
         raise TableMismatchError("tables disagree with the configuration:\n  " + "\n  ".join(problems))
     return created

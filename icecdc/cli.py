@@ -11,10 +11,11 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from icecdc.config import DEFAULT_STATE_DIR, EMBEDDED_BROKER_PORT, load_config
-from icecdc.errors import UserError
+from icecdc.errors import CatalogOutage, UserError
 from icecdc.logs import setup_logging
 
 log = logging.getLogger("icecdc")
+EXIT_CATALOG_OUTAGE = 75
 
 
 def _config_arg(parser: argparse.ArgumentParser, required: bool = True) -> None:
@@ -77,8 +78,9 @@ def _cmd_generate(args: argparse.Namespace) -> int:
     from icecdc.generator import run_generator
     from icecdc.lifecycle import stop_on_signals
 
-    sent = run_generator(load_config(args.config), args.table, args.rate, args.snapshot, args.seconds_per_day,
-                         args.limit, stop_on_signals())
+    sent = run_generator(
+        load_config(args.config), args.table, args.rate, args.snapshot, args.seconds_per_day, args.limit, stop_on_signals()
+    )
     print(f"{sent} change events sent")
     return 0
 
@@ -87,7 +89,7 @@ def _cmd_status(args: argparse.Namespace) -> int:
     from icecdc.compactor import status
 
     report = status.collect(load_config(args.config))
-    print(json.dumps(report, indent=2) if args.json else status.render(report))
+    print(json.dumps(report.to_dict(), indent=2) if args.json else status.render(report))
     return 0
 
 
@@ -132,9 +134,18 @@ def _cmd_bench_e2e(args: argparse.Namespace) -> int:
         raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
     cron_seconds = _positive_numbers(args.cron_seconds, "--cron-seconds")
     workload = e2e.Workload(keys=args.keys, changes=args.changes, updates=updates, inserts=inserts)
-    results = e2e.run(args.minutes, args.out, args.state_dir.resolve(), workload=workload, batch_seconds=args.batch_seconds,
-                      probe_seconds=args.probe_seconds, cron_seconds=cron_seconds, drain_seconds=args.drain_seconds,
-                      lookups=args.lookups)
+    results = e2e.run(
+        args.minutes,
+        args.out,
+        args.state_dir.resolve(),
+        workload=workload,
+        batch_seconds=args.batch_seconds,
+        probe_seconds=args.probe_seconds,
+        cron_seconds=cron_seconds,
+        drain_seconds=args.drain_seconds,
+        drain_max_seconds=args.drain_max_seconds,
+        lookups=args.lookups,
+    )
     print(e2e.summary(results))
     print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")
     return 0
@@ -171,8 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Streaming-integrated compaction sidecar for Kafka-to-Iceberg CDC pipelines.",
     )
     parser.add_argument("--verbose", "-v", action="store_true", help="debug logging")
-    parser.add_argument("--log-format", choices=["text", "json"], default=os.environ.get("ICECDC_LOG_FORMAT", "text"),
-                        help="log lines as text or as one JSON object each (default: $ICECDC_LOG_FORMAT or text)")
+    parser.add_argument(
+        "--log-format",
+        choices=["text", "json"],
+        default=os.environ.get("ICECDC_LOG_FORMAT", "text"),
+        help="log lines as text or as one JSON object each (default: $ICECDC_LOG_FORMAT or text)",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, handler: Callable[[argparse.Namespace], int] | None, help_text: str) -> argparse.ArgumentParser:
@@ -182,10 +197,15 @@ def build_parser() -> argparse.ArgumentParser:
         return sub
 
     def add_state(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR),
-                         help=f"local state directory (default: {DEFAULT_STATE_DIR})")
-        sub.add_argument("--port", type=int, default=EMBEDDED_BROKER_PORT,
-                         help=f"embedded broker port (default: {EMBEDDED_BROKER_PORT})")
+        sub.add_argument(
+            "--state-dir",
+            type=Path,
+            default=Path(DEFAULT_STATE_DIR),
+            help=f"local state directory (default: {DEFAULT_STATE_DIR})",
+        )
+        sub.add_argument(
+            "--port", type=int, default=EMBEDDED_BROKER_PORT, help=f"embedded broker port (default: {EMBEDDED_BROKER_PORT})"
+        )
 
     demo = add("demo", _cmd_demo, "run the local demo on the embedded stack (broker, SQLite catalog, local warehouse)")
     add_state(demo)
@@ -197,21 +217,33 @@ def build_parser() -> argparse.ArgumentParser:
 
     ingest = add("ingest", _cmd_ingest, "mirror the configured Debezium topics into their Iceberg tables")
     _config_arg(ingest)
-    ingest.add_argument("--until-idle", type=float, metavar="SECONDS",
-                        help="stop after this long with nothing new to read (default: run until stopped)")
+    ingest.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop after this long with nothing new to read (default: run until stopped)",
+    )
 
     compact = add("compact", _cmd_compact, "run the compactor sidecar: compact settled partitions as the commit events show them")
     _config_arg(compact)
-    compact.add_argument("--until-idle", type=float, metavar="SECONDS",
-                         help="stop when nothing is left to do and no commit event arrived for this long")
+    compact.add_argument(
+        "--until-idle",
+        type=float,
+        metavar="SECONDS",
+        help="stop when nothing is left to do and no commit event arrived for this long",
+    )
 
     status = add("status", _cmd_status, "show every partition's state, files, deletes and estimated read cost")
     _config_arg(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    generate = add("generate", _cmd_generate, "send a synthetic Debezium change feed for an orders table (demos without a database)")
+    generate = add(
+        "generate", _cmd_generate, "send a synthetic Debezium change feed for an orders table (demos without a database)"
+    )
     _config_arg(generate)
-    generate.add_argument("--table", help="the configured table to feed (default: the first); its schema must be the orders schema")
+    generate.add_argument(
+        "--table", help="the configured table to feed (default: the first); its schema must be the orders schema"
+    )
     generate.add_argument("--rate", type=float, default=200, help="changes per second (default: 200)")
     generate.add_argument("--snapshot", type=int, default=5000, help="orders in the initial snapshot (default: 5000)")
     generate.add_argument("--seconds-per-day", type=float, default=60, help="how long a simulated day lasts (default: 60)")
@@ -228,7 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench_ingest.add_argument("--changes", type=int, default=10_000, help="changes per batch (default: 10000)")
     bench_ingest.add_argument("--batches", type=int, default=5, help="measured batches per size, after one warm-up (default: 5)")
     bench_ingest.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
-    contention = benches.add_parser("contention", help="the writer's commit latency beside no compactor, a naive one and the coordinated one")
+    contention = benches.add_parser(
+        "contention", help="the writer's commit latency beside no compactor, a naive one and the coordinated one"
+    )
     contention.set_defaults(handler=_cmd_bench_contention)
     add_state(contention)
     contention.add_argument("--batches", type=int, default=60, help="writer batches per mode (default: 60)")
@@ -236,38 +270,75 @@ def build_parser() -> argparse.ArgumentParser:
     contention.add_argument("--interval", type=float, default=2.0, help="seconds between the writer's batches (default: 2)")
     contention.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
     bench_ingest.add_argument("--state-dir", type=Path, default=Path(".icecdc-bench"), help="catalog, warehouse and broker state")
-    e2e = benches.add_parser("e2e", help="query latency, files, write amplification and writer latency over a CDC run, "
-                                         "per maintenance strategy (none, cron, threshold, icecdc)")
+    e2e = benches.add_parser(
+        "e2e",
+        help="query latency, files, write amplification and writer latency over a CDC run, "
+        "per maintenance strategy (none, cron, threshold, icecdc)",
+    )
     e2e.set_defaults(handler=_cmd_bench_e2e)
     add_state(e2e)
     e2e.add_argument("--minutes", type=float, default=10, help="how long the stream is written (default: 10)")
     e2e.add_argument("--keys", type=int, default=20_000, help="rows in the initial load (default: 20000)")
     e2e.add_argument("--changes", type=int, default=1500, help="changes per micro-batch outside bursts (default: 1500)")
-    e2e.add_argument("--mix", default="0.7,0.2", metavar="UPDATES,INSERTS",
-                     help="shares of updates and inserts; deletes are the rest (default: 0.7,0.2)")
+    e2e.add_argument(
+        "--mix",
+        default="0.7,0.2",
+        metavar="UPDATES,INSERTS",
+        help="shares of updates and inserts; deletes are the rest (default: 0.7,0.2)",
+    )
     e2e.add_argument("--batch-seconds", type=float, default=10, help="one micro-batch every this many seconds (default: 10)")
     e2e.add_argument("--probe-seconds", type=float, default=60, help="measure every table this often (default: 60)")
-    e2e.add_argument("--cron-seconds", default="30,120", metavar="K[,K...]",
-                     help="periods of the cron strategies, one table each (default: 30,120)")
-    e2e.add_argument("--drain-seconds", type=float, default=90, help="how long maintenance runs on after the last batch (default: 90)")
+    e2e.add_argument(
+        "--cron-seconds",
+        default="30,120",
+        metavar="K[,K...]",
+        help="periods of the cron strategies, one table each (default: 30,120)",
+    )
+    e2e.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=90,
+        help="how long maintenance runs on after the last batch, at least (default: 90)",
+    )
+    e2e.add_argument(
+        "--drain-max-seconds",
+        type=float,
+        help="the drain goes on until the sidecar has answered every partition, at most this long "
+        "(default: --drain-seconds + 300)",
+    )
     e2e.add_argument("--lookups", type=int, default=100, help="point lookups per table per probe (default: 100)")
-    bench_rewrite = benches.add_parser("rewrite", help="the compactor's rewrite throughput (deletes applied) against pyarrow read+write")
+    bench_rewrite = benches.add_parser(
+        "rewrite", help="the compactor's rewrite throughput (deletes applied) against pyarrow read+write"
+    )
     bench_rewrite.set_defaults(handler=_cmd_bench_rewrite)
     add_state(bench_rewrite)
     bench_rewrite.add_argument("--rows", type=int, default=1_000_000, help="rows written (default: 1000000)")
-    bench_rewrite.add_argument("--batches", type=int, default=12, help="batches they are written in: files per partition (default: 12)")
-    bench_rewrite.add_argument("--deleted-share", type=float, default=0.1, help="share of rows then updated or deleted (default: 0.1)")
+    bench_rewrite.add_argument(
+        "--batches", type=int, default=12, help="batches they are written in: files per partition (default: 12)"
+    )
+    bench_rewrite.add_argument(
+        "--deleted-share", type=float, default=0.1, help="share of rows then updated or deleted (default: 0.1)"
+    )
     bench_rewrite.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up (default: 3)")
     bench_rewrite.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
     e2e.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plots and summary")
-    bench_manifests = benches.add_parser("manifests", help="point-lookup latency with N small manifests against the same "
-                                                            "data files with the manifests merged")
+    bench_manifests = benches.add_parser(
+        "manifests", help="point-lookup latency with N small manifests against the same data files with the manifests merged"
+    )
     bench_manifests.set_defaults(handler=_cmd_bench_manifests)
-    bench_manifests.add_argument("--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR),
-                                 help=f"local state directory: catalog and warehouse, no broker (default: {DEFAULT_STATE_DIR})")
+    bench_manifests.add_argument(
+        "--state-dir",
+        type=Path,
+        default=Path(DEFAULT_STATE_DIR),
+        help=f"local state directory: catalog and warehouse, no broker (default: {DEFAULT_STATE_DIR})",
+    )
     bench_manifests.add_argument("--rows", type=int, default=100_000, help="rows in each table (default: 100000)")
-    bench_manifests.add_argument("--manifests", default="2,8,20,50", metavar="N[,N...]",
-                                 help="commits (so manifests) each table is loaded in (default: 2,8,20,50)")
+    bench_manifests.add_argument(
+        "--manifests",
+        default="2,8,20,50",
+        metavar="N[,N...]",
+        help="commits (so manifests) each table is loaded in (default: 2,8,20,50)",
+    )
     bench_manifests.add_argument("--lookups", type=int, default=100, help="point lookups on each snapshot (default: 100)")
     bench_manifests.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
 
@@ -284,6 +355,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"icecdc: {exc}", file=sys.stderr)
         return 2
+    except CatalogOutage as exc:
+        # EX_TEMPFAIL: nothing is wrong with the command or its data; run it again later.
+        print(f"icecdc: {exc}", file=sys.stderr)
+        return EXIT_CATALOG_OUTAGE
     except KeyboardInterrupt:
         return 130
 

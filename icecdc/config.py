@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +26,7 @@ from pydantic import (
 
 from icecdc.errors import UserError
 from icecdc.logs import register_secrets
+from icecdc.tableref import TableRef
 from icecdc.tablespec import (
     PartitionField,
     TableShape,
@@ -58,16 +60,31 @@ class KafkaConfig(_Strict):
     # Extra librdkafka settings passed through as-is (security.protocol, sasl.*, ssl.*, ...).
     properties: dict[str, ScalarProperty] = Field(default_factory=dict)
 
-    def client_config(self, defaults: dict[str, object] | None = None, **overrides: object) -> dict[str, object]:
+    def client_config(
+        self, defaults: Mapping[str, ScalarProperty] | None = None, **overrides: ScalarProperty
+    ) -> dict[str, ScalarProperty]:
         """librdkafka settings: icecdc's defaults, then the user's properties, then the caller's
         overrides (which are what the code depends on, e.g. manual offset commits)."""
         return {"bootstrap.servers": self.bootstrap_servers, **(defaults or {}), **self.properties, **overrides}
+
+
+class CatalogRetryConfig(_Strict):
+    """How long a command rides out a catalog that does not answer (a lock held past the busy
+    timeout, a REST catalog restarting, a database failover): every catalog call is retried
+    with jittered exponential backoff, from ``backoff_seconds`` up to ``backoff_max_seconds``
+    between tries, and the command stops (exit code 75) once the catalog has been unavailable
+    for ``give_up_seconds`` without a break."""
+
+    give_up_seconds: float = Field(default=600.0, gt=0)
+    backoff_seconds: float = Field(default=1.0, gt=0)
+    backoff_max_seconds: float = Field(default=30.0, gt=0)
 
 
 class CatalogConfig(_Strict):
     name: str = "lake"
     # Iceberg catalog properties, given to Spark (spark.sql.catalog.<name>.<key>) and to pyiceberg.
     properties: dict[str, str]
+    retry: CatalogRetryConfig = Field(default_factory=CatalogRetryConfig)
 
     @field_validator("name")
     @classmethod
@@ -320,6 +337,13 @@ class Config(_Strict):
                 return table
         raise KeyError(f"table {name!r} is not in the configuration")
 
+    def find_table(self, name: str) -> TableConfig | None:
+        return next((table for table in self.tables if table.name == name), None)
+
+    def table_ref(self, table: TableConfig | str) -> TableRef:
+        """The configured table in this config's catalog."""
+        return TableRef.of(self.catalog.name, table if isinstance(table, str) else table.name)
+
     def secret_values(self) -> list[str]:
         """The values ``redacted`` masks, for masking them in logs too."""
         return _secrets(self.model_dump(mode="json", by_alias=True))
@@ -376,7 +400,7 @@ def embedded_config(state_dir: Path, port: int = EMBEDDED_BROKER_PORT, **overrid
     return Config.model_validate(data)
 
 
-def expand_env(value: Any, path: str = "", environ: dict[str, str] | None = None) -> Any:
+def expand_env(value: Any, path: str = "", environ: Mapping[str, str] | None = None) -> Any:
     """Replace ``${NAME}`` / ``${NAME:-default}`` in every string of a loaded YAML document."""
     env = os.environ if environ is None else environ
     if isinstance(value, dict):

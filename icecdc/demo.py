@@ -20,9 +20,9 @@ import yaml
 
 from icecdc import generator, kafka
 from icecdc.broker import EmbeddedBroker
-from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor import status
-from icecdc.compactor.sidecar import status_path
+from icecdc.compactor.status import status_path
 from icecdc.config import Config, embedded_config
 from icecdc.workload import OrdersWorkload, orders_table
 
@@ -42,11 +42,17 @@ def demo_config(state_dir: Path, port: int) -> Config:
     # Small numbers for a small feed: every demo file is "small" under an 8 MB target, and a
     # partition settles after three of its usual gaps between writes (4 to 30 s).
     return embedded_config(
-        state_dir, port, tables=[DEMO_TABLE],
-        ingest={"source": "direct", "trigger_seconds": 2, "max_batch_records": 2_000,
-                "http": {"host": "127.0.0.1", "port": 0}},
-        compactor={"http": {"host": "127.0.0.1", "port": 0},"target_file_size_bytes": 8 * 1024 * 1024, "min_small_files": 4, "reconcile_seconds": 30,
-                   "settle": {"min_seconds": 4, "initial_seconds": 8, "max_seconds": 30}},
+        state_dir,
+        port,
+        tables=[DEMO_TABLE],
+        ingest={"source": "direct", "trigger_seconds": 2, "max_batch_records": 2_000, "http": {"host": "127.0.0.1", "port": 0}},
+        compactor={
+            "http": {"host": "127.0.0.1", "port": 0},
+            "target_file_size_bytes": 8 * 1024 * 1024,
+            "min_small_files": 4,
+            "reconcile_seconds": 30,
+            "settle": {"min_seconds": 4, "initial_seconds": 8, "max_seconds": 30},
+        },
     )
 
 
@@ -82,19 +88,21 @@ def _stream_changes(config: Config, workload: OrdersWorkload) -> None:
 
 def _summary(config: Config, elapsed: float) -> str:
     groups: dict[str, list[int]] = {}
-    for p in status.collect(config)["partitions"]:
-        group = groups.setdefault(p["state"], [0, 0, 0])
+    for p in status.collect(config).partitions:
+        group = groups.setdefault(p.state, [0, 0, 0])
         group[0] += 1
-        group[1] += p["data_files"]
-        group[2] += p["equality_delete_files"]
-    parts = [f"{state}: {n} partitions, {files} data files, {deletes} eq-delete files"
-             for state, (n, files, deletes) in sorted(groups.items())]
+        group[1] += p.data_files
+        group[2] += p.equality_delete_files
+    parts = [
+        f"{state}: {n} partitions, {files} data files, {deletes} eq-delete files"
+        for state, (n, files, deletes) in sorted(groups.items())
+    ]
     return f"t+{elapsed:.0f}s  " + (" | ".join(parts) or "no table yet")
 
 
 def _all_settled(config: Config) -> bool:
-    partitions = status.collect(config)["partitions"]
-    return bool(partitions) and all(p["state"] == "settled" and not p["equality_delete_files"] for p in partitions)
+    partitions = status.collect(config).partitions
+    return bool(partitions) and all(p.state == "settled" and not p.equality_delete_files for p in partitions)
 
 
 def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
@@ -112,7 +120,7 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
     _step(f"broker {'started' if started else 'already running'} on {broker.bootstrap_servers} (memory only)")
     try:
         table = config.tables[0]
-        name = qualified(config, table)
+        name = config.table_ref(table).qualified
         spark = create_spark_session(config, "icecdc-demo")
         if spark.catalog.tableExists(name):
             # The broker forgets everything when it stops; a table left by an earlier run would
@@ -158,8 +166,10 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
         if rows != expected:
             _step(f"MISMATCH: the table has {len(rows)} rows, the change feed implies {len(expected)}")
             return 1
-        _step(f"ingest: {stats.batches} micro-batches, {stats.records} records, {stats.commits} commits, "
-              f"{stats.dead_letters} malformed records sent to {config.dead_letter_topic}")
+        _step(
+            f"ingest: {stats.batches} micro-batches, {stats.records} records, {stats.commits} commits, "
+            f"{stats.dead_letters} malformed records sent to {config.dead_letter_topic}"
+        )
         _step(f"compactor: {compactions.committed} compactions committed, outcomes {compactions.outcomes}")
         _step(f"check: {name} holds exactly the {len(rows)} rows the change feed implies")
         if not _all_settled(config):
@@ -167,8 +177,10 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
             return 1
         _step("check: every partition has settled and holds no equality-delete file")
         print(status.render(status.collect(config)), flush=True)
-        _step(f"try: icecdc status --config {config_path}; icecdc ingest / compact --config {config_path} "
-              "(with --keep-broker, the stack stays up)")
+        _step(
+            f"try: icecdc status --config {config_path}; icecdc ingest / compact --config {config_path} "
+            "(with --keep-broker, the stack stays up)"
+        )
         return 0
     finally:
         if started and not keep_broker:

@@ -1,6 +1,55 @@
-"""The one base class for errors a user fixes from the message alone (a bad key, a missing
-package, a table that disagrees with its config): the CLI prints them without a traceback."""
+"""The errors icecdc's parts tell apart.
+
+``UserError``: something a user fixes from the message alone (a bad key, a missing package, a
+table that disagrees with its config); the CLI prints it without a traceback.
+
+``IcebergError`` and its kinds: what Iceberg said, translated once where Iceberg is reached (the
+Java adapter, ``icecdc.jvm``, and the pyiceberg catalog, ``icecdc.catalog``), the way pyiceberg maps
+its backends' errors at its boundary. Callers decide on the kind, never on a Java class name or a
+message text.
+"""
+
+from __future__ import annotations
 
 
 class UserError(Exception):
     pass
+
+
+class IcebergError(Exception):
+    """An error from Iceberg, with the Java exception's class when it came from the JVM."""
+
+    def __init__(self, message: str, java_class: str | None = None) -> None:
+        super().__init__(message)
+        self.java_class = java_class
+
+
+class CommitConflict(IcebergError):
+    """The commit's validation failed: files it replaces or relies on changed since its starting
+    snapshot (``ValidationException``). Nothing was committed and the plan is stale: make it
+    again from the current snapshot rather than retry it."""
+
+
+class CompareAndSetLost(IcebergError):
+    """Another commit won the catalog's compare-and-set every time Iceberg retried
+    (``CommitFailedException``). Nothing was committed; the same update may be tried again."""
+
+
+class CommitStateUnknown(IcebergError):
+    """The catalog failed while a commit was in flight: it may or may not have landed
+    (``CommitStateUnknownException``). Look for the commit's id before trying again, and never
+    delete its files."""
+
+
+class NoSuchTable(IcebergError):
+    pass
+
+
+class CatalogUnavailable(IcebergError):
+    """The catalog or the table's storage did not answer for now: a lock held past the busy
+    timeout, a refused or dropped connection, a 5xx, throttling. Worth retrying after a pause."""
+
+
+class CatalogOutage(Exception):
+    """The catalog stayed unavailable longer than ``catalog.retry.give_up_seconds``: the command
+    stops (exit code 75, "try again later") rather than run on without it."""

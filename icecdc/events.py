@@ -5,14 +5,41 @@ maintains a table, likewise). schemas/ holds their contracts."""
 
 from __future__ import annotations
 
+import enum
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 
 from icecdc.schemas import COMMIT_EVENT, COMPACTION_EVENT, MAINTENANCE_EVENT, validator
 
 EVENT_VERSION = 1
+
+
+class CompactionOutcome(str, enum.Enum):
+    """How a compaction attempt ended (``started`` is published when it begins)."""
+
+    STARTED = "started"
+    COMMITTED = "committed"
+    CONFLICT = "conflict"  # lost to a concurrent change of its files, or every compare-and-set
+    FENCED = "fenced"  # the partition's lease moved to another replica before it committed
+    FAILED = "failed"  # any other error; retried with backoff
+    SKIPPED = "skipped"  # nothing to rewrite at the starting snapshot
+    ABANDONED = "abandoned"  # failed max_attempts times: given up until the partition is written again
+
+
+class MaintenanceKind(str, enum.Enum):
+    EXPIRE = "expire-snapshots"
+    ORPHANS = "remove-orphans"
+    MANIFESTS = "rewrite-manifests"
+
+
+class MaintenanceOutcome(str, enum.Enum):
+    STARTED = "started"
+    COMMITTED = "committed"
+    NOTHING_TO_DO = "nothing-to-do"
+    FAILED = "failed"
 
 
 def _encode(event: Any, schema: str) -> bytes:
@@ -23,7 +50,7 @@ def _encode(event: Any, schema: str) -> bytes:
 
 
 def _decode(data: bytes, schema: str) -> dict[str, Any]:
-    document = orjson.loads(data)
+    document: dict[str, Any] = orjson.loads(data)
     validator(schema)(document)
     return document
 
@@ -64,6 +91,45 @@ class CommitEvent:
         return cls(**document, partitions=partitions)
 
 
+class CompactionCounts(Protocol):
+    """What a compaction's result tells its event (the compactor's ``CompactionResult``)."""
+
+    @property
+    def starting_snapshot_id(self) -> int: ...
+    @property
+    def starting_sequence_number(self) -> int: ...
+    @property
+    def snapshot_id(self) -> int | None: ...
+    @property
+    def sequence_number(self) -> int | None: ...
+    @property
+    def data_files_rewritten(self) -> int: ...
+    @property
+    def data_files_added(self) -> int: ...
+    @property
+    def bytes_rewritten(self) -> int: ...
+    @property
+    def bytes_added(self) -> int: ...
+    @property
+    def delete_files_removed(self) -> int: ...
+    @property
+    def position_delete_files_added(self) -> int: ...
+
+
+_COUNTS = (
+    "starting_snapshot_id",
+    "starting_sequence_number",
+    "snapshot_id",
+    "sequence_number",
+    "data_files_rewritten",
+    "data_files_added",
+    "bytes_rewritten",
+    "bytes_added",
+    "delete_files_removed",
+    "position_delete_files_added",
+)
+
+
 @dataclass(frozen=True)
 class CompactionEvent:
     """What a compactor replica did to one partition (schemas/compaction-event.schema.json)."""
@@ -71,8 +137,8 @@ class CompactionEvent:
     table: str
     partition: dict[str, Any]
     partition_path: str
-    kind: str
-    outcome: str
+    kind: str  # the compactor's Work: minor, delete-merge, remove-dangling-deletes
+    outcome: CompactionOutcome
     replica: str
     starting_snapshot_id: int | None
     started_ms: int
@@ -90,12 +156,63 @@ class CompactionEvent:
     position_delete_files_added: int = 0
     version: int = EVENT_VERSION
 
+    @classmethod
+    def from_result(
+        cls,
+        *,
+        table: str,
+        partition: Mapping[str, Any],
+        partition_path: str,
+        kind: str,
+        outcome: CompactionOutcome,
+        replica: str,
+        reason: str | None,
+        attempt: int,
+        started: float,
+        finished: float,
+        result: CompactionCounts | None,
+    ) -> CompactionEvent:
+        """The event of an attempt that started at ``started`` and ended (or, for ``started``,
+        began) at ``finished`` (epoch seconds), with the counts of its result when it has one."""
+        counts = {name: getattr(result, name) for name in _COUNTS} if result is not None else {}
+        return cls(
+            table=table,
+            partition=dict(partition),
+            partition_path=partition_path,
+            kind=kind,
+            outcome=outcome,
+            replica=replica,
+            reason=reason,
+            attempt=attempt,
+            started_ms=int(started * 1000),
+            finished_ms=int(finished * 1000),
+            **{"starting_snapshot_id": None, **counts},
+        )
+
     def to_json(self) -> bytes:
         return _encode(self, COMPACTION_EVENT)
 
     @classmethod
     def from_json(cls, data: bytes) -> CompactionEvent:
-        return cls(**_decode(data, COMPACTION_EVENT))
+        document = _decode(data, COMPACTION_EVENT)
+        return cls(**{**document, "outcome": CompactionOutcome(document["outcome"])})
+
+
+class MaintenanceCounts(Protocol):
+    """What a maintenance run's result tells its event (the coordinator's ``MaintenanceResult``)."""
+
+    @property
+    def cutoff_ms(self) -> int | None: ...
+    @property
+    def protected_snapshot_ids(self) -> tuple[int, ...]: ...
+    @property
+    def snapshots_expired(self) -> int: ...
+    @property
+    def files_deleted(self) -> int: ...
+    @property
+    def manifests_rewritten(self) -> int: ...
+    @property
+    def manifests_added(self) -> int: ...
 
 
 @dataclass(frozen=True)
@@ -103,8 +220,8 @@ class MaintenanceEvent:
     """One maintenance run on one table (schemas/maintenance-event.schema.json)."""
 
     table: str
-    kind: str
-    outcome: str
+    kind: MaintenanceKind
+    outcome: MaintenanceOutcome
     replica: str
     started_ms: int
     finished_ms: int
@@ -117,9 +234,41 @@ class MaintenanceEvent:
     manifests_added: int = 0
     version: int = EVENT_VERSION
 
+    @classmethod
+    def from_result(
+        cls,
+        *,
+        table: str,
+        kind: MaintenanceKind,
+        outcome: MaintenanceOutcome,
+        replica: str,
+        started_ms: int,
+        finished_ms: int,
+        reason: str | None = None,
+        result: MaintenanceCounts | None = None,
+    ) -> MaintenanceEvent:
+        if result is None:
+            return cls(table, kind, outcome, replica, started_ms, finished_ms, reason)
+        return cls(
+            table,
+            kind,
+            outcome,
+            replica,
+            started_ms,
+            finished_ms,
+            reason,
+            cutoff_ms=result.cutoff_ms,
+            protected_snapshot_ids=list(result.protected_snapshot_ids),
+            snapshots_expired=result.snapshots_expired,
+            files_deleted=result.files_deleted,
+            manifests_rewritten=result.manifests_rewritten,
+            manifests_added=result.manifests_added,
+        )
+
     def to_json(self) -> bytes:
         return _encode(self, MAINTENANCE_EVENT)
 
     @classmethod
     def from_json(cls, data: bytes) -> MaintenanceEvent:
-        return cls(**_decode(data, MAINTENANCE_EVENT))
+        document = _decode(data, MAINTENANCE_EVENT)
+        return cls(**{**document, "kind": MaintenanceKind(document["kind"]), "outcome": MaintenanceOutcome(document["outcome"])})

@@ -29,8 +29,15 @@ def send(producer: Producer, topic: str, changes: Iterable[Change]) -> int:
     return count
 
 
-def run_generator(config: Config, table: str | None, rate: float, snapshot_rows: int, seconds_per_day: float,
-                  limit: int | None, stop: threading.Event) -> int:
+def run_generator(
+    config: Config,
+    table: str | None,
+    rate: float,
+    snapshot_rows: int,
+    seconds_per_day: float,
+    limit: int | None,
+    stop: threading.Event,
+) -> int:
     """Returns the number of change events sent."""
     target = config.table(table) if table else config.tables[0]
     kafka.ensure_topics(config.kafka, [target.topic])

@@ -135,11 +135,14 @@ class HealthServer:
         if self._settings.port is None:
             return self
         try:
-            self._server = make_server(self._settings.host, self._settings.port, self._app,
-                                       server_class=_Server, handler_class=_QuietHandler)
+            self._server = make_server(
+                self._settings.host, self._settings.port, self._app, server_class=_Server, handler_class=_QuietHandler
+            )
         except OSError as exc:
-            raise UserError(f"cannot serve metrics and health on {self._settings.host}:{self._settings.port}: "
-                            f"{exc.strerror} (set the http.port of this command in the config, or null to disable)") from None
+            raise UserError(
+                f"cannot serve metrics and health on {self._settings.host}:{self._settings.port}: "
+                f"{exc.strerror} (set the http.port of this command in the config, or null to disable)"
+            ) from None
         threading.Thread(target=self._server.serve_forever, name="icecdc-http", daemon=True).start()
         log.info("metrics and health on http://%s:%d (/metrics, /healthz, /readyz)", self._settings.host, self.port)
         return self

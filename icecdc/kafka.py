@@ -11,20 +11,24 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from icecdc.config import KafkaConfig
+from icecdc.config import KafkaConfig, ScalarProperty
 
-PRODUCER_DEFAULTS = {"linger.ms": 5}
+PRODUCER_DEFAULTS: dict[str, ScalarProperty] = {"linger.ms": 5}
 # A shorter session than librdkafka's 45 s bounds how long a dead member holds its partitions
 # (and the embedded broker completes a group join in about half a session timeout).
-CONSUMER_DEFAULTS = {"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000, "auto.offset.reset": "earliest"}
+CONSUMER_DEFAULTS: dict[str, ScalarProperty] = {
+    "session.timeout.ms": 10000,
+    "heartbeat.interval.ms": 1000,
+    "auto.offset.reset": "earliest",
+}
 
 
-def producer(kafka: KafkaConfig, **overrides: object) -> Producer:
+def producer(kafka: KafkaConfig, **overrides: ScalarProperty) -> Producer:
     # Idempotence: a retried send after a lost ack must not duplicate a commit event.
     return Producer(kafka.client_config(PRODUCER_DEFAULTS, **{"enable.idempotence": True, **overrides}))
 
 
-def consumer(kafka: KafkaConfig, group_id: str, **overrides: object) -> Consumer:
+def consumer(kafka: KafkaConfig, group_id: str, **overrides: ScalarProperty) -> Consumer:
     # Offsets are committed explicitly, after the work they cover is durable.
     return Consumer(kafka.client_config(CONSUMER_DEFAULTS, **{"group.id": group_id, "enable.auto.commit": False, **overrides}))
 
@@ -33,8 +37,9 @@ def admin(kafka: KafkaConfig) -> AdminClient:
     return AdminClient(kafka.client_config())
 
 
-def ensure_topics(kafka: KafkaConfig, topics: Iterable[str], partitions: int = 1,
-                  replication_factor: int = -1, timeout: float = 30.0) -> list[str]:
+def ensure_topics(
+    kafka: KafkaConfig, topics: Iterable[str], partitions: int = 1, replication_factor: int = -1, timeout: float = 30.0
+) -> list[str]:
     """Create the topics that do not exist yet; returns the ones created. A replication factor of
     -1 takes the broker's default, which suits single-node and production clusters alike."""
     client = admin(kafka)

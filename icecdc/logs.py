@@ -40,7 +40,9 @@ class _Masking(logging.Formatter):
 
 
 class JsonFormatter(_Masking):
-    converter = time.gmtime  # the timestamps say "Z": UTC, whatever the host's zone
+    def __init__(self) -> None:
+        super().__init__()
+        self.converter = time.gmtime  # the timestamps say "Z": UTC, whatever the host's zone
 
     def format(self, record: logging.LogRecord) -> str:
         document = {
@@ -61,8 +63,6 @@ class JsonFormatter(_Masking):
 def setup_logging(verbose: bool = False, json_format: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     formatter: logging.Formatter = JsonFormatter() if json_format else _Masking("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if json_format:
-        formatter.converter = time.gmtime  # the "Z" in its timestamps means UTC
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

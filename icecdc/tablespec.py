@@ -47,10 +47,14 @@ _TRANSFORM_SOURCES: dict[str, set[str] | None] = {
 }
 # Spark's DDL names for the time transforms; both spellings are accepted in the config.
 _TIME_TRANSFORM_ALIASES = {
-    "years": "year", "year": "year",
-    "months": "month", "month": "month",
-    "days": "day", "day": "day",
-    "hours": "hour", "hour": "hour",
+    "years": "year",
+    "year": "year",
+    "months": "month",
+    "month": "month",
+    "days": "day",
+    "day": "day",
+    "hours": "hour",
+    "hour": "hour",
 }
 _IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 _FUNC = re.compile(rf"^({_IDENT})\(\s*(?:(\d+)\s*,\s*)?({_IDENT})\s*\)$")
@@ -145,12 +149,13 @@ def parse_partition_field(text: str, column_types: dict[str, str] | None = None)
             field = PartitionField(source, _TIME_TRANSFORM_ALIASES[func])
         elif func in ("bucket", "truncate"):
             if param is None or int(param) < 1:
-                raise TableSpecError(f"bad partition transform {text!r}: {func} needs a positive number first, e.g. {func}(16, {source})")
+                raise TableSpecError(
+                    f"bad partition transform {text!r}: {func} needs a positive number first, e.g. {func}(16, {source})"
+                )
             field = PartitionField(source, func, int(param))
         else:
             raise TableSpecError(
-                f"unknown partition transform {func!r} in {text!r}; "
-                "known: identity, years, months, days, hours, bucket, truncate"
+                f"unknown partition transform {func!r} in {text!r}; known: identity, years, months, days, hours, bucket, truncate"
             )
     if column_types is not None:
         if field.source not in column_types:
@@ -173,13 +178,13 @@ class TableShape:
     identifier_fields: tuple[str, ...]
     partition: tuple[PartitionField, ...]
 
-    def create_table_sql(self, qualified_name: str, properties: dict[str, str]) -> str:
+    def create_table_sql(self, qualified_name: str, properties: dict[str, str], if_not_exists: bool = False) -> str:
         """Spark SQL for a format-v2 Iceberg table of this shape (identifier fields NOT NULL)."""
         cols = ",\n  ".join(
             f"`{name}` {spark_type(kind)}{' NOT NULL' if name in self.identifier_fields else ''}"
             for name, kind in self.columns.items()
         )
-        sql = f"CREATE TABLE {qualified_name} (\n  {cols}\n) USING iceberg"
+        sql = f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{qualified_name} (\n  {cols}\n) USING iceberg"
         if self.partition:
             sql += f"\nPARTITIONED BY ({', '.join(f.spark_ddl for f in self.partition)})"
         props = {"format-version": "2", **properties}

@@ -59,14 +59,21 @@ class OrdersWorkload:
         day = r.randrange(self.days) if self.today is None else self.today
         moment = START + dt.timedelta(days=day, seconds=r.randrange(86_400))
         return {
-            "id": key, "region": r.choice(REGIONS), "status": r.choice(STATUSES),
+            "id": key,
+            "region": r.choice(REGIONS),
+            "status": r.choice(STATUSES),
             "amount": f"{r.randrange(100, 1_000_000) / 100:.2f}",
             "updated_at": (moment - _EPOCH) // dt.timedelta(microseconds=1),
         }
 
     def _record(self, op: str, key: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[bytes, bytes]:
-        value = {"op": op, "before": before, "after": after, "source": {"connector": "icecdc-workload"},
-                 "ts_ms": self._random.randrange(1 << 40)}
+        value = {
+            "op": op,
+            "before": before,
+            "after": after,
+            "source": {"connector": "icecdc-workload"},
+            "ts_ms": self._random.randrange(1 << 40),
+        }
         return orjson.dumps({"id": key}), orjson.dumps(value)
 
     def insert(self) -> Change:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent
-from icecdc.ingest.layout import PartitionKey, TableLayout
+from icecdc.layout import PartitionKey, TableLayout
 
 
 @dataclass(frozen=True)

@@ -36,11 +36,11 @@ from typing import Any
 
 import orjson
 
+from icecdc.layout import EPOCH_DATE, Column
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
 
 OPS = frozenset({"c", "r", "u", "d"})
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-EPOCH_DATE = dt.date(1970, 1, 1)
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 # Connect logical type -> how many of its integer units make one microsecond (negative: divide).
 _TIMESTAMP_UNITS = {
@@ -90,13 +90,6 @@ class ChangeEvent:
     after: dict[str, Any] | None
 
 
-@dataclass(frozen=True)
-class Column:
-    name: str
-    type: str  # Iceberg type string, e.g. "long", "decimal(10, 2)"
-    required: bool = False
-
-
 def _bad(column: Column, value: Any, why: str) -> RejectedEvent:
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
     return RejectedEvent(Reason.BAD_VALUE, f"column {column.name!r} ({column.type}): {shown} {why}")
@@ -112,7 +105,7 @@ def _iso_micros(text: str) -> int:
 
 @functools.cache
 def _decimal_shape(iceberg_type: str) -> tuple[int, int, re.Pattern[str]]:
-    precision, scale = (int(p) for p in iceberg_type[len("decimal("):-1].split(","))
+    precision, scale = (int(p) for p in iceberg_type[len("decimal(") : -1].split(","))
     # Already canonical: exactly `scale` decimals and no more digits than the precision allows.
     integer_digits = precision - scale
     integer = "0" if integer_digits == 0 else f"(0|[1-9]\\d{{0,{integer_digits - 1}}})"
@@ -285,11 +278,13 @@ def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], pri
         raise RejectedEvent(Reason.NOT_AN_ENVELOPE, f"op {op!r} without its row image")
     key_values = _primary_key(key, image, columns, primary_key)
     if after is not None:
-        after = {**after, **dict(zip(primary_key, key_values))}
-    return ChangeEvent(op, key_values, before, after)
+        after = {**after, **dict(zip(primary_key, key_values, strict=True))}
+    return ChangeEvent(str(op), key_values, before, after)
 
 
-def _primary_key(key: bytes | None, image: Mapping[str, Any], columns: Sequence[Column], primary_key: Sequence[str]) -> tuple[Any, ...]:
+def _primary_key(
+    key: bytes | None, image: Mapping[str, Any], columns: Sequence[Column], primary_key: Sequence[str]
+) -> tuple[Any, ...]:
     """The primary key from the row image, falling back to the Kafka key (Debezium keys records
     by primary key, and some connectors send delete before-images without every column)."""
     by_name = {c.name: c for c in columns}
@@ -306,7 +301,9 @@ def _primary_key(key: bytes | None, image: Mapping[str, Any], columns: Sequence[
                     payload = {}
                 kafka_key = payload if isinstance(payload, Mapping) else {}
             if name not in kafka_key:
-                raise RejectedEvent(Reason.MISSING_KEY, f"primary key column {name!r} is in neither the row image nor the record key")
+                raise RejectedEvent(
+                    Reason.MISSING_KEY, f"primary key column {name!r} is in neither the row image nor the record key"
+                )
             value = decode_value(by_name[name], kafka_key[name])
         if value is None:
             raise RejectedEvent(Reason.NULL_KEY, f"primary key column {name!r} is null")

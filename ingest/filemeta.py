@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
-from icecdc.ingest.layout import PartitionKey, TableLayout
+from icecdc.layout import PartitionKey, TableLayout
 
 DATA_CONTENT, EQUALITY_DELETE_CONTENT = "DATA", "EQUALITY_DELETES"
 
@@ -37,8 +37,7 @@ def _map(values: dict[int, Any], encode: Any = None) -> dict[str, list[Any]]:
     return {"keys": keys, "values": [encode(values[k]) if encode else values[k] for k in keys]}
 
 
-def describe(layout: TableLayout, kind: str, path: str, partition: PartitionKey, size: int,
-             metadata: pq.FileMetaData) -> str:
+def describe(layout: TableLayout, kind: str, path: str, partition: PartitionKey, size: int, metadata: pq.FileMetaData) -> str:
     """The content-file JSON of one written file; ``kind`` is "data" or "delete" (equality
     deletes on the primary key)."""
     from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata

@@ -9,11 +9,23 @@ RECORDS = Counter("icecdc_ingest_records_total", "Kafka records consumed into co
 DEAD_LETTERS = Counter("icecdc_ingest_dead_letters_total", "Records sent to the dead-letter topic", ["reason"])
 COMMITS = Counter("icecdc_ingest_commits_total", "Iceberg commits", ["table"])
 ROWS_WRITTEN = Counter("icecdc_ingest_rows_written_total", "Rows written: data rows and equality-delete keys", ["table", "kind"])
-COMMIT_SECONDS = Histogram("icecdc_ingest_commit_seconds", "Iceberg commit latency", ["table"],
-                           buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
-COMMIT_INTERLEAVED = Counter("icecdc_ingest_commit_interleaved_total",
-                             "Commits by others (compactions) that landed during an ingest commit, each costing it a retry", ["table"])
-BATCH_SECONDS = Histogram("icecdc_ingest_batch_seconds", "Micro-batch latency, read to commit",
-                          buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120))
+COMMIT_SECONDS = Histogram(
+    "icecdc_ingest_commit_seconds", "Iceberg commit latency", ["table"], buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
+)
+COMMIT_INTERLEAVED = Counter(
+    "icecdc_ingest_commit_interleaved_total",
+    "Commits by others (compactions) that landed during an ingest commit, each costing it a retry",
+    ["table"],
+)
+BATCH_SECONDS = Histogram(
+    "icecdc_ingest_batch_seconds", "Micro-batch latency, read to commit", buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
+)
 COMMIT_EVENTS = Counter("icecdc_ingest_commit_events_published_total", "Commit events delivered to the commit topic")
-LAG = Gauge("icecdc_ingest_lag_records", "Records behind the high watermarks (approximate; the embedded broker's watermarks are off by a few)")
+COMMIT_EVENTS_RETRIED = Counter(
+    "icecdc_ingest_commit_events_retried_total",
+    "Commit events whose delivery failed after librdkafka's own retries, kept and sent again",
+)
+LAG = Gauge(
+    "icecdc_ingest_lag_records",
+    "Records behind the high watermarks (approximate; the embedded broker's watermarks are off by a few)",
+)

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import KafkaError, Message, Producer
-from tenacity import retry, retry_if_result, stop_after_attempt, wait_random_exponential
+from tenacity import RetryCallState, retry, retry_if_result, stop_after_attempt, wait_random_exponential
 
 from icecdc.events import CommitEvent
 from icecdc.ingest import metrics
@@ -41,10 +41,13 @@ class DeadLetter:
     value: bytes | None
 
 
-def _headers(letter: DeadLetter) -> list[tuple[str, bytes]]:
+def _headers(letter: DeadLetter) -> list[tuple[str, str | bytes | None]]:
     headers = [
-        (HEADER_REASON, letter.reason), (HEADER_DETAIL, letter.detail), (HEADER_TOPIC, letter.topic),
-        (HEADER_PARTITION, str(letter.partition)), (HEADER_OFFSET, str(letter.offset)),
+        (HEADER_REASON, letter.reason),
+        (HEADER_DETAIL, letter.detail),
+        (HEADER_TOPIC, letter.topic),
+        (HEADER_PARTITION, str(letter.partition)),
+        (HEADER_OFFSET, str(letter.offset)),
     ]
     if letter.table:
         headers.append((HEADER_TABLE, letter.table))
@@ -74,7 +77,7 @@ def send_dead_letters(producer: Producer, topic: str, letters: Iterable[DeadLett
 class CommitEventPublisher:
     """Publishes commit events keyed by table. librdkafka retries each send itself (idempotent
     producer); a send that still fails is kept and sent again with the next event or at close,
-    and counted, so a lost event is never silent. (The compactor also rebuilds its state from
+    and counted (``icecdc_ingest_commit_events_retried_total``), so a lost event is never silent. (The compactor also rebuilds its state from
     table metadata, so a lost event delays compaction but cannot corrupt anything.)"""
 
     def __init__(self, producer: Producer, topic: str) -> None:
@@ -82,7 +85,6 @@ class CommitEventPublisher:
         self._topic = topic
         self._retry: list[tuple[str, bytes]] = []
         self.published = 0
-        self.failed_attempts = 0
 
     def _send(self, key: str, value: bytes) -> None:
         def on_delivery(error: KafkaError | None, _: Message) -> None:
@@ -90,7 +92,7 @@ class CommitEventPublisher:
                 self.published += 1
                 metrics.COMMIT_EVENTS.inc()
             else:
-                self.failed_attempts += 1
+                metrics.COMMIT_EVENTS_RETRIED.inc()
                 log.warning("commit event for %s not delivered (%s); will retry", key, error)
                 self._retry.append((key, value))
 
@@ -110,8 +112,15 @@ class CommitEventPublisher:
     def close(self, timeout: float = 30.0) -> int:
         """Deliver everything outstanding; returns how many events could not be delivered."""
 
-        @retry(stop=stop_after_attempt(5), wait=wait_random_exponential(multiplier=0.5, max=5),
-               retry=retry_if_result(lambda left: left > 0), retry_error_callback=lambda state: state.outcome.result())
+        def last_count(state: RetryCallState) -> int:
+            return int(state.outcome.result()) if state.outcome is not None else self.pending
+
+        @retry(
+            stop=stop_after_attempt(5),
+            wait=wait_random_exponential(multiplier=0.5, max=5),
+            retry=retry_if_result(lambda left: left > 0),
+            retry_error_callback=last_count,
+        )
         def drain() -> int:
             pending, self._retry = self._retry, []
             for key, value in pending:
@@ -121,8 +130,11 @@ class CommitEventPublisher:
 
         left = drain()
         if left:
-            log.error("%d commit events could not be delivered to %s; the compactor will find those "
-                      "commits from table metadata", left, self._topic)
+            log.error(
+                "%d commit events could not be delivered to %s; the compactor will find those commits from table metadata",
+                left,
+                self._topic,
+            )
         return left
 
 
@@ -133,7 +145,15 @@ def _bytes(value: bytes | bytearray | None) -> bytes | None:
 def dead_letters_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[DeadLetter]:
     """From the parse stage's rejected rows (Spark hands binary columns back as bytearray)."""
     return [
-        DeadLetter(r["topic"], r["kafka_partition"], r["offset"], r["table"], r["reason"], r["detail"],
-                   _bytes(r["raw_key"]), _bytes(r["raw_value"]))
+        DeadLetter(
+            r["topic"],
+            r["kafka_partition"],
+            r["offset"],
+            r["table"],
+            r["reason"],
+            r["detail"],
+            _bytes(r["raw_key"]),
+            _bytes(r["raw_value"]),
+        )
         for r in rows
     ]

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from icecdc import kafka
 from icecdc.catalog import catalog_check, ensure_tables
 from icecdc.config import Config
+from icecdc.errors import UserError
 from icecdc.health import Health, serving
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import (
@@ -20,6 +21,7 @@ from icecdc.ingest.sources import (
 )
 from icecdc.ingest.writer import BatchWriter, IngestStats
 from icecdc.lifecycle import stop_on_signals
+from icecdc.outages import CatalogRetry
 from icecdc.spark import create_spark_session
 
 if TYPE_CHECKING:
@@ -28,30 +30,35 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def run_ingest(config: Config, until_idle: float | None = None, spark: SparkSession | None = None,
-               stop: threading.Event | None = None) -> IngestStats:
+def run_ingest(
+    config: Config, until_idle: float | None = None, spark: SparkSession | None = None, stop: threading.Event | None = None
+) -> IngestStats:
     """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
     if not config.tables:
-        raise ValueError("the configuration lists no tables to ingest")
+        raise UserError("the configuration lists no tables to ingest")
     with serving(config.ingest.http, {"catalog": catalog_check(config)}) as health:
         health.mark("source", False, "not reading yet")
         return _ingest(config, until_idle, spark, stop or stop_on_signals(), health)
 
 
-def _ingest(config: Config, until_idle: float | None, spark: SparkSession | None, stop: threading.Event,
-            health: Health) -> IngestStats:
+def _ingest(
+    config: Config, until_idle: float | None, spark: SparkSession | None, stop: threading.Event, health: Health
+) -> IngestStats:
     spark = spark or create_spark_session(config, "icecdc-ingest")
-    ensure_tables(spark, config)
+    retry = CatalogRetry(config.catalog.retry, "ingest", health)
+    ensure_tables(spark, config, retry)
     kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
     producer = kafka.producer(config.kafka)
     publisher = CommitEventPublisher(producer, config.commit_topic)
     use_streaming = config.ingest.source == "streaming" or (config.ingest.source == "auto" and kafka_connector_available(spark))
-    writer = BatchWriter(spark, config, producer, publisher, "streaming" if use_streaming else "direct")
+    writer = BatchWriter(spark, config, producer, publisher, "streaming" if use_streaming else "direct", retry)
     try:
         if use_streaming:
             checkpoint = str(config.state_dir / "checkpoints" / "ingest")
             log.info("ingesting with Spark's Kafka source (checkpoint %s)", checkpoint)
-            run_streaming(kafka_stream(spark, config), writer, checkpoint, config.ingest.trigger_seconds, until_idle, stop, health)
+            run_streaming(
+                kafka_stream(spark, config), writer, checkpoint, config.ingest.trigger_seconds, until_idle, stop, health
+            )
         else:
             start = writer.topic_positions(writer.committed_offsets())
             log.info("ingesting with the direct Kafka reader (no spark-sql-kafka connector on the classpath)")
@@ -63,6 +70,13 @@ def _ingest(config: Config, until_idle: float | None, spark: SparkSession | None
     finally:
         publisher.close()
     stats = writer.stats
-    log.info("ingest finished: %d batches, %d records, %d commits, %d dead letters (%s), %d commit events published",
-             stats.batches, stats.records, stats.commits, stats.dead_letters, dict(stats.dead_letters_by_reason), publisher.published)
+    log.info(
+        "ingest finished: %d batches, %d records, %d commits, %d dead letters (%s), %d commit events published",
+        stats.batches,
+        stats.records,
+        stats.commits,
+        stats.dead_letters,
+        dict(stats.dead_letters_by_reason),
+        publisher.published,
+    )
     return stats

@@ -29,6 +29,7 @@ from icecdc.errors import UserError
 from icecdc.health import Health
 from icecdc.ingest import metrics
 from icecdc.ingest.stages import KAFKA_SCHEMA
+from icecdc.jvm.bridge import JavaBridge
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -36,15 +37,12 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-BatchFunction = Callable[["DataFrame", int], Any]
+# (micro-batch, batch id): Structured Streaming numbers its batches, the direct reader names them.
+BatchFunction = Callable[["DataFrame", "int | str"], Any]
 
 
 def kafka_connector_available(spark: SparkSession) -> bool:
-    try:
-        spark.sparkContext._jvm.java.lang.Class.forName(KAFKA_PROVIDER_CLASS)
-        return True
-    except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
-        return False
+    return JavaBridge(spark).class_available(KAFKA_PROVIDER_CLASS)
 
 
 class MissingTopicError(UserError):
@@ -61,9 +59,13 @@ class DirectKafkaSource:
         for table in config.tables:
             topic = metadata.topics.get(table.topic)
             if topic is None or topic.error is not None:
-                raise MissingTopicError(f"topic {table.topic} (table {table.name}) does not exist on {config.kafka.bootstrap_servers}")
+                raise MissingTopicError(
+                    f"topic {table.topic} (table {table.name}) does not exist on {config.kafka.bootstrap_servers}"
+                )
             for partition in sorted(topic.partitions):
-                assignment.append(TopicPartition(table.topic, partition, start_offsets.get((table.topic, partition), OFFSET_BEGINNING)))
+                assignment.append(
+                    TopicPartition(table.topic, partition, start_offsets.get((table.topic, partition), OFFSET_BEGINNING))
+                )
         self._assignment = assignment
         self.partition_count = len(assignment)
         self._consumer.assign(assignment)
@@ -82,13 +84,19 @@ class DirectKafkaSource:
                     log.warning("kafka: %s", message.error())
                     continue
                 kind, millis = message.timestamp()
-                records.append({
-                    "key": message.key(), "value": message.value(), "topic": message.topic(),
-                    "partition": message.partition(), "offset": message.offset(),
-                    "timestamp": dt.datetime.fromtimestamp(millis / 1000, dt.timezone.utc) if millis >= 0 else None,
-                    "timestampType": kind,
-                })
-                self._positions[(message.topic(), message.partition())] = message.offset() + 1
+                topic, partition, offset = message.topic() or "", message.partition() or 0, message.offset() or 0
+                records.append(
+                    {
+                        "key": message.key(),
+                        "value": message.value(),
+                        "topic": topic,
+                        "partition": partition,
+                        "offset": offset,
+                        "timestamp": dt.datetime.fromtimestamp(millis / 1000, dt.timezone.utc) if millis >= 0 else None,
+                        "timestampType": kind,
+                    }
+                )
+                self._positions[(topic, partition)] = offset + 1
         return records
 
     def lag(self) -> int | None:
@@ -112,23 +120,43 @@ class DirectKafkaSource:
         self._consumer.close()
 
 
-def source_rows(topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]], first_offset: int,
-                partition: int = 0) -> list[dict[str, Any]]:
+def source_rows(
+    topic: str, pairs: Sequence[tuple[bytes | None, bytes | None]], first_offset: int, partition: int = 0
+) -> list[dict[str, Any]]:
     """(key, value) pairs as rows with the Kafka source's schema, as if read from one partition
     starting at ``first_offset`` (the benchmarks feed the writer this way)."""
     now = dt.datetime.now(dt.timezone.utc)
-    return [{"key": k, "value": v, "topic": topic, "partition": partition, "offset": first_offset + i, "timestamp": now,
-             "timestampType": 0} for i, (k, v) in enumerate(pairs)]
+    return [
+        {
+            "key": k,
+            "value": v,
+            "topic": topic,
+            "partition": partition,
+            "offset": first_offset + i,
+            "timestamp": now,
+            "timestampType": 0,
+        }
+        for i, (k, v) in enumerate(pairs)
+    ]
 
 
 def records_to_dataframe(spark: SparkSession, records: list[dict[str, Any]]) -> DataFrame:
     import pandas as pd
 
-    return spark.createDataFrame(pd.DataFrame.from_records(records, columns=[c.split()[0] for c in KAFKA_SCHEMA.split(", ")]), KAFKA_SCHEMA)
+    return spark.createDataFrame(
+        pd.DataFrame.from_records(records, columns=[c.split()[0] for c in KAFKA_SCHEMA.split(", ")]), KAFKA_SCHEMA
+    )
 
 
-def run_direct(spark: SparkSession, config: Config, source: DirectKafkaSource, write: BatchFunction,
-               until_idle: float | None, stop: threading.Event | None = None, health: Health | None = None) -> int:
+def run_direct(
+    spark: SparkSession,
+    config: Config,
+    source: DirectKafkaSource,
+    write: BatchFunction,
+    until_idle: float | None,
+    stop: threading.Event | None = None,
+    health: Health | None = None,
+) -> int:
     """Poll, write, repeat; returns the number of batches written."""
     run = uuid.uuid4().hex[:8]
     batches = 0
@@ -156,29 +184,42 @@ def run_direct(spark: SparkSession, config: Config, source: DirectKafkaSource, w
 def kafka_stream(spark: SparkSession, config: Config) -> DataFrame:
     """Spark's Kafka source over the configured topics. Starting at the earliest offsets is safe:
     the writer drops what the tables already committed."""
-    reader = (spark.readStream.format("kafka")
-              .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
-              .option("subscribe", ",".join(t.topic for t in config.tables))
-              .option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", str(config.ingest.max_batch_records)))
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
+        .option("subscribe", ",".join(t.topic for t in config.tables))
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", str(config.ingest.max_batch_records))
+    )
     for key, value in config.kafka.properties.items():
         reader = reader.option(f"kafka.{key}", str(value))
     return reader.load()
 
 
-def run_streaming(stream: DataFrame, write: BatchFunction, checkpoint: str, trigger_seconds: float,
-                  until_idle: float | None, stop: threading.Event | None = None, health: Health | None = None) -> None:
+def run_streaming(
+    stream: DataFrame,
+    write: BatchFunction,
+    checkpoint: str,
+    trigger_seconds: float,
+    until_idle: float | None,
+    stop: threading.Event | None = None,
+    health: Health | None = None,
+) -> None:
     """Run a Structured Streaming query with ``write`` as its foreachBatch function until it is
     idle for ``until_idle`` seconds, or until ``stop`` is set."""
-    query = (stream.writeStream.foreachBatch(write).option("checkpointLocation", checkpoint)
-             .trigger(processingTime=f"{trigger_seconds} seconds").start())
+    query = (
+        stream.writeStream.foreachBatch(write)
+        .option("checkpointLocation", checkpoint)
+        .trigger(processingTime=f"{trigger_seconds} seconds")
+        .start()
+    )
     idle_since = time.monotonic()
     health = health or Health(float("inf"))
     try:
         while query.isActive:
             health.mark("source", True, f"streaming query {query.id} active")
             health.beat()
-            query.awaitTermination(0.5)
+            query.awaitTermination(0.5)  # type: ignore[arg-type]  # seconds; PySpark's hint says int, it takes any number
             status = query.status
             # Stop only between batches: interrupting one is safe (the replay is recognised) but wasted.
             if status.get("isTriggerActive") or status.get("isDataAvailable"):

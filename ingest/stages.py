@@ -14,7 +14,7 @@ Rows travel between stages with JSON payloads (orjson), so one plan serves table
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import groupby
 from typing import Any
 
@@ -25,7 +25,7 @@ from icecdc.fileio import write_parquet_with_footer
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import Reason, RejectedEvent, parse_change
 from icecdc.ingest.filemeta import describe
-from icecdc.ingest.layout import TableLayout
+from icecdc.layout import TableLayout
 
 _DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
 
@@ -36,17 +36,35 @@ def _ddl(schema: pa.Schema) -> str:
 
 
 # What Spark's Kafka source yields (the foreachBatch writer's input contract).
-KAFKA_SCHEMA = ("key binary, value binary, topic string, partition int, offset long, "
-                "timestamp timestamp, timestampType int")
-PARSED = pa.schema([
-    ("table", pa.string()), ("topic", pa.string()), ("kafka_partition", pa.int32()), ("offset", pa.int64()),
-    ("records", pa.int64()), ("key", pa.string()), ("op", pa.string()), ("change", pa.binary()),
-    ("reason", pa.string()), ("detail", pa.string()), ("raw_key", pa.binary()), ("raw_value", pa.binary()),
-])
+KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+PARSED = pa.schema(
+    [
+        ("table", pa.string()),
+        ("topic", pa.string()),
+        ("kafka_partition", pa.int32()),
+        ("offset", pa.int64()),
+        ("records", pa.int64()),
+        ("key", pa.string()),
+        ("op", pa.string()),
+        ("change", pa.binary()),
+        ("reason", pa.string()),
+        ("detail", pa.string()),
+        ("raw_key", pa.binary()),
+        ("raw_value", pa.binary()),
+    ]
+)
 # The write stage's output: the parse stage's marks and rejects as they came, and one row per
 # written file (op = data or delete, with its path, partition, record count and size).
-RESULT = pa.schema([*PARSED, ("path", pa.string()), ("partition", pa.string()),
-                    ("record_count", pa.int64()), ("file_size", pa.int64()), ("description", pa.string())])
+RESULT = pa.schema(
+    [
+        *PARSED,
+        ("path", pa.string()),
+        ("partition", pa.string()),
+        ("record_count", pa.int64()),
+        ("file_size", pa.int64()),
+        ("description", pa.string()),
+    ]
+)
 PARSED_SCHEMA, RESULT_SCHEMA = _ddl(PARSED), _ddl(RESULT)
 
 DATA, DELETE = "data", "delete"
@@ -54,14 +72,14 @@ DATA, DELETE = "data", "delete"
 # read and how many records; tombstones (SKIP) advance offsets and nothing else.
 MARK, SKIP = "mark", "skip"
 
-ArrowStage = Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+ArrowStage = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
 def parse_stage(layouts_by_topic: Mapping[str, TableLayout], committed: Mapping[tuple[str, int], int]) -> ArrowStage:
     """Kafka records -> one parsed row each, plus offset marks. Records below the table's committed offset (a
     replayed batch, or the replayed part of one) are dropped here: that is the exactly-once filter."""
 
-    def parse(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for batch in batches:
             out: list[dict[str, Any]] = []
             marks: dict[tuple[str, int], list[int]] = {}
@@ -75,36 +93,55 @@ def parse_stage(layouts_by_topic: Mapping[str, TableLayout], committed: Mapping[
                 layout = layouts_by_topic.get(topic)
                 try:
                     if layout is None:
-                        raise RejectedEvent(Reason.UNKNOWN_TABLE, f"topic {topic!r} is not mapped to a table in the configuration")
+                        raise RejectedEvent(
+                            Reason.UNKNOWN_TABLE, f"topic {topic!r} is not mapped to a table in the configuration"
+                        )
                     row["table"] = layout.table
                     if record["value"] is None:
                         row["op"] = SKIP
                     else:
                         event = parse_change(record["key"], record["value"], layout.columns, layout.primary_key)
                         change = to_key_change(event, layout)
-                        row.update(op=event.op, key=orjson.dumps(list(event.key)).decode(),
-                                   change=orjson.dumps({"after": change.after, "prior": change.prior_partitions}))
+                        row.update(
+                            op=event.op,
+                            key=orjson.dumps(list(event.key)).decode(),
+                            change=orjson.dumps({"after": change.after, "prior": change.prior_partitions}),
+                        )
                 except RejectedEvent as rejected:
-                    row.update(reason=rejected.rejection.reason, detail=rejected.rejection.detail,
-                               raw_key=record["key"], raw_value=record["value"])
+                    row.update(
+                        reason=rejected.rejection.reason,
+                        detail=rejected.rejection.detail,
+                        raw_key=record["key"],
+                        raw_value=record["value"],
+                    )
                 out.append(row)
             for (topic, partition), (last, count) in marks.items():
                 layout = layouts_by_topic.get(topic)
-                out.append({"table": layout.table if layout else None, "topic": topic, "kafka_partition": partition,
-                            "offset": last, "records": count, "op": MARK})
+                out.append(
+                    {
+                        "table": layout.table if layout else None,
+                        "topic": topic,
+                        "kafka_partition": partition,
+                        "offset": last,
+                        "records": count,
+                        "op": MARK,
+                    }
+                )
             yield pa.RecordBatch.from_pylist(out, schema=PARSED)
 
     return parse
 
 
-def reduce_and_write_stage(layouts_by_table: Mapping[str, TableLayout], io_properties: Mapping[str, str], batch_tag: str) -> ArrowStage:
+def reduce_and_write_stage(
+    layouts_by_table: Mapping[str, TableLayout], io_properties: Mapping[str, str], batch_tag: str
+) -> ArrowStage:
     """Rows grouped by (table, key) in source order -> per key, the surviving after-image (data)
     and a key row per partition where an earlier version may live (equality deletes); then one
     Parquet file per (table, partition, kind) of this task, with Iceberg field ids. File names
     are unique per attempt, so a retried or replayed batch never overwrites a file a committed
     snapshot references; files of attempts that never commit are orphans."""
 
-    def reduce_and_write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    def reduce_and_write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         outputs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
         passed: list[dict[str, Any]] = []
 
@@ -118,15 +155,15 @@ def reduce_and_write_stage(layouts_by_table: Mapping[str, TableLayout], io_prope
 
         for (table, key), group in groupby(changes(), key=lambda r: (r["table"], r["key"])):
             layout = layouts_by_table[table]
-            changes = []
+            key_changes = []
             for r in group:
                 change = orjson.loads(r["change"])
-                changes.append(KeyChange(r["op"], change["after"], tuple(tuple(p) for p in change["prior"])))
-            result = reduce_key(changes)
+                key_changes.append(KeyChange(r["op"], change["after"], tuple(tuple(p) for p in change["prior"])))
+            result = reduce_key(key_changes)
             if result.row is not None:
                 partition = orjson.dumps(layout.partition_of(result.row)).decode()
                 outputs.setdefault((table, partition, DATA), []).append(result.row)
-            key_row = dict(zip(layout.primary_key, orjson.loads(key)))
+            key_row = dict(zip(layout.primary_key, orjson.loads(key), strict=True))
             for p in result.delete_partitions:
                 outputs.setdefault((table, orjson.dumps(p).decode(), DELETE), []).append(key_row)
 
@@ -138,9 +175,17 @@ def reduce_and_write_stage(layouts_by_table: Mapping[str, TableLayout], io_prope
             name = f"{batch_tag}-{uuid.uuid4().hex}-{kind}.parquet"
             path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
             size, footer = write_parquet_with_footer(arrow, path, io_properties)
-            facts.append({"table": table, "op": kind, "path": path, "partition": partition,
-                          "record_count": arrow.num_rows, "file_size": size,
-                          "description": describe(layout, kind, path, tuple(orjson.loads(partition)), size, footer)})
+            facts.append(
+                {
+                    "table": table,
+                    "op": kind,
+                    "path": path,
+                    "partition": partition,
+                    "record_count": arrow.num_rows,
+                    "file_size": size,
+                    "description": describe(layout, kind, path, tuple(orjson.loads(partition)), size, footer),
+                }
+            )
         if facts or passed:
             yield pa.RecordBatch.from_pylist(passed + facts, schema=RESULT)
 

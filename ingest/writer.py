@@ -15,6 +15,7 @@ make the replay a no-op.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -24,21 +25,23 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from icecdc import failpoints
-from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc import failpoints, summary
+from icecdc.catalog import load_metadata_table, metadata_call, pyiceberg_catalog
 from icecdc.config import Config
+from icecdc.errors import NoSuchTable
 from icecdc.events import CommitEvent, PartitionDelta
 from icecdc.ingest import metrics
 from icecdc.ingest import offsets as offset_log
-from icecdc.ingest.commit import TableCommitter, WrittenFile
-from icecdc.ingest.layout import TableLayout, layout_from_pyiceberg
 from icecdc.ingest.publish import (
     CommitEventPublisher,
     dead_letters_from_rows,
     send_dead_letters,
 )
 from icecdc.ingest.stages import DATA, DELETE, MARK, PARSED_SCHEMA, RESULT_SCHEMA, parse_stage, reduce_and_write_stage
-from icecdc.jvm import CommittedSnapshot
+from icecdc.jvm.bridge import JavaBridge
+from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
+from icecdc.layout import PartitionKey, TableLayout, layout_from_pyiceberg
+from icecdc.outages import CatalogRetry
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -70,6 +73,16 @@ class IngestStats:
 
 
 @dataclass(frozen=True)
+class WrittenFile:
+    kind: str  # DATA or DELETE (equality deletes on the primary key)
+    path: str
+    partition: PartitionKey
+    record_count: int
+    file_size: int
+    description: str  # Iceberg's content-file JSON, made where the file was written (filemeta.py)
+
+
+@dataclass(frozen=True)
 class BatchResult:
     batch_id: str
     records: int
@@ -98,19 +111,31 @@ def _partition_deltas(layout: TableLayout, files: list[WrittenFile]) -> list[Par
 class BatchWriter:
     """Writes micro-batches of Kafka records (Spark Kafka source schema) into the configured tables."""
 
-    def __init__(self, spark: SparkSession, config: Config, dead_letter_producer: Producer,
-                 publisher: CommitEventPublisher, source_name: str = "kafka") -> None:
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: Config,
+        dead_letter_producer: Producer,
+        publisher: CommitEventPublisher,
+        source_name: str = "kafka",
+        retry: CatalogRetry | None = None,
+    ) -> None:
         self.spark = spark
         self.config = config
         self.source_name = source_name
         self.stats = IngestStats()
         self._dead_letter_producer = dead_letter_producer
         self._publisher = publisher
-        catalog = pyiceberg_catalog(config)
-        self.layouts = {
-            t.name: layout_from_pyiceberg(t.name, t.topic, t.primary_key, catalog.load_table(t.name)) for t in config.tables
-        }
-        self.committers = {name: TableCommitter(spark, qualified(config, name), layout) for name, layout in self.layouts.items()}
+        catalog = metadata_call(retry, "opening the catalog", lambda: pyiceberg_catalog(config))
+        self.layouts: dict[str, TableLayout] = {}
+        for table in config.tables:
+            ref = config.table_ref(table)
+            metadata = metadata_call(retry, f"loading {ref}", functools.partial(load_metadata_table, catalog, ref))
+            if metadata is None:
+                raise NoSuchTable(f"table {ref} does not exist (icecdc creates it when its config has a schema)")
+            self.layouts[table.name] = layout_from_pyiceberg(table.name, table.topic, table.primary_key, metadata)
+        bridge = JavaBridge(spark)
+        self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in self.layouts}
         self._io_properties = dict(config.catalog.properties)
         # Sized from the largest batch the source can deliver, since the job cannot count its
         # input before it runs: one write task (one file per partition and kind) for up to
@@ -119,7 +144,7 @@ class BatchWriter:
 
     def committed_offsets(self) -> dict[str, offset_log.Offsets]:
         """table -> its committed offsets, read from the table (the source of truth)."""
-        return {name: offset_log.committed_offsets(c.summaries_newest_first()) for name, c in self.committers.items()}
+        return {name: offset_log.committed_offsets(table.summaries_newest_first()) for name, table in self.tables.items()}
 
     def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[tuple[str, int], int]:
         """(topic, partition) -> next offset to read, each topic as committed by its own table."""
@@ -129,7 +154,7 @@ class BatchWriter:
             for partition, offset in topics.get(self.layouts[table].topic, {}).items()
         }
 
-    def __call__(self, df: DataFrame, batch_id: int) -> BatchResult:
+    def __call__(self, df: DataFrame, batch_id: int | str) -> BatchResult:
         """The ``foreachBatch`` entry point."""
         started = time.monotonic()
         tag = f"{self.source_name}:{batch_id}"
@@ -146,10 +171,12 @@ class BatchWriter:
         # One Spark job: parse, shuffle by key, reduce and write; the marks and rejects of the
         # parse stage pass through the write stage to the driver in the same result.
         job_started = time.monotonic()
-        result = (parsed.repartition(self._write_tasks, "table", "key")
-                  .sortWithinPartitions("table", "key", "kafka_partition", "offset")
-                  .mapInArrow(reduce_and_write_stage(self.layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)
-                  .collect())
+        result = (
+            parsed.repartition(self._write_tasks, "table", "key")
+            .sortWithinPartitions("table", "key", "kafka_partition", "offset")
+            .mapInArrow(reduce_and_write_stage(self.layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)
+            .collect()
+        )
         self.stats.last_job_seconds = time.monotonic() - job_started
         consumed_by_table: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
         records = 0
@@ -179,7 +206,10 @@ class BatchWriter:
         files_by_table: dict[str, list[WrittenFile]] = defaultdict(list)
         for row in (r for r in result if r.op in (DATA, DELETE)):
             files_by_table[row.table].append(
-                WrittenFile(row.op, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size, row.description))
+                WrittenFile(
+                    row.op, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size, row.description
+                )
+            )
         rejected_tables = {letter.table for letter in letters}
         commits: dict[str, CommittedSnapshot] = {}
         commit_seconds: dict[str, float] = {}
@@ -196,11 +226,13 @@ class BatchWriter:
     def _commit(self, table: str, files: list[WrittenFile], offsets: offset_log.Offsets, tag: str) -> CommittedSnapshot:
         layout = self.layouts[table]
         commit_started = time.monotonic()
-        snapshot = self.committers[table].commit(files, {
-            offset_log.OFFSETS_PROPERTY: offset_log.encode(offsets),
-            offset_log.BATCH_PROPERTY: tag,
-            offset_log.WRITER_PROPERTY: offset_log.INGEST_WRITER,
-        })
+        snapshot = self.tables[table].commit_files(
+            f"committing batch {tag} to {table}",
+            [f.description for f in files if f.kind == DATA],
+            [f.description for f in files if f.kind == DELETE],
+            layout.spec_id,
+            offset_log.batch_summary(offsets, tag),
+        )
         self.stats.last_commit_seconds = time.monotonic() - commit_started
         self.stats.commits += 1
         self.stats.interleaved_commits += snapshot.interleaved
@@ -213,13 +245,20 @@ class BatchWriter:
         metrics.COMMIT_INTERLEAVED.labels(table).inc(snapshot.interleaved)
         metrics.ROWS_WRITTEN.labels(table, "data").inc(data_rows)
         metrics.ROWS_WRITTEN.labels(table, "equality-delete").inc(delete_rows)
-        self._publisher.publish(CommitEvent(
-            table=table, snapshot_id=snapshot.snapshot_id, parent_snapshot_id=snapshot.parent_snapshot_id,
-            sequence_number=snapshot.sequence_number, commit_time_ms=snapshot.timestamp_ms,
-            operation=snapshot.operation, writer=offset_log.INGEST_WRITER, batch_id=tag,
-            source_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
-            partitions=_partition_deltas(layout, files),
-        ))
+        self._publisher.publish(
+            CommitEvent(
+                table=table,
+                snapshot_id=snapshot.snapshot_id,
+                parent_snapshot_id=snapshot.parent_snapshot_id,
+                sequence_number=snapshot.sequence_number,
+                commit_time_ms=snapshot.timestamp_ms,
+                operation=snapshot.operation,
+                writer=summary.INGEST_WRITER,
+                batch_id=tag,
+                source_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
+                partitions=_partition_deltas(layout, files),
+            )
+        )
         return snapshot
 
     def _log(self, result: BatchResult) -> None:
@@ -227,11 +266,31 @@ class BatchWriter:
             log.info("batch %s: nothing new (already committed)", result.batch_id)
             return
         if not result.commits:
-            log.info("batch %s: %d records, %d dead letters -> no commit in %.2fs", result.batch_id, result.records,
-                     result.dead_letters, result.seconds, extra={"batch_id": result.batch_id, "records": result.records})
+            log.info(
+                "batch %s: %d records, %d dead letters -> no commit in %.2fs",
+                result.batch_id,
+                result.records,
+                result.dead_letters,
+                result.seconds,
+                extra={"batch_id": result.batch_id, "records": result.records},
+            )
         for table, snapshot in result.commits.items():
-            log.info("batch %s: %d records, %d dead letters -> %s snapshot %d seq %d in %.2fs (write job %.2fs, commit %.2fs)",
-                     result.batch_id, result.records, result.dead_letters, table, snapshot.snapshot_id,
-                     snapshot.sequence_number, result.seconds, self.stats.last_job_seconds, self.stats.last_commit_seconds,
-                     extra={"batch_id": result.batch_id, "records": result.records, "table": table,
-                            "snapshot_id": snapshot.snapshot_id, "sequence_number": snapshot.sequence_number})
+            log.info(
+                "batch %s: %d records, %d dead letters -> %s snapshot %d seq %d in %.2fs (write job %.2fs, commit %.2fs)",
+                result.batch_id,
+                result.records,
+                result.dead_letters,
+                table,
+                snapshot.snapshot_id,
+                snapshot.sequence_number,
+                result.seconds,
+                self.stats.last_job_seconds,
+                self.stats.last_commit_seconds,
+                extra={
+                    "batch_id": result.batch_id,
+                    "records": result.records,
+                    "table": table,
+                    "snapshot_id": snapshot.snapshot_id,
+                    "sequence_number": snapshot.sequence_number,
+                },
+            )

@@ -1,5 +1,8 @@
 """JSON Schemas of what icecdc reads and writes on Kafka; shipped as documentation and used by
-the code to validate (compiled once with fastjsonschema: validation sits on the ingest path)."""
+the code to validate (compiled once with fastjsonschema: validation sits on the ingest path).
+
+``icecdc.schemas`` lives in the repository's top-level ``schemas/`` folder (the design card's
+layout), with the ``*.schema.json`` files themselves."""
 
 from __future__ import annotations
 

@@ -17,14 +17,24 @@ REGIONS = ("eu", "us", "apac")
 MICROS_PER_DAY = 86_400_000_000
 BASE_MICROS = 1_735_689_600_000_000  # 2025-01-01T00:00:00
 
-_WRAPPER_SCHEMA = {"type": "struct", "name": "shop.public.orders.Envelope", "fields": [
-    {"field": field_name, "type": "struct", "optional": True, "fields": [
-        {"field": "id", "type": "int64"},
-        {"field": "region", "type": "string", "optional": True},
-        {"field": "amount", "type": "string", "optional": True},
-        {"field": "updated_at", "type": "int64", "optional": True, "name": "io.debezium.time.Timestamp"},
-    ]} for field_name in ("before", "after")
-]}
+_WRAPPER_SCHEMA = {
+    "type": "struct",
+    "name": "shop.public.orders.Envelope",
+    "fields": [
+        {
+            "field": field_name,
+            "type": "struct",
+            "optional": True,
+            "fields": [
+                {"field": "id", "type": "int64"},
+                {"field": "region", "type": "string", "optional": True},
+                {"field": "amount", "type": "string", "optional": True},
+                {"field": "updated_at", "type": "int64", "optional": True, "name": "io.debezium.time.Timestamp"},
+            ],
+        }
+        for field_name in ("before", "after")
+    ],
+}
 
 
 def orders_table(name: str, topic: str) -> dict[str, Any]:
@@ -37,11 +47,24 @@ class SourceDatabase:
 
     @staticmethod
     def row(key: int, region: str, cents: int, day: int, second: int = 0) -> dict[str, Any]:
-        return {"id": key, "region": region, "amount": f"{cents // 100}.{cents % 100:02d}",
-                "updated_at": BASE_MICROS + day * MICROS_PER_DAY + second * 1_000_000}
+        return {
+            "id": key,
+            "region": region,
+            "amount": f"{cents // 100}.{cents % 100:02d}",
+            "updated_at": BASE_MICROS + day * MICROS_PER_DAY + second * 1_000_000,
+        }
 
-    def upsert(self, key: int, region: str, cents: int, day: int, *, snapshot_read: bool = False,
-               omit_before: bool = False, wrapped: bool = False) -> tuple[bytes, bytes]:
+    def upsert(
+        self,
+        key: int,
+        region: str,
+        cents: int,
+        day: int,
+        *,
+        snapshot_read: bool = False,
+        omit_before: bool = False,
+        wrapped: bool = False,
+    ) -> tuple[bytes, bytes]:
         """Insert or update; returns the (key, value) of the Debezium record."""
         after = self.row(key, region, cents, day, second=key)
         before = self.rows.get(key)
@@ -49,9 +72,13 @@ class SourceDatabase:
         self.rows[key] = after
         payload = {"op": op, "before": None if omit_before else before, "after": after, "source": {"lsn": 1}, "ts_ms": 0}
         if wrapped:
-            millis = lambda r: r and {**r, "updated_at": r["updated_at"] // 1000}
-            return self._key(key), orjson.dumps({"schema": _WRAPPER_SCHEMA, "payload": {
-                **payload, "before": millis(payload["before"]), "after": millis(after)}})
+
+            def millis(row: dict[str, Any] | None) -> dict[str, Any] | None:
+                return row and {**row, "updated_at": row["updated_at"] // 1000}
+
+            return self._key(key), orjson.dumps(
+                {"schema": _WRAPPER_SCHEMA, "payload": {**payload, "before": millis(payload["before"]), "after": millis(after)}}
+            )
         return self._key(key), orjson.dumps(payload)
 
     def delete(self, key: int) -> tuple[bytes, bytes]:
@@ -75,10 +102,20 @@ def table_rows(spark: Any, qualified_name: str) -> list[tuple[Any, ...]]:
     return sorted(tuple(r) for r in spark.table(qualified_name).select("id", "region", "amount", "updated_at").collect())
 
 
-def kafka_records(topic: str, pairs: list[tuple[bytes | None, bytes | None]], first_offset: int = 0, partition: int = 0) -> list[dict[str, Any]]:
+def kafka_records(
+    topic: str, pairs: list[tuple[bytes | None, bytes | None]], first_offset: int = 0, partition: int = 0
+) -> list[dict[str, Any]]:
     """Rows with the Spark Kafka source's schema."""
     now = dt.datetime.now(dt.timezone.utc)
     return [
-        {"key": k, "value": v, "topic": topic, "partition": partition, "offset": first_offset + i, "timestamp": now, "timestampType": 0}
+        {
+            "key": k,
+            "value": v,
+            "topic": topic,
+            "partition": partition,
+            "offset": first_offset + i,
+            "timestamp": now,
+            "timestampType": 0,
+        }
         for i, (k, v) in enumerate(pairs)
     ]

@@ -18,13 +18,15 @@ def write_config(config: Config, path: Path) -> Path:
     return path
 
 
-def icecdc_process(*args: str, failpoint: str | None = None, timeout: float = 600,
-                   env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+def icecdc_process(
+    *args: str, failpoint: str | None = None, timeout: float = 600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     env = {**{k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}, **(env or {})}
     if failpoint:
         env["ICECDC_FAILPOINT"] = failpoint
-    return subprocess.run([sys.executable, "-m", "icecdc.cli", *args], check=False, env=env,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "icecdc.cli", *args], check=False, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 def start_icecdc(*args: str, log: Path, failpoint: str | None = None) -> subprocess.Popen:

@@ -9,8 +9,9 @@ ingester does for several tables. The maintenance of each table runs beside it. 
 interval a probe, on a thread of its own while the writer keeps its schedule, measures, per table: file counts (data, small, live
 equality- and position-delete files, bytes, manifests) and query latency (a full count with deletes
 applied, an aggregation, point lookups by key; medians of repeats), and the same for a fully
-compacted copy of the current data as the reference. After the last batch it keeps probing for
-a drain period while maintenance catches up, then checks that every table holds exactly the
+compacted copy of the current data as the reference. After the last batch it keeps probing while
+maintenance catches up (the drain: at least ``drain_seconds``, and until the sidecar has answered
+every partition, at most ``drain_max_seconds``), then checks that every table holds exactly the
 stream's final state and reads the rest from each table's snapshot log: bytes ingested, bytes
 maintenance wrote, compaction commits, and for every partition left with equality deletes by its
 last write, how long until a maintenance commit touched it.
@@ -24,12 +25,12 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icecdc import kafka
-from icecdc.bench.report import machine, markdown_table, publish
+from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, progress
+from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.bench.strategies import (
     ICECDC,
     NONE,
@@ -37,27 +38,42 @@ from icecdc.bench.strategies import (
     CronRewrite,
     Sidecar,
     Strategy,
+    StrategyCounts,
     ThresholdCompaction,
     cron_period,
     strategy_names,
 )
-from icecdc.broker import EmbeddedBroker, free_port
-from icecdc.catalog import ensure_tables, pyiceberg_catalog, qualified
-from icecdc.compactor.metadata import DATA, EQUALITY_DELETES
-from icecdc.config import Config, embedded_config
+from icecdc.catalog import pyiceberg_catalog
+from icecdc.compactor.sizes import SizeClass, size_class
+from icecdc.config import CompactorConfig, Config
+from icecdc.files import DataFileContent
 from icecdc.workload import ORDERS_PARTITIONING, OrdersWorkload, orders_table
 
 COLUMNS = ("id", "region", "status", "amount", "updated_at")
-METRICS = ("count_ms", "aggregate_ms", "lookup_ms", "data_files", "small_files", "equality_delete_files",
-           "position_delete_files", "bytes", "manifests")
+METRICS = (
+    "count_ms",
+    "aggregate_ms",
+    "lookup_ms",
+    "data_files",
+    "small_files",
+    "equality_delete_files",
+    "position_delete_files",
+    "bytes",
+    "manifests",
+)
 TITLES = {
-    "count_ms": "full count, deletes applied (ms, median)", "aggregate_ms": "aggregation (ms, median)",
-    "lookup_ms": "point lookup by key (ms, median)", "data_files": "live data files",
-    "small_files": "small data files", "equality_delete_files": "live equality-delete files",
-    "position_delete_files": "live position-delete files", "bytes": "live bytes",
+    "count_ms": "full count, deletes applied (ms, median)",
+    "aggregate_ms": "aggregation (ms, median)",
+    "lookup_ms": "point lookup by key (ms, median)",
+    "data_files": "live data files",
+    "small_files": "small data files",
+    "equality_delete_files": "live equality-delete files",
+    "position_delete_files": "live position-delete files",
+    "bytes": "live bytes",
     "manifests": "manifests in the current snapshot",
 }
 REFERENCE = "compacted"
+say = progress("e2e")
 
 
 @dataclass(frozen=True)
@@ -75,11 +91,73 @@ class Workload:
     seed: int = 17
 
 
+@dataclass(frozen=True)
+class ProbePoint:
+    """One table measured by one probe: when (seconds into the run), its files, its latencies."""
+
+    t: float
+    t_end: float
+    count_ms: float
+    aggregate_ms: float
+    lookup_ms: float
+    data_files: int
+    small_files: int
+    equality_delete_files: int
+    position_delete_files: int
+    bytes: int
+    manifests: int
+
+
+@dataclass(frozen=True)
+class SettleToCompacted:
+    settled_partitions: int
+    compacted: int
+    median_seconds: float | None
+    seconds: list[float]
+
+
+@dataclass(frozen=True)
+class StrategyResult:
+    series: list[ProbePoint]
+    commit_seconds: list[tuple[float, float]]  # (seconds into the run, the writer's commit latency)
+    writer_failures: list[str]
+    rows_match: bool
+    ingested_bytes: int
+    rewritten_bytes: int
+    write_amplification: float
+    compaction_commits: int
+    maintenance: StrategyCounts
+    writer_commit_p50: float
+    writer_commit_max: float
+    settle_to_compacted: SettleToCompacted
+    settled_partitions_with_equality_deletes: int
+
+
+@dataclass
+class E2EResults:
+    machine: str
+    minutes: float
+    batches: int
+    batch_seconds: float
+    probe_seconds: float
+    cron_seconds: list[float]
+    drain_seconds: float
+    drain_max_seconds: float
+    lookups: int
+    repeats: int
+    workload: Workload
+    strategies: dict[str, StrategyResult] = field(default_factory=dict)
+    reference: list[ProbePoint] = field(default_factory=list)  # the compacted copy, probe by probe
+    writes_ended_t: float = 0.0
+    drained_seconds: float = 0.0  # how long the drain lasted
+
+
 def batch_sizes(batches: int, workload: Workload) -> list[int]:
     """Changes per micro-batch: ``burst_factor`` times the base in a ``burst_share`` of them."""
     draw = random.Random(workload.seed)
-    return [round(workload.changes * (workload.burst_factor if draw.random() < workload.burst_share else 1))
-            for _ in range(batches)]
+    return [
+        round(workload.changes * (workload.burst_factor if draw.random() < workload.burst_share else 1)) for _ in range(batches)
+    ]
 
 
 def generate(batches: int, workload: Workload) -> tuple[list[list[tuple[bytes, bytes]]], OrdersWorkload]:
@@ -92,40 +170,44 @@ def generate(batches: int, workload: Workload) -> tuple[list[list[tuple[bytes, b
     return out, orders
 
 
-def _progress(message: str) -> None:
-    print(f"[bench e2e] {message}", flush=True)
+def settle_settings(batch_seconds: float) -> dict[str, float]:
+    """Settle windows scaled to the benchmark's clock: a partition written every batch is hot,
+    one left alone for a few batches has settled (15-60 s for the default 10 s batches)."""
+    return {
+        "cadence_multiple": 3,
+        "min_seconds": 1.5 * batch_seconds,
+        "initial_seconds": 3 * batch_seconds,
+        "max_seconds": 6 * batch_seconds,
+    }
 
 
-def _config(base: Config, run_id: int, strategies: Sequence[str]) -> Config:
-    data = base.model_dump(by_alias=True)
+def _config(base: Config, run_id: int, strategies: Sequence[str], batch_seconds: float) -> Config:
     slugs = [s.replace("-", "_") for s in strategies]
-    data.update({
-        "tables": [orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}") for s in slugs],
-        "commit_topic": f"e2e-commits-{run_id}", "compaction_topic": f"e2e-compactions-{run_id}",
-        "maintenance_topic": f"e2e-maintenance-{run_id}",
-        "compactor": {"consumer_group": f"e2e-{run_id}", "http": {"port": None}, "reconcile_seconds": 10,
-                      # Scaled to the benchmark's clock: a partition written every batch is hot, one
-                      # left alone for a few batches has settled.
-                      "settle": {"cadence_multiple": 3, "min_seconds": 15, "initial_seconds": 30, "max_seconds": 60}},
-        "coordinator": {"lease_topic": f"e2e-leases-{run_id}"},
-    })
-    return Config.model_validate(data)
-
-
-def _sidecar_config(config: Config, strategies: Sequence[str]) -> Config:
-    data = config.model_dump(by_alias=True)
-    data["tables"] = [data["tables"][strategies.index(ICECDC)]]
-    return Config.model_validate(data)
+    return clone(
+        base,
+        tables=[orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}") for s in slugs],
+        commit_topic=f"e2e-commits-{run_id}",
+        compaction_topic=f"e2e-compactions-{run_id}",
+        maintenance_topic=f"e2e-maintenance-{run_id}",
+        compactor={
+            "consumer_group": f"e2e-{run_id}",
+            "http": {"port": None},
+            "reconcile_seconds": 10,
+            "settle": settle_settings(batch_seconds),
+        },
+        coordinator={"lease_topic": f"e2e-leases-{run_id}"},
+    )
 
 
 # ---- measuring a table --------------------------------------------------------------------------
 
 
-def file_counts(table: Any, small_file_bytes: int) -> dict[str, int]:
+def file_counts(table: Any, settings: CompactorConfig) -> dict[str, int]:
     """Live files of a pyiceberg table and the manifests listing them (every query that cannot
     prune a manifest by partition opens it), from its metadata."""
-    counts = dict.fromkeys(("data_files", "small_files", "equality_delete_files", "position_delete_files", "bytes",
-                            "manifests"), 0)
+    counts = dict.fromkeys(
+        ("data_files", "small_files", "equality_delete_files", "position_delete_files", "bytes", "manifests"), 0
+    )
     current = table.current_snapshot()
     if current is None:
         return counts
@@ -133,10 +215,11 @@ def file_counts(table: Any, small_file_bytes: int) -> dict[str, int]:
     for row in table.inspect.files().select(["content", "file_size_in_bytes"]).to_pylist():
         size = row["file_size_in_bytes"]
         counts["bytes"] += size
-        if row["content"] == DATA:
+        content = DataFileContent(row["content"])
+        if content is DataFileContent.DATA:
             counts["data_files"] += 1
-            counts["small_files"] += size < small_file_bytes
-        elif row["content"] == EQUALITY_DELETES:
+            counts["small_files"] += size_class(size, settings) is SizeClass.SMALL
+        elif content is DataFileContent.EQUALITY_DELETES:
             counts["equality_delete_files"] += 1
         else:
             counts["position_delete_files"] += 1
@@ -153,34 +236,43 @@ def query_latency(spark: Any, names: dict[str, str], keys: list[int], repeats: i
     """Median latency, per table, of a full count (deletes applied), an aggregation and point
     lookups. The tables take turns, query by query and key by key, so that what else the machine
     is doing meanwhile (the writer, the strategies' own rewrites) falls on all of them alike."""
-    queries = {
-        "count_ms": [lambda n: f"SELECT count(*) FROM {n}"] * repeats,
-        "aggregate_ms": [lambda n: f"SELECT region, status, count(*), sum(amount) FROM {n} GROUP BY region, status"] * repeats,
-        "lookup_ms": [lambda n, k=k: f"SELECT * FROM {n} WHERE id = {k}" for k in keys],
+    queries: dict[str, list[str]] = {  # {t}: the table
+        "count_ms": ["SELECT count(*) FROM {t}"] * repeats,
+        "aggregate_ms": ["SELECT region, status, count(*), sum(amount) FROM {t} GROUP BY region, status"] * repeats,
+        "lookup_ms": [f"SELECT * FROM {{t}} WHERE id = {k}" for k in keys],
     }
     timings: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in names}
     for metric, runs in queries.items():
         for query in runs:
             for strategy, name in names.items():
-                timings[strategy][metric].append(_ms(query(name), spark))
+                timings[strategy][metric].append(_ms(query.format(t=name), spark))
     return {s: {metric: statistics.median(values) for metric, values in t.items()} for s, t in timings.items()}
 
 
 class Probe:
     """Measures every strategy's table and a compacted copy of the current data."""
 
-    def __init__(self, spark: Any, config: Config, names: dict[str, str], orders: OrdersWorkload, lookups: int,
-                 repeats: int, run_id: int, started: float) -> None:
+    def __init__(
+        self,
+        spark: Any,
+        config: Config,
+        names: dict[str, str],
+        orders: OrdersWorkload,
+        lookups: int,
+        repeats: int,
+        run_id: int,
+        started: float,
+    ) -> None:
         self._spark = spark
         self._started = started
         self._catalog = pyiceberg_catalog(config)
         self._lookups = lookups
         self._orders = orders
         self._repeats = repeats
-        self._small = config.compactor.small_file_bytes
+        self._settings = config.compactor
         self.reference = f"{config.catalog.name}.bench.e2e_{REFERENCE}_{run_id}"
         self._names = {**names, REFERENCE: self.reference}
-        self.series: dict[str, list[dict[str, float]]] = {s: [] for s in self._names}
+        self.series: dict[str, list[ProbePoint]] = {s: [] for s in self._names}
         # Iceberg answers count(*) from file metadata when no delete applies: off, so that every
         # table is counted by reading it, as a count with deletes must be.
         spark.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
@@ -192,33 +284,61 @@ class Probe:
         keys = random.Random(len(self.series[REFERENCE])).sample(sorted(self._orders.rows), self._lookups)
         # Copied from the sidecar's table at this moment: the same rows, each partition in one file.
         partitioning = ", ".join(ORDERS_PARTITIONING)
-        self._spark.sql(f"CREATE OR REPLACE TABLE {self.reference} USING iceberg PARTITIONED BY ({partitioning}) "
-                        f"TBLPROPERTIES ('format-version' = '2') AS SELECT * FROM {self._names[ICECDC]}")
+        self._spark.sql(
+            f"CREATE OR REPLACE TABLE {self.reference} USING iceberg PARTITIONED BY ({partitioning}) "
+            f"TBLPROPERTIES ('format-version' = '2') AS SELECT * FROM {self._names[ICECDC]}"
+        )
         files = {}
         for strategy, name in self._names.items():
             self._spark.sql(f"REFRESH TABLE {name}")
-            files[strategy] = file_counts(self._catalog.load_table(name.split(".", 1)[1]), self._small)
+            files[strategy] = file_counts(self._catalog.load_table(name.split(".", 1)[1]), self._settings)
         latency = query_latency(self._spark, self._names, keys, self._repeats)
         ended = time.monotonic() - self._started
         for strategy in self._names:
-            self.series[strategy].append({"t": round(began, 1), "t_end": round(ended, 1), **files[strategy],
-                                          **latency[strategy]})
-        line = ", ".join(f"{s} {p[-1]['count_ms']:.0f}/{p[-1]['lookup_ms']:.0f} ms {p[-1]['equality_delete_files']} eq-del"
-                         for s, p in self.series.items())
-        _progress(f"t={began:.0f}-{ended:.0f}s count/lookup: {line}")
+            counts, took = files[strategy], latency[strategy]
+            self.series[strategy].append(
+                ProbePoint(
+                    t=round(began, 1),
+                    t_end=round(ended, 1),
+                    count_ms=took["count_ms"],
+                    aggregate_ms=took["aggregate_ms"],
+                    lookup_ms=took["lookup_ms"],
+                    data_files=counts["data_files"],
+                    small_files=counts["small_files"],
+                    equality_delete_files=counts["equality_delete_files"],
+                    position_delete_files=counts["position_delete_files"],
+                    bytes=counts["bytes"],
+                    manifests=counts["manifests"],
+                )
+            )
+        line = ", ".join(
+            f"{s} {p[-1].count_ms:.0f}/{p[-1].lookup_ms:.0f} ms {p[-1].equality_delete_files} eq-del"
+            for s, p in self.series.items()
+        )
+        say(f"t={began:.0f}-{ended:.0f}s count/lookup: {line}")
 
 
 # ---- the snapshot log ---------------------------------------------------------------------------
 
 
-def snapshot_log(table: Any) -> dict[str, Any]:
-    """Bytes the writer added, bytes maintenance wrote (every ``replace`` commit), and when each
-    partition was last written and when maintenance touched it, read from the manifests each
-    snapshot added."""
+@dataclass(frozen=True)
+class SnapshotLog:
+    ingested_bytes: int  # every writer commit's added files
+    rewritten_bytes: int  # every maintenance (replace) commit's added files
+    compaction_commits: int
+    # partition -> (commit time, whether it left an equality delete), per writer commit
+    writes: dict[tuple[Any, ...], list[tuple[float, bool]]]
+    maintained: dict[tuple[Any, ...], list[float]]  # partition -> maintenance commit times
+    live_equality_deletes: set[tuple[Any, ...]]  # partitions with live equality deletes now
+
+
+def snapshot_log(table: Any) -> SnapshotLog:
+    """When each partition was last written and when maintenance touched it, and the bytes each
+    side added, read from the manifests each snapshot added."""
     io = table.io
     ingested = rewritten = commits = 0
-    writes: dict[tuple, list[tuple[float, bool]]] = defaultdict(list)  # (time, left an equality delete)
-    maintained: dict[tuple, list[float]] = defaultdict(list)
+    writes: dict[tuple[Any, ...], list[tuple[float, bool]]] = defaultdict(list)
+    maintained: dict[tuple[Any, ...], list[float]] = defaultdict(list)
     for snapshot in table.snapshots():
         summary = snapshot.summary
         added = int(summary.get("added-files-size", 0) or 0)
@@ -229,95 +349,111 @@ def snapshot_log(table: Any) -> dict[str, Any]:
         else:
             ingested += added
         when = snapshot.timestamp_ms / 1000
-        touched: dict[tuple, bool] = {}
+        touched: dict[tuple[Any, ...], bool] = {}
         for manifest in snapshot.manifests(io):
             if manifest.added_snapshot_id != snapshot.snapshot_id:
                 continue
             for entry in manifest.fetch_manifest_entry(io, discard_deleted=False):
                 if entry.snapshot_id != snapshot.snapshot_id or entry.status.value == 0:  # EXISTING
                     continue
-                key = tuple(entry.data_file.partition)
-                equality = entry.data_file.content.value == EQUALITY_DELETES and entry.status.value == 1
+                key = _partition_key(entry)
+                equality = entry.data_file.content is DataFileContent.EQUALITY_DELETES and entry.status.value == 1
                 touched[key] = touched.get(key, False) or equality
         for key, equality in touched.items():
-            (maintained[key].append(when) if maintenance else writes[key].append((when, equality)))
+            if maintenance:
+                maintained[key].append(when)
+            else:
+                writes[key].append((when, equality))
     current = table.current_snapshot()
     live_equality = {
-        tuple(entry.data_file.partition)
+        _partition_key(entry)
         for manifest in (current.manifests(io) if current is not None else [])
         for entry in manifest.fetch_manifest_entry(io)
-        if entry.data_file.content.value == EQUALITY_DELETES
+        if entry.data_file.content is DataFileContent.EQUALITY_DELETES
     }
-    return {"ingested_bytes": ingested, "rewritten_bytes": rewritten, "compaction_commits": commits,
-            "writes": writes, "maintained": maintained, "live_equality_deletes": live_equality}
+    return SnapshotLog(ingested, rewritten, commits, writes, maintained, live_equality)
 
 
-def settle_to_compacted(log: dict[str, Any], writes_ended: float, settle_seconds: float) -> dict[str, Any]:
+def _partition_key(entry: Any) -> tuple[Any, ...]:
+    return tuple(entry.data_file.partition)
+
+
+def settle_to_compacted(log: SnapshotLog, writes_ended: float, settle_seconds: float) -> SettleToCompacted:
     """For every partition whose last write left equality deletes and came ``settle_seconds``
     before the writes ended (it settled during the run): seconds from that write to the first
     maintenance commit that touched it, or None if none did."""
     delays: list[float | None] = []
-    for key, history in log["writes"].items():
+    for key, history in log.writes.items():
         last, equality = max(history)
         if not equality or last > writes_ended - settle_seconds:
             continue
-        after = [t for t in log["maintained"].get(key, []) if t >= last]
+        after = [t for t in log.maintained.get(key, []) if t >= last]
         delays.append(min(after) - last if after else None)
     done = [d for d in delays if d is not None]
-    return {"settled_partitions": len(delays), "compacted": len(done),
-            "median_seconds": statistics.median(done) if done else None, "seconds": done}
+    return SettleToCompacted(len(delays), len(done), statistics.median(done) if done else None, done)
 
 
 # ---- the run ------------------------------------------------------------------------------------
 
 
-def _start(spark: Any, config: Config, strategies: Sequence[str], strategy: str, name: str, out: Path) -> Strategy:
+@dataclass(frozen=True)
+class RunSettings:
+    batches: int
+    workload: Workload
+    batch_seconds: float
+    probe_seconds: float
+    cron_seconds: Sequence[float]
+    drain_seconds: float
+    drain_max_seconds: float
+    lookups: int
+    repeats: int
+
+
+def _start(spark: Any, config: Config, strategies: Sequence[str], strategy: str, out: Path) -> Strategy:
+    table = config.tables[strategies.index(strategy)].name
     if (period := cron_period(strategy)) is not None:
-        return CronRewrite(spark, config, name.split(".", 1)[1], period)
+        return CronRewrite(spark, config, table, period)
     if strategy == THRESHOLD:
-        return ThresholdCompaction(spark, config, name.split(".", 1)[1], config.compactor)
+        return ThresholdCompaction(spark, config, table, config.compactor)
     if strategy == ICECDC:
-        return Sidecar(_sidecar_config(config, strategies), out)
+        return Sidecar(clone(config, tables=[config.tables[strategies.index(ICECDC)].model_dump(by_alias=True)]), out)
     return Strategy()
 
 
-def _run_strategies(base: Config, out: Path, batches: int, workload: Workload, batch_seconds: float,
-                    probe_seconds: float, cron_seconds: Sequence[float], drain_seconds: float, lookups: int,
-                    repeats: int) -> tuple[dict[str, Any], float]:
-    from icecdc.ingest.publish import CommitEventPublisher
-    from icecdc.ingest.sources import records_to_dataframe, source_rows
-    from icecdc.ingest.writer import BatchWriter
-    from icecdc.spark import create_spark_session
+def _drain(strategies: dict[str, Strategy], minimum: float, maximum: float) -> float:
+    """Let maintenance run on: at least ``minimum`` seconds, and until the sidecar has answered
+    every partition (so that the final probe measures its steady state, not how far a loaded
+    machine let it get), at most ``maximum``. Returns how long it lasted."""
+    started = time.monotonic()
+    sidecar = strategies.get(ICECDC)
+    while (elapsed := time.monotonic() - started) < maximum:
+        if elapsed >= minimum and (not isinstance(sidecar, Sidecar) or sidecar.converged()):
+            break
+        time.sleep(2)
+    return time.monotonic() - started
 
-    stream, orders = generate(batches, workload)
-    run_id = int(time.time())
-    all_strategies = strategy_names(cron_seconds)
-    config = _config(base, run_id, all_strategies)
-    spark = create_spark_session(config, "icecdc-bench-e2e")
-    ensure_tables(spark, config)
-    kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
-    producer = kafka.producer(config.kafka)
-    writer = BatchWriter(spark, config, producer, CommitEventPublisher(producer, config.commit_topic), "bench-e2e")
-    names = {s: qualified(config, t) for s, t in zip(all_strategies, config.tables, strict=True)}
+
+def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2EResults) -> None:
+    spark = stack.spark
+    stream, orders = generate(run.batches, run.workload)
+    all_strategies = strategy_names(run.cron_seconds)
+    config = _config(stack.config, stack.run_id, all_strategies, run.batch_seconds)
+    feed = FeedWriter(spark, config, "bench-e2e")
+    names = {s: config.table_ref(t).qualified for s, t in zip(all_strategies, config.tables, strict=True)}
     by_table = {t.name: s for s, t in zip(all_strategies, config.tables, strict=True)}
-    offset = 0
 
     def write(number: int) -> dict[str, float]:
         # Every table reads the same records from its own topic: one Spark job, one commit each.
-        nonlocal offset
-        pairs = stream[number]
-        rows = [row for t in config.tables for row in source_rows(t.topic, pairs, offset)]
-        offset += len(pairs)
-        result = writer(records_to_dataframe(spark, rows), number)
+        result = feed.write(stream[number], number)
         return {by_table[t]: s for t, s in result.commit_seconds.items()}
 
-    _progress(f"initial load: {workload.keys:,} rows into {len(all_strategies)} tables")
+    say(f"initial load: {run.workload.keys:,} rows into {len(all_strategies)} tables")
     write(0)
-    strategies = {s: _start(spark, config, all_strategies, s, names[s], out) for s in all_strategies}
-    for strategy in strategies.values():
-        strategy.start()
+    strategies = {s: _start(spark, config, all_strategies, s, out) for s in all_strategies}
+    for maintenance in strategies.values():
+        maintenance.start()
     started = time.monotonic()
-    probe = Probe(spark, config, names, orders, min(lookups, workload.keys), repeats, run_id, started)
+    probe = Probe(spark, config, names, orders, min(run.lookups, run.workload.keys), run.repeats, stack.run_id, started)
     commit_seconds: dict[str, list[tuple[float, float]]] = {s: [] for s in all_strategies}
     writer_failures: list[str] = []
     # The probe runs on its own thread while the writer keeps its schedule: pausing the writer
@@ -325,79 +461,98 @@ def _run_strategies(base: Config, out: Path, batches: int, workload: Workload, b
     probing = threading.Event()
 
     def probe_loop() -> None:
-        while not probing.wait(probe_seconds):
+        while not probing.wait(run.probe_seconds):
             probe()
 
     prober = threading.Thread(target=probe_loop, name="probe", daemon=True)
     prober.start()
-    for number in range(1, batches + 1):
-        time.sleep(max(0.0, started + (number - 1) * batch_seconds - time.monotonic()))
+    for number in range(1, run.batches + 1):
+        time.sleep(max(0.0, started + (number - 1) * run.batch_seconds - time.monotonic()))
         try:
             for strategy, seconds in write(number).items():
                 commit_seconds[strategy].append((round(time.monotonic() - started, 1), seconds))
         except Exception as exc:  # noqa: BLE001 - a writer failure is what this counts
             writer_failures.append(f"batch {number}: {type(exc).__name__}: {str(exc)[:300]}")
-        if number % 6 == 0 or number == batches:
-            _progress(f"batch {number}/{batches} ({len(stream[number]):,} changes), writer failures {len(writer_failures)}")
+        if number % 6 == 0 or number == run.batches:
+            say(f"batch {number}/{run.batches} ({len(stream[number]):,} changes), writer failures {len(writer_failures)}")
     writes_ended = time.time()
-    writes_ended_t = time.monotonic() - started
-    _progress(f"all {batches} batches written; maintenance drains for {drain_seconds:.0f}s")
-    time.sleep(drain_seconds)
+    results.writes_ended_t = time.monotonic() - started
+    say(
+        f"all {run.batches} batches written; maintenance drains for at least {run.drain_seconds:.0f}s, until the sidecar "
+        f"has answered every partition (at most {run.drain_max_seconds:.0f}s)"
+    )
+    results.drained_seconds = _drain(strategies, run.drain_seconds, run.drain_max_seconds)
     probing.set()
     prober.join()
-    counts = {s: strategy.stop() for s, strategy in strategies.items()}
+    counts = {s: maintenance.stop() for s, maintenance in strategies.items()}
     probe()  # the final state, maintenance stopped
-    producer.flush(10)
+    feed.close()
 
     expected = orders.expected_rows()
     catalog = pyiceberg_catalog(config)
     settle_seconds = config.compactor.settle.max_seconds
-    results: dict[str, Any] = {}
     for strategy, name in names.items():
         rows = sorted(tuple(r) for r in spark.table(name).select(*COLUMNS).collect())
         if rows != expected:
             raise RuntimeError(f"{strategy}: the table does not hold the stream's final state")
-        table = catalog.load_table(name.split(".", 1)[1])
-        log = snapshot_log(table)
-        settled_keys = {k for k, h in log["writes"].items() if max(h)[0] <= writes_ended - settle_seconds}
+        log = snapshot_log(catalog.load_table(name.split(".", 1)[1]))
+        settled_keys = {k for k, h in log.writes.items() if max(h)[0] <= writes_ended - settle_seconds}
         latencies = [s for _, s in commit_seconds[strategy]]
-        results[strategy] = {
-            "series": probe.series[strategy], "commit_seconds": commit_seconds[strategy],
-            "writer_failures": writer_failures, "rows_match": True,
-            "ingested_bytes": log["ingested_bytes"], "rewritten_bytes": log["rewritten_bytes"],
-            "write_amplification": log["rewritten_bytes"] / log["ingested_bytes"],
-            "compaction_commits": log["compaction_commits"], "maintenance": counts[strategy],
-            "writer_commit_p50": statistics.median(latencies), "writer_commit_max": max(latencies),
-            "settle_to_compacted": settle_to_compacted(log, writes_ended, settle_seconds),
-            "settled_partitions_with_equality_deletes": len(log["live_equality_deletes"] & settled_keys),
-        }
-    results[REFERENCE] = {"series": probe.series[REFERENCE]}
-    _progress(f"every table holds the stream's final state ({len(expected):,} rows)")
+        results.strategies[strategy] = StrategyResult(
+            series=probe.series[strategy],
+            commit_seconds=commit_seconds[strategy],
+            writer_failures=writer_failures,
+            rows_match=True,
+            ingested_bytes=log.ingested_bytes,
+            rewritten_bytes=log.rewritten_bytes,
+            write_amplification=log.rewritten_bytes / log.ingested_bytes,
+            compaction_commits=log.compaction_commits,
+            maintenance=counts[strategy],
+            writer_commit_p50=statistics.median(latencies),
+            writer_commit_max=max(latencies),
+            settle_to_compacted=settle_to_compacted(log, writes_ended, settle_seconds),
+            settled_partitions_with_equality_deletes=len(log.live_equality_deletes & settled_keys),
+        )
+    results.reference = probe.series[REFERENCE]
+    say(f"every table holds the stream's final state ({len(expected):,} rows)")
     for name in (*names.values(), probe.reference):
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
-    return results, writes_ended_t
 
 
-def run(minutes: float, out: Path, state_dir: Path, *, workload: Workload = Workload(), batch_seconds: float = 10.0,
-        probe_seconds: float = 60.0, cron_seconds: Sequence[float] = (30.0, 120.0), drain_seconds: float = 90.0,
-        lookups: int = 100,
-        repeats: int = 3) -> dict[str, Any]:
-
+def run(
+    minutes: float,
+    out: Path,
+    state_dir: Path,
+    *,
+    workload: Workload = Workload(),
+    batch_seconds: float = 10.0,
+    probe_seconds: float = 60.0,
+    cron_seconds: Sequence[float] = (30.0, 120.0),
+    drain_seconds: float = 90.0,
+    drain_max_seconds: float | None = None,
+    lookups: int = 100,
+    repeats: int = 3,
+) -> E2EResults:
     batches = max(2, round(minutes * 60 / batch_seconds))
-    results: dict[str, Any] = {
-        "machine": machine(), "minutes": minutes, "batches": batches, "batch_seconds": batch_seconds,
-        "probe_seconds": probe_seconds, "cron_seconds": list(cron_seconds), "drain_seconds": drain_seconds,
-        "lookups": lookups, "repeats": repeats, "workload": workload.__dict__,
-    }
-    port = free_port()
-    broker = EmbeddedBroker(state_dir / "broker", port)
-    broker.start()
-    try:
-        # In a function of its own so that its Kafka clients are gone before the broker stops.
-        results["strategies"], results["writes_ended_t"] = _run_strategies(embedded_config(state_dir, port), out, batches, workload, batch_seconds,
-                                                probe_seconds, cron_seconds, drain_seconds, lookups, repeats)
-    finally:
-        broker.stop()
+    drain_max = drain_max_seconds if drain_max_seconds is not None else drain_seconds + 300.0
+    settings = RunSettings(
+        batches, workload, batch_seconds, probe_seconds, cron_seconds, drain_seconds, drain_max, lookups, repeats
+    )
+    results = E2EResults(
+        machine(),
+        minutes,
+        batches,
+        batch_seconds,
+        probe_seconds,
+        list(cron_seconds),
+        drain_seconds,
+        drain_max,
+        lookups,
+        repeats,
+        workload,
+    )
+    with bench_stack("e2e", state_dir) as stack:
+        _run_strategies(stack, out, settings, results)
     publish(out, "e2e", results, plot, summary)
     return results
 
@@ -408,79 +563,106 @@ def run(minutes: float, out: Path, state_dir: Path, *, workload: Workload = Work
 WRITING, FINAL = "writing", "final"
 
 
-def in_phase(point: dict[str, float], writes_ended_t: float, phase: str, final_t: float) -> bool:
+def in_phase(point: ProbePoint, writes_ended_t: float, phase: str, final_t: float) -> bool:
     """``writing``: probes wholly in the second half of the writes (the first half is the tables
     filling up); ``final``: the last probe, after the drain, with maintenance stopped."""
     if phase == FINAL:
-        return point["t"] >= final_t
-    return point["t"] >= writes_ended_t / 2 and point["t_end"] <= writes_ended_t
+        return point.t >= final_t
+    return point.t >= writes_ended_t / 2 and point.t_end <= writes_ended_t
 
 
-def latency_ratio(results: dict[str, Any], strategy: str, metric: str, phase: str) -> float | None:
+def latency_ratio(results: E2EResults, strategy: str, metric: str, phase: str) -> float | None:
     """Median, over the probes of a phase, of a strategy's latency over the compacted copy's in
     the same probe; None when no probe fell in the phase."""
-    series = results["strategies"][strategy]["series"]
-    pairs = zip(series, results["strategies"][REFERENCE]["series"], strict=True)
-    ratios = [m[metric] / r[metric] for m, r in pairs if in_phase(m, results["writes_ended_t"], phase, series[-1]["t"])]
+    series = results.strategies[strategy].series
+    pairs = zip(series, results.reference, strict=True)
+    ratios = [
+        getattr(m, metric) / getattr(r, metric) for m, r in pairs if in_phase(m, results.writes_ended_t, phase, series[-1].t)
+    ]
     return statistics.median(ratios) if ratios else None
 
 
-def _ratios(results: dict[str, Any], strategy: str, metric: str) -> str:
-    return " / ".join("-" if (r := latency_ratio(results, strategy, metric, phase)) is None else f"{r:.2f}x"
-                      for phase in (WRITING, FINAL))
+def _ratios(results: E2EResults, strategy: str, metric: str) -> str:
+    return " / ".join(
+        "-" if (r := latency_ratio(results, strategy, metric, phase)) is None else f"{r:.2f}x" for phase in (WRITING, FINAL)
+    )
 
 
-def strategies_of(results: dict[str, Any]) -> list[str]:
-    return [s for s in results["strategies"] if s != REFERENCE]
-
-
-def summary(results: dict[str, Any]) -> str:
+def summary(results: E2EResults) -> str:
     rows = []
-    for strategy in strategies_of(results):
-        m = results["strategies"][strategy]
-        settled = m["settle_to_compacted"]
-        last = m["series"][-1]
-        rows.append([
-            strategy, *(_ratios(results, strategy, k) for k in ("count_ms", "aggregate_ms", "lookup_ms")),
-            last["data_files"], last["equality_delete_files"], last["position_delete_files"], last["manifests"],
-            f"{m['rewritten_bytes'] / 1e6:.1f}", f"{m['write_amplification']:.2f}",
-            m["compaction_commits"], m["maintenance"]["conflicts"],
-            f"{m['writer_commit_p50'] * 1000:.0f}", len(m["writer_failures"]),
-            f"{settled['compacted']}/{settled['settled_partitions']}",
-            "-" if settled["median_seconds"] is None else f"{settled['median_seconds']:.0f}",
-            m["settled_partitions_with_equality_deletes"],
-        ])
-    reference = results["strategies"][REFERENCE]["series"][-1]
-    ingested = results["strategies"][NONE]["ingested_bytes"]
+    for strategy, m in results.strategies.items():
+        settled = m.settle_to_compacted
+        last = m.series[-1]
+        rows.append(
+            [
+                strategy,
+                *(_ratios(results, strategy, k) for k in ("count_ms", "aggregate_ms", "lookup_ms")),
+                last.data_files,
+                last.equality_delete_files,
+                last.position_delete_files,
+                last.manifests,
+                f"{m.rewritten_bytes / 1e6:.1f}",
+                f"{m.write_amplification:.2f}",
+                m.compaction_commits,
+                m.maintenance.conflicts,
+                f"{m.writer_commit_p50 * 1000:.0f}",
+                len(m.writer_failures),
+                f"{settled.compacted}/{settled.settled_partitions}",
+                "-" if settled.median_seconds is None else f"{settled.median_seconds:.0f}",
+                m.settled_partitions_with_equality_deletes,
+            ]
+        )
+    reference = results.reference[-1]
+    ingested = results.strategies[NONE].ingested_bytes
     return (
-        f"{results['batches']} micro-batches, one every {results['batch_seconds']:g}s, then {results['drain_seconds']:g}s "
-        f"of drain; {results['workload']['keys']:,} starting keys; probes every {results['probe_seconds']:g}s; "
-        f"{results['machine']}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
+        f"{results.batches} micro-batches, one every {results.batch_seconds:g}s, then {results.drained_seconds:.0f}s "
+        f"of drain; {results.workload.keys:,} starting keys; probes every {results.probe_seconds:g}s; "
+        f"{results.machine}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
         f"Latency columns: each query's latency over the compacted copy's in the same probe, the median over the "
-        f"probes wholly in the second half of the writes / in the final probe, after the drain (final copy: {reference['count_ms']:.0f} ms count, {reference['aggregate_ms']:.0f} ms "
-        f"aggregation, {reference['lookup_ms']:.0f} ms lookup, {reference['data_files']} files, "
-        f"{reference['manifests']} manifests).\n\n"
-        + markdown_table(["strategy", "count vs compacted, writing / final", "aggregation vs compacted",
-                          "lookup vs compacted",
-                          "data files at end", "eq-delete files at end", "pos-delete files at end", "manifests at end",
-                          "MB rewritten", "write amplification", "compaction commits", "conflicts",
-                          "writer commit p50 ms", "writer failures", "settled partitions compacted",
-                          "last write to compacted, median s", "settled partitions with eq deletes"], rows) + "\n")
+        f"probes wholly in the second half of the writes / in the final probe, after the drain (final copy: "
+        f"{reference.count_ms:.0f} ms count, {reference.aggregate_ms:.0f} ms aggregation, {reference.lookup_ms:.0f} ms "
+        f"lookup, {reference.data_files} files, {reference.manifests} manifests).\n\n"
+        + markdown_table(
+            [
+                "strategy",
+                "count vs compacted, writing / final",
+                "aggregation vs compacted",
+                "lookup vs compacted",
+                "data files at end",
+                "eq-delete files at end",
+                "pos-delete files at end",
+                "manifests at end",
+                "MB rewritten",
+                "write amplification",
+                "compaction commits",
+                "conflicts",
+                "writer commit p50 ms",
+                "writer failures",
+                "settled partitions compacted",
+                "last write to compacted, median s",
+                "settled partitions with eq deletes",
+            ],
+            rows,
+        )
+        + "\n"
+    )
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
+def plot(results: E2EResults, path: Path) -> None:
     """``path``: every metric on one page; beside it one PNG per metric (``e2e-<metric>.png``)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
+    lines = {**{s: r.series for s, r in results.strategies.items()}, REFERENCE: results.reference}
 
     def draw(ax: Any, metric: str) -> None:
-        for strategy, data in results["strategies"].items():
-            series = data["series"]
-            ax.plot([p["t"] for p in series], [p[metric] for p in series], marker=".", label=strategy,
-                    linestyle="--" if strategy == REFERENCE else "-")
-        ax.axvline(results["writes_ended_t"], color="grey", linestyle=":", linewidth=1)  # the last batch
+        for strategy, series in lines.items():
+            ax.plot(
+                [p.t for p in series],
+                [getattr(p, metric) for p in series],
+                marker=".",
+                label=strategy,
+                linestyle="--" if strategy == REFERENCE else "-",
+            )
+        ax.axvline(results.writes_ended_t, color="grey", linestyle=":", linewidth=1)  # the last batch
         ax.set_title(TITLES[metric], fontsize=9)
         ax.set_xlabel("seconds into the run", fontsize=8)
         ax.grid(alpha=0.3)
@@ -500,9 +682,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
         fig.savefig(path.with_name(f"e2e-{metric}.png"), dpi=100)
         plt.close(fig)
     fig, ax = plt.subplots(figsize=(7, 4))
-    for strategy in strategies_of(results):
-        points = results["strategies"][strategy]["commit_seconds"]
-        ax.plot([t for t, _ in points], [s * 1000 for _, s in points], marker=".", linestyle="", label=strategy)
+    for strategy, result in results.strategies.items():
+        ax.plot(
+            [t for t, _ in result.commit_seconds],
+            [s * 1000 for _, s in result.commit_seconds],
+            marker=".",
+            linestyle="",
+            label=strategy,
+        )
     ax.set_title("writer commit latency (ms)", fontsize=9)
     ax.set_xlabel("seconds into the run", fontsize=8)
     ax.grid(alpha=0.3)

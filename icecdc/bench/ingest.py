@@ -20,23 +20,60 @@ from typing import Any
 
 import orjson
 
-from icecdc import kafka
+from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import line_plot, machine, markdown_table, publish
-from icecdc.broker import EmbeddedBroker, free_port
 from icecdc.catalog import ensure_tables
-from icecdc.config import Config, TableConfig, embedded_config
 from icecdc.workload import ORDERS_PARTITIONING, ORDERS_SCHEMA, REGIONS, STATUSES
 
 DAY_MICROS = 86_400_000_000
 START_MICROS = int((dt.datetime(2025, 1, 1) - dt.datetime(1970, 1, 1)).total_seconds()) * 1_000_000
 DAYS = 3
-MERGE_PROPERTIES = {"write.merge.mode": "merge-on-read", "write.update.mode": "merge-on-read", "write.delete.mode": "merge-on-read"}
+MERGE_PROPERTIES = {
+    "write.merge.mode": "merge-on-read",
+    "write.update.mode": "merge-on-read",
+    "write.delete.mode": "merge-on-read",
+}
+say = progress("ingest")
+
+
+@dataclass(frozen=True)
+class Mix:
+    updates: float
+    inserts: float
+    deletes: float
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    rows: int
+    final_rows: int
+    icecdc_seconds: list[float]
+    merge_seconds: list[float]
+
+    @property
+    def icecdc_median(self) -> float:
+        return statistics.median(self.icecdc_seconds)
+
+    @property
+    def merge_median(self) -> float:
+        return statistics.median(self.merge_seconds)
+
+
+@dataclass(frozen=True)
+class IngestResults:
+    machine: str
+    changes_per_batch: int
+    batches: int
+    mix: Mix
+    sizes: list[SizeResult]
 
 
 def base_row(key: int) -> dict[str, Any]:
     """Row ``key`` of the starting table; ``BASE_SQL`` computes the same in Spark."""
     return {
-        "id": key, "region": REGIONS[key % 4], "status": STATUSES[(key // 4) % 4],
+        "id": key,
+        "region": REGIONS[key % 4],
+        "status": STATUSES[(key // 4) % 4],
         "amount": f"{(key * 7919) % 1_000_000 // 100}.{(key * 7919) % 100:02d}",
         "updated_at": START_MICROS + (key % DAYS) * DAY_MICROS + (key * 13 % 86_400) * 1_000_000,
     }
@@ -44,8 +81,8 @@ def base_row(key: int) -> dict[str, Any]:
 
 BASE_SQL = f"""
 SELECT id,
-       element_at(array({', '.join(repr(r) for r in REGIONS)}), CAST(id % 4 AS INT) + 1) AS region,
-       element_at(array({', '.join(repr(s) for s in STATUSES)}), CAST((id DIV 4) % 4 AS INT) + 1) AS status,
+       element_at(array({", ".join(repr(r) for r in REGIONS)}), CAST(id % 4 AS INT) + 1) AS region,
+       element_at(array({", ".join(repr(s) for s in STATUSES)}), CAST((id DIV 4) % 4 AS INT) + 1) AS status,
        CAST(((id * 7919) % 1000000) / 100 AS DECIMAL(12, 2)) AS amount,
        CAST(timestamp_micros({START_MICROS} + (id % {DAYS}) * {DAY_MICROS} + ((id * 13) % 86400) * 1000000) AS TIMESTAMP_NTZ) AS updated_at
 FROM range(1, {{rows}} + 1)
@@ -75,9 +112,13 @@ class ChangingTable:
 
     def _new_values(self, key: int) -> dict[str, Any]:
         r = self._random
-        return {"id": key, "region": r.choice(REGIONS), "status": r.choice(STATUSES),
-                "amount": f"{r.randrange(100, 100_000)}.{r.randrange(100):02d}",
-                "updated_at": START_MICROS + r.randrange(DAYS) * DAY_MICROS + r.randrange(86_400) * 1_000_000}
+        return {
+            "id": key,
+            "region": r.choice(REGIONS),
+            "status": r.choice(STATUSES),
+            "amount": f"{r.randrange(100, 100_000)}.{r.randrange(100):02d}",
+            "updated_at": START_MICROS + r.randrange(DAYS) * DAY_MICROS + r.randrange(86_400) * 1_000_000,
+        }
 
     def batch(self, size: int, updates: float, inserts: float) -> list[tuple[str, int, dict[str, Any] | None, bytes]]:
         """(op, key, after, Debezium value) for ``size`` changes."""
@@ -107,11 +148,19 @@ def _merge_source(spark: Any, changes: list[tuple[str, int, dict[str, Any] | Non
         last[key] = (op, after)
     epoch = dt.datetime(1970, 1, 1)
     rows = [
-        (key, op, a and a["region"], a and a["status"], a and Decimal(a["amount"]),
-         a and epoch + dt.timedelta(microseconds=a["updated_at"]))
+        (
+            key,
+            op,
+            a and a["region"],
+            a and a["status"],
+            a and Decimal(a["amount"]),
+            a and epoch + dt.timedelta(microseconds=a["updated_at"]),
+        )
         for key, (op, a) in last.items()
     ]
-    return spark.createDataFrame(rows, "id long, op string, region string, status string, amount decimal(12,2), updated_at timestamp_ntz")
+    return spark.createDataFrame(
+        rows, "id long, op string, region string, status string, amount decimal(12,2), updated_at timestamp_ntz"
+    )
 
 
 MERGE_SQL = """
@@ -123,96 +172,101 @@ WHEN NOT MATCHED AND s.op <> 'd' THEN INSERT (id, region, status, amount, update
 """
 
 
-def _progress(message: str) -> None:
-    print(f"[bench ingest] {message}", flush=True)
+def _table(name: str, topic: str, merge: bool) -> dict[str, Any]:
+    return {
+        "name": name,
+        "topic": topic,
+        "primary_key": ["id"],
+        "partition_by": ORDERS_PARTITIONING,
+        "schema": ORDERS_SCHEMA,
+        "properties": MERGE_PROPERTIES if merge else {},
+    }
 
 
-def run(sizes: list[int], changes: int, batches: int, out: Path, state_dir: Path,
-        updates: float = 0.7, inserts: float = 0.2) -> dict[str, Any]:
-    from icecdc.ingest.publish import CommitEventPublisher
-    from icecdc.ingest.sources import records_to_dataframe, source_rows
-    from icecdc.ingest.writer import BatchWriter
-    from icecdc.spark import create_spark_session
-
-    port = free_port()
-    broker = EmbeddedBroker(state_dir / "broker", port)
-    broker.start()
-    results: dict[str, Any] = {"machine": machine(), "changes_per_batch": changes, "batches": batches,
-                               "mix": {"updates": updates, "inserts": inserts, "deletes": round(1 - updates - inserts, 3)},
-                               "sizes": []}
-    try:
-        base = embedded_config(state_dir, port, spark={"conf": {"spark.driver.memory": "6g"}})
-        spark = create_spark_session(base, "icecdc-bench-ingest")
-        run_id = int(time.time())
+def run(
+    sizes: list[int], changes: int, batches: int, out: Path, state_dir: Path, updates: float = 0.7, inserts: float = 0.2
+) -> IngestResults:
+    results = IngestResults(machine(), changes, batches, Mix(updates, inserts, round(1 - updates - inserts, 3)), [])
+    with bench_stack("ingest", state_dir, spark={"conf": {"spark.driver.memory": "6g"}}) as stack:
+        spark = stack.spark
         for rows in sizes:
-            icecdc_name, merge_name = f"bench.icecdc_{rows}_{run_id}", f"bench.merge_{rows}_{run_id}"
-            topic = f"bench-{rows}-{run_id}"
-            tables = [TableConfig.model_validate({"name": n, "topic": topic if n == icecdc_name else f"{topic}-merge",
-                                                  "primary_key": ["id"], "partition_by": ORDERS_PARTITIONING,
-                                                  "schema": ORDERS_SCHEMA, "properties": MERGE_PROPERTIES if n == merge_name else {}})
-                      for n in (icecdc_name, merge_name)]
-            config: Config = base.model_copy(update={"tables": tables[:1]})
-            ensure_tables(spark, base.model_copy(update={"tables": tables}))
-            _progress(f"{rows:,} rows: loading both starting tables")
+            topic = f"bench-{rows}-{stack.run_id}"
+            icecdc_table = _table(f"bench.icecdc_{rows}_{stack.run_id}", topic, merge=False)
+            merge_table = _table(f"bench.merge_{rows}_{stack.run_id}", f"{topic}-merge", merge=True)
+            ensure_tables(spark, clone(stack.config, tables=[icecdc_table, merge_table]))
+            config = clone(stack.config, tables=[icecdc_table])
+            icecdc_name, merge_name = (stack.ref(t["name"]).qualified for t in (icecdc_table, merge_table))
+            say(f"{rows:,} rows: loading both starting tables")
             for name in (icecdc_name, merge_name):
-                spark.sql(f"INSERT INTO lake.{name} {BASE_SQL.format(rows=rows)}")
-            kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
-            producer = kafka.producer(config.kafka)
-            writer = BatchWriter(spark, config, producer, CommitEventPublisher(producer, config.commit_topic), "bench")
+                spark.sql(f"INSERT INTO {name} {BASE_SQL.format(rows=rows)}")
+            feed = FeedWriter(spark, config)
             source = ChangingTable(rows)
             timings: dict[str, list[float]] = {"icecdc": [], "merge": []}
-            offset = 0
             for number in range(batches + 1):  # batch 0 warms both paths up and is not counted
                 batch = source.batch(changes, updates, inserts)
-                records = source_rows(topic, [(orjson.dumps({"id": k}), v) for _, k, _, v in batch], offset)
-                offset += len(records)
                 # Both paths are timed from a ready source DataFrame (as foreachBatch receives one,
                 # and as MERGE's source view is built before its timer starts).
-                frame = records_to_dataframe(spark, records)
+                frame = feed.frame([(orjson.dumps({"id": k}), v) for _, k, _, v in batch])
                 started = time.perf_counter()
-                writer(frame, number)
+                feed.writer(frame, number)
                 icecdc_seconds = time.perf_counter() - started
                 _merge_source(spark, batch).createOrReplaceTempView("bench_changes")
                 started = time.perf_counter()
-                spark.sql(MERGE_SQL.format(target=f"lake.{merge_name}", source="bench_changes"))
+                spark.sql(MERGE_SQL.format(target=merge_name, source="bench_changes"))
                 merge_seconds = time.perf_counter() - started
                 if number:
                     timings["icecdc"].append(icecdc_seconds)
                     timings["merge"].append(merge_seconds)
-                _progress(f"{rows:,} rows, batch {number}{' (warm-up)' if not number else ''}: "
-                          f"icecdc {icecdc_seconds:.2f}s, MERGE {merge_seconds:.2f}s")
-            a, b = f"lake.{icecdc_name}", f"lake.{merge_name}"
-            differing = spark.sql(f"SELECT count(*) AS n FROM ((SELECT * FROM {a} EXCEPT ALL SELECT * FROM {b}) "
-                                  f"UNION ALL (SELECT * FROM {b} EXCEPT ALL SELECT * FROM {a}))").collect()[0].n
-            count = spark.table(a).count()
+                say(
+                    f"{rows:,} rows, batch {number}{' (warm-up)' if not number else ''}: "
+                    f"icecdc {icecdc_seconds:.2f}s, MERGE {merge_seconds:.2f}s"
+                )
+            feed.close()
+            differing = (
+                spark.sql(
+                    f"SELECT count(*) AS n FROM ((SELECT * FROM {icecdc_name} EXCEPT ALL SELECT * FROM {merge_name}) "
+                    f"UNION ALL (SELECT * FROM {merge_name} EXCEPT ALL SELECT * FROM {icecdc_name}))"
+                )
+                .collect()[0]
+                .n
+            )
+            count = spark.table(icecdc_name).count()
             if differing:
                 raise RuntimeError(f"{rows:,} rows: the icecdc and MERGE tables differ in {differing} rows")
-            medians = {k: statistics.median(v) for k, v in timings.items()}
-            results["sizes"].append({"rows": rows, "final_rows": count, "seconds": timings, "median_seconds": medians,
-                                     "merge_over_icecdc": medians["merge"] / medians["icecdc"]})
-            _progress(f"{rows:,} rows: tables agree ({count:,} rows); medians icecdc {medians['icecdc']:.2f}s, "
-                      f"MERGE {medians['merge']:.2f}s, ratio {medians['merge'] / medians['icecdc']:.1f}x")
+            size = SizeResult(rows, count, timings["icecdc"], timings["merge"])
+            results.sizes.append(size)
+            say(
+                f"{rows:,} rows: tables agree ({count:,} rows); medians icecdc {size.icecdc_median:.2f}s, "
+                f"MERGE {size.merge_median:.2f}s, ratio {size.merge_median / size.icecdc_median:.1f}x"
+            )
             for name in (icecdc_name, merge_name):
-                spark.sql(f"DROP TABLE lake.{name} PURGE")
-    finally:
-        broker.stop()
+                spark.sql(f"DROP TABLE {name} PURGE")
     publish(out, "ingest", results, _plot, summary)
     return results
 
 
-def summary(results: dict[str, Any]) -> str:
-    rows = [[f"{s['rows']:,}", f"{s['median_seconds']['icecdc']:.2f}", f"{s['median_seconds']['merge']:.2f}",
-             f"{s['merge_over_icecdc']:.1f}x"] for s in results["sizes"]]
-    mix = results["mix"]
-    return (f"{results['changes_per_batch']:,} changes per batch ({mix['updates']:.0%} updates, {mix['inserts']:.0%} inserts, "
-            f"{mix['deletes']:.0%} deletes), median of {results['batches']} batches after one warm-up; {results['machine']}.\n\n"
-            + markdown_table(["starting rows", "icecdc s/batch", "MERGE INTO (merge-on-read) s/batch", "MERGE / icecdc"], rows) + "\n")
+def summary(results: IngestResults) -> str:
+    rows = [
+        [f"{s.rows:,}", f"{s.icecdc_median:.2f}", f"{s.merge_median:.2f}", f"{s.merge_median / s.icecdc_median:.1f}x"]
+        for s in results.sizes
+    ]
+    mix = results.mix
+    return (
+        f"{results.changes_per_batch:,} changes per batch ({mix.updates:.0%} updates, {mix.inserts:.0%} inserts, "
+        f"{mix.deletes:.0%} deletes), median of {results.batches} batches after one warm-up; {results.machine}.\n\n"
+        + markdown_table(["starting rows", "icecdc s/batch", "MERGE INTO (merge-on-read) s/batch", "MERGE / icecdc"], rows)
+        + "\n"
+    )
 
 
-def _plot(results: dict[str, Any], path: Path) -> None:
-    sizes = results["sizes"]
-    line_plot(path, [s["rows"] / 1e6 for s in sizes],
-              {label: [s["median_seconds"][key] for s in sizes]
-               for label, key in (("icecdc (equality deletes)", "icecdc"), ("MERGE INTO, merge-on-read", "merge"))},
-              "starting table size (million rows)",
-              f"seconds per batch of {results['changes_per_batch']:,} changes (median)")
+def _plot(results: IngestResults, path: Path) -> None:
+    line_plot(
+        path,
+        [s.rows / 1e6 for s in results.sizes],
+        {
+            "icecdc (equality deletes)": [s.icecdc_median for s in results.sizes],
+            "MERGE INTO, merge-on-read": [s.merge_median for s in results.sizes],
+        },
+        "starting table size (million rows)",
+        f"seconds per batch of {results.changes_per_batch:,} changes (median)",
+    )

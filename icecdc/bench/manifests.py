@@ -14,17 +14,34 @@ import random
 import statistics
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from icecdc.bench.harness import bench_stack, progress
 from icecdc.bench.report import line_plot, machine, markdown_table, publish
-from icecdc.config import embedded_config
 
 DAYS = 8
+say = progress("manifests")
 
 
-def _progress(message: str) -> None:
-    print(f"[bench manifests] {message}", flush=True)
+@dataclass(frozen=True)
+class ManifestPoint:
+    commits: int
+    data_files: int
+    manifests: int
+    merged_manifests: int
+    lookup_ms: list[float]
+    merged_lookup_ms: list[float]
+    ratio: float  # median lookup as written over median lookup merged
+
+
+@dataclass(frozen=True)
+class ManifestResults:
+    machine: str
+    rows: int
+    lookups: int
+    series: list[ManifestPoint]
 
 
 def _lookup_ms(spark: Any, name: str, snapshot_id: int, key: int) -> float:
@@ -37,18 +54,22 @@ def _manifests(spark: Any, name: str, snapshot_id: int) -> int:
     return spark.sql(f"SELECT count(*) FROM {name}.all_manifests WHERE reference_snapshot_id = {snapshot_id}").first()[0]
 
 
-def measure(spark: Any, name: str, rows: int, commits: int, lookups: int) -> dict[str, Any]:
+def measure(spark: Any, name: str, rows: int, commits: int, lookups: int) -> ManifestPoint:
     """Load ``rows`` in ``commits`` commits, merge the manifests, time lookups on both snapshots."""
     # Contiguous id ranges per commit and per day: a lookup by id prunes to the few files (one
     # per region) whose bounds hold it, in both snapshots alike.
-    spark.sql(f"CREATE TABLE {name} (id BIGINT, region STRING, status STRING, amount DECIMAL(12,2), updated_at TIMESTAMP) "
-              f"USING iceberg PARTITIONED BY (region, days(updated_at)) TBLPROPERTIES ('format-version' = '2')")
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT, region STRING, status STRING, amount DECIMAL(12,2), updated_at TIMESTAMP) "
+        f"USING iceberg PARTITIONED BY (region, days(updated_at)) TBLPROPERTIES ('format-version' = '2')"
+    )
     bounds = [rows * i // commits for i in range(commits + 1)]
     for low, high in itertools.pairwise(bounds):
-        spark.sql(f"INSERT INTO {name} SELECT id, element_at(array('eu', 'us', 'apac'), CAST(id % 3 + 1 AS INT)), 'placed', "
-                  f"CAST(id % 100000 / 100 AS DECIMAL(12,2)), "
-                  f"TIMESTAMP '2026-01-01 00:00:00' + make_interval(0, 0, 0, CAST(id * {DAYS} DIV {rows} AS INT)) "
-                  f"FROM range({low}, {high})")
+        spark.sql(
+            f"INSERT INTO {name} SELECT id, element_at(array('eu', 'us', 'apac'), CAST(id % 3 + 1 AS INT)), 'placed', "
+            f"CAST(id % 100000 / 100 AS DECIMAL(12,2)), "
+            f"TIMESTAMP '2026-01-01 00:00:00' + make_interval(0, 0, 0, CAST(id * {DAYS} DIV {rows} AS INT)) "
+            f"FROM range({low}, {high})"
+        )
     before = spark.sql(f"SELECT snapshot_id FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
     spark.sql(f"CALL {name.split('.', 1)[0]}.system.rewrite_manifests('{name.split('.', 1)[1]}')")
     after = spark.sql(f"SELECT snapshot_id FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").first()[0]
@@ -60,45 +81,68 @@ def measure(spark: Any, name: str, rows: int, commits: int, lookups: int) -> dic
         small.append(_lookup_ms(spark, name, before, key))
         merged.append(_lookup_ms(spark, name, after, key))
     data_files = spark.sql(f"SELECT count(*) FROM {name}.files").first()[0]
-    return {"commits": commits, "data_files": data_files, "manifests": _manifests(spark, name, before),
-            "merged_manifests": _manifests(spark, name, after), "lookup_ms": small, "merged_lookup_ms": merged,
-            "ratio": statistics.median(small) / statistics.median(merged)}
+    return ManifestPoint(
+        commits,
+        data_files,
+        _manifests(spark, name, before),
+        _manifests(spark, name, after),
+        small,
+        merged,
+        statistics.median(small) / statistics.median(merged),
+    )
 
 
-def run(rows: int, manifest_counts: Sequence[int], lookups: int, out: Path, state_dir: Path) -> dict[str, Any]:
-    from icecdc.spark import create_spark_session
-
-    config = embedded_config(state_dir, 0)  # no broker: only Spark and the catalog
-    spark = create_spark_session(config, "icecdc-bench-manifests")
-    run_id = int(time.time())
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {config.catalog.name}.bench")
+def run(rows: int, manifest_counts: Sequence[int], lookups: int, out: Path, state_dir: Path) -> ManifestResults:
     series = []
-    for commits in manifest_counts:
-        name = f"{config.catalog.name}.bench.manifests_{commits}_{run_id}"
-        try:
-            point = measure(spark, name, rows, commits, lookups)
-        finally:
-            spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
-        series.append(point)
-        _progress(f"{point['manifests']} manifests: {statistics.median(point['lookup_ms']):.0f} ms a lookup; merged into "
-                  f"{point['merged_manifests']}: {statistics.median(point['merged_lookup_ms']):.0f} ms ({point['ratio']:.2f}x)")
-    results = {"machine": machine(), "rows": rows, "lookups": lookups, "series": series}
+    with bench_stack("manifests", state_dir, broker=False) as stack:  # only Spark and the catalog
+        namespace = f"{stack.config.catalog.name}.bench"
+        stack.spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {namespace}")
+        for commits in manifest_counts:
+            name = f"{namespace}.manifests_{commits}_{stack.run_id}"
+            try:
+                point = measure(stack.spark, name, rows, commits, lookups)
+            finally:
+                stack.spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
+            series.append(point)
+            say(
+                f"{point.manifests} manifests: {statistics.median(point.lookup_ms):.0f} ms a lookup; merged into "
+                f"{point.merged_manifests}: {statistics.median(point.merged_lookup_ms):.0f} ms ({point.ratio:.2f}x)"
+            )
+    results = ManifestResults(machine(), rows, lookups, series)
     publish(out, "manifests", results, _plot, summary)
     return results
 
 
-def summary(results: dict[str, Any]) -> str:
-    rows = [[p["manifests"], p["data_files"], f"{statistics.median(p['lookup_ms']):.0f}", p["merged_manifests"],
-             f"{statistics.median(p['merged_lookup_ms']):.0f}", f"{p['ratio']:.2f}x"] for p in results["series"]]
-    return (f"{results['rows']:,} rows; medians of {results['lookups']} point lookups by key on each snapshot, "
-            f"alternating; {results['machine']}.\n\n"
-            + markdown_table(["manifests", "data files", "lookup ms", "merged into", "lookup ms, merged", "ratio"], rows)
-            + "\n")
+def summary(results: ManifestResults) -> str:
+    rows = [
+        [
+            p.manifests,
+            p.data_files,
+            f"{statistics.median(p.lookup_ms):.0f}",
+            p.merged_manifests,
+            f"{statistics.median(p.merged_lookup_ms):.0f}",
+            f"{p.ratio:.2f}x",
+        ]
+        for p in results.series
+    ]
+    return (
+        f"{results.rows:,} rows; medians of {results.lookups} point lookups by key on each snapshot, "
+        f"alternating; {results.machine}.\n\n"
+        + markdown_table(["manifests", "data files", "lookup ms", "merged into", "lookup ms, merged", "ratio"], rows)
+        + "\n"
+    )
 
 
-def _plot(results: dict[str, Any], path: Path) -> None:
-    series = results["series"]
-    line_plot(path, [p["manifests"] for p in series],
-              {"as written": [statistics.median(p["lookup_ms"]) for p in series],
-               "manifests merged": [statistics.median(p["merged_lookup_ms"]) for p in series]},
-              "manifests as written (same data files in both)", "point lookup, median ms", size=(6, 3.5))
+def _plot(results: ManifestResults, path: Path) -> None:
+    series = results.series
+    line_plot(
+        path,
+        [p.manifests for p in series],
+        {
+            "as written": [statistics.median(p.lookup_ms) for p in series],
+            "manifests merged": [statistics.median(p.merged_lookup_ms) for p in series],
+        },
+        "manifests as written (same data files in both)",
+        "point lookup, median ms",
+        size=(6, 3.5),
+    )

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import platform
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+R = TypeVar("R")
 
 
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
-def write_json(path: Path, document: dict[str, Any]) -> None:
+def write_json(path: Path, document: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(document, indent=2, default=str))
+    data = dataclasses.asdict(document) if dataclasses.is_dataclass(document) and not isinstance(document, type) else document
+    path.write_text(json.dumps(data, indent=2, default=str))
 
 
 def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
@@ -25,22 +29,28 @@ def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(lines)
 
 
-def publish(out: Path, name: str, results: dict[str, Any], plot: Callable[[dict[str, Any], Path], None],
-            summary: Callable[[dict[str, Any]], str]) -> None:
+def publish(out: Path, name: str, results: R, plot: Callable[[R, Path], None], summary: Callable[[R], str]) -> None:
     """``<name>.json`` with every series, ``<name>.png`` and the ``<name>.md`` summary in ``out``."""
     write_json(out / f"{name}.json", results)
     plot(results, out / f"{name}.png")
     (out / f"{name}.md").write_text(summary(results))
 
 
-def line_plot(path: Path, x: list[float], lines: dict[str, list[float]], xlabel: str, ylabel: str,
-              size: tuple[float, float] = (6, 4)) -> None:
-    """One line per label over a shared x axis, y from 0."""
+def pyplot() -> Any:
+    """matplotlib's pyplot on the file-only backend (no display on a server)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt
+
+
+def line_plot(
+    path: Path, x: list[float], lines: dict[str, list[float]], xlabel: str, ylabel: str, size: tuple[float, float] = (6, 4)
+) -> None:
+    """One line per label over a shared x axis, y from 0."""
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=size)
     for label, ys in lines.items():
         ax.plot(x, ys, marker="o", label=label)

@@ -13,24 +13,39 @@ data files per second per core.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pyarrow.parquet as pq
 
-from icecdc import kafka
-from icecdc.bench.report import machine, markdown_table, publish
-from icecdc.broker import EmbeddedBroker, free_port
-from icecdc.catalog import ensure_tables, pyiceberg_catalog, qualified
-from icecdc.config import Config, embedded_config
+from icecdc import summary as summary_keys
+from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
+from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.fileio import file_io
 from icecdc.workload import OrdersWorkload, orders_table
 
 MB = 1e6
+say = progress("rewrite")
+
+
+@dataclass(frozen=True)
+class RewriteResults:
+    machine: str
+    rows: int
+    files: int
+    input_bytes: int
+    deleted_share: float
+    cores: int
+    icecdc_seconds: list[float]
+    pyarrow_seconds: list[float]
+    icecdc_mb_per_second_per_core: float
+    pyarrow_mb_per_second_per_core: float
 
 
 class _DryRun(Exception):
@@ -39,10 +54,6 @@ class _DryRun(Exception):
 
 def _refuse_commit(attempt: Any) -> Any:
     raise _DryRun
-
-
-def _progress(message: str) -> None:
-    print(f"[bench rewrite] {message}", flush=True)
 
 
 def _pyarrow_copy_seconds(paths: list[str], io_properties: dict[str, str]) -> float:
@@ -56,101 +67,107 @@ def _pyarrow_copy_seconds(paths: list[str], io_properties: dict[str, str]) -> fl
     return time.perf_counter() - started
 
 
-def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, state_dir: Path) -> dict[str, Any]:
+def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, state_dir: Path) -> RewriteResults:
+    from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor.metadata import load_table_partitions
     from icecdc.compactor.policy import Work, plan_rewrite
-    from icecdc.compactor.rewrite import COMPACTOR_PROPERTY, PartitionCompaction
-    from icecdc.ingest.publish import CommitEventPublisher
-    from icecdc.ingest.sources import records_to_dataframe, source_rows
-    from icecdc.ingest.writer import BatchWriter
-    from icecdc.spark import create_spark_session
+    from icecdc.compactor.rewrite import PartitionCompaction
+    from icecdc.jvm.bridge import JavaBridge
+    from icecdc.jvm.tables import IcebergTable
 
-    port = free_port()
-    broker = EmbeddedBroker(state_dir / "broker", port)
-    broker.start()
-    try:
-        run_id = int(time.time())
-        base = embedded_config(state_dir, port)
-        data = base.model_dump(by_alias=True)
-        data["tables"] = [orders_table(f"bench.rewrite_{run_id}", f"rewrite-{run_id}")]
-        config = Config.model_validate(data)
+    with bench_stack("rewrite", state_dir) as stack:
+        config = clone(stack.config, tables=[orders_table(f"bench.rewrite_{stack.run_id}", f"rewrite-{stack.run_id}")])
         table = config.tables[0]
-        spark = create_spark_session(config, "icecdc-bench-rewrite")
+        ref = config.table_ref(table)
+        spark = stack.spark
         cores = spark.sparkContext.defaultParallelism
-        ensure_tables(spark, config)
-        producer = kafka.producer(config.kafka)
-        writer = BatchWriter(spark, config, producer, CommitEventPublisher(producer, config.commit_topic), "bench")
+        feed = FeedWriter(spark, config)
         # One day: every batch adds one file to each region's partition.
         orders = OrdersWorkload(seed=3, today=0)
-        offset = 0
         for number in range(batches):
-            pairs = [c.record for c in orders.load(rows // batches)]
-            writer(records_to_dataframe(spark, source_rows(table.topic, pairs, offset)), number)
-            offset += len(pairs)
+            feed.write([c.record for c in orders.load(rows // batches)], number)
         changes = [c.record for c in orders.changes(int(rows * deleted_share), updates=0.5, inserts=0.0)]
-        writer(records_to_dataframe(spark, source_rows(table.topic, changes, offset)), batches)
-        producer.flush(10)
+        feed.write(changes, batches)
+        feed.close()
         settings = config.compactor
-        metadata = load_table_partitions(pyiceberg_catalog(config), table, settings)
+        metadata = load_table_partitions(pyiceberg_catalog(config), ref, table, settings)
+        if metadata is None:
+            raise RuntimeError(f"{ref} was not created")
         largest = max(metadata.partitions.values(), key=lambda p: p.stats.data_bytes)
         key = tuple(largest.partition.get(term.name) for term in metadata.layout.partition)
-        _progress(f"{rows:,} rows, {len(changes):,} updated or deleted; rewriting partition {key} "
-                  f"({largest.stats.data_files} files, {largest.stats.equality_delete_files} equality-delete files)")
-        layout = metadata.layout
-        icecdc_seconds = []
+        say(
+            f"{rows:,} rows, {len(changes):,} updated or deleted; rewriting partition {key} "
+            f"({largest.stats.data_files} files, {largest.stats.equality_delete_files} equality-delete files)"
+        )
+        iceberg_table = IcebergTable(JavaBridge(spark), ref)
+        icecdc_seconds: list[float] = []
+        sizes: dict[str, int] = {}
+        paths: list[str] = []
         for attempt in range(repeats + 1):
-            compaction = PartitionCompaction(spark, qualified(config, table), layout, key, config.catalog.properties,
-                                             settings.target_file_size_bytes)
+            compaction = PartitionCompaction(
+                spark, iceberg_table, metadata.layout, key, config.catalog.properties, settings.target_file_size_bytes
+            )
             files = compaction.files()
+            if files is None:
+                raise RuntimeError(f"{ref} has no snapshot")
             plan = plan_rewrite(files, Work.DELETE_MERGE, settings)
+            sizes, paths = {f.path: f.size for f in files.data}, list(plan.rewrite)
             started = time.perf_counter()
-            try:
-                compaction.run(plan, {COMPACTOR_PROPERTY: "bench"}, commit=_refuse_commit)
-            except _DryRun:
-                pass
+            with contextlib.suppress(_DryRun):
+                compaction.run(plan, {summary_keys.COMPACTOR: "bench"}, commit=_refuse_commit)
             if attempt:  # the first is a warm-up
                 icecdc_seconds.append(time.perf_counter() - started)
-        paths = list(plan.rewrite)
-        input_bytes = sum(f.size for f in files.data if f.path in set(paths))
+        input_bytes = sum(sizes[p] for p in paths)
         pyarrow_seconds = [_pyarrow_copy_seconds(paths, config.catalog.properties) for _ in range(repeats)]
-        spark.sql(f"DROP TABLE {qualified(config, table)} PURGE")
-    finally:
-        broker.stop()
-    icecdc_rate = input_bytes / MB / statistics.median(icecdc_seconds) / cores
-    pyarrow_rate = input_bytes / MB / statistics.median(pyarrow_seconds)
-    results = {
-        "machine": machine(), "rows": rows, "files": len(paths), "input_bytes": input_bytes, "deleted_share": deleted_share,
-        "cores": cores, "icecdc_seconds": icecdc_seconds, "pyarrow_seconds": pyarrow_seconds,
-        "icecdc_mb_per_second_per_core": icecdc_rate, "pyarrow_mb_per_second_per_core": pyarrow_rate,
-    }
+        spark.sql(f"DROP TABLE {ref.qualified} PURGE")
+    results = RewriteResults(
+        machine(),
+        rows,
+        len(paths),
+        input_bytes,
+        deleted_share,
+        cores,
+        icecdc_seconds,
+        pyarrow_seconds,
+        input_bytes / MB / statistics.median(icecdc_seconds) / cores,
+        input_bytes / MB / statistics.median(pyarrow_seconds),
+    )
     publish(out, "rewrite", results, _plot, summary)
     return results
 
 
-def summary(results: dict[str, Any]) -> str:
-    ratio = results["icecdc_mb_per_second_per_core"] / results["pyarrow_mb_per_second_per_core"]
-    return (f"One partition of {results['files']} data files, {results['input_bytes'] / MB:.1f} MB, "
-            f"{results['deleted_share']:.0%} of its rows updated or deleted by equality deletes; medians of "
-            f"{len(results['icecdc_seconds'])} runs after a warm-up; {results['machine']}.\n\n"
-            + markdown_table(["path", "seconds", "MB/s per core", "vs pyarrow"], [
-                ["icecdc delete merge (Spark, deletes applied, target-sized files)",
-                 f"{statistics.median(results['icecdc_seconds']):.2f}", f"{results['icecdc_mb_per_second_per_core']:.1f}",
-                 f"{ratio:.2f}x"],
-                ["pyarrow read + write, one thread, no deletes", f"{statistics.median(results['pyarrow_seconds']):.2f}",
-                 f"{results['pyarrow_mb_per_second_per_core']:.1f}", "1.00x"],
-            ]) + "\n")
+def summary(results: RewriteResults) -> str:
+    ratio = results.icecdc_mb_per_second_per_core / results.pyarrow_mb_per_second_per_core
+    return (
+        f"One partition of {results.files} data files, {results.input_bytes / MB:.1f} MB, "
+        f"{results.deleted_share:.0%} of its rows updated or deleted by equality deletes; medians of "
+        f"{len(results.icecdc_seconds)} runs after a warm-up; {results.machine}.\n\n"
+        + markdown_table(
+            ["path", "seconds", "MB/s per core", "vs pyarrow"],
+            [
+                [
+                    "icecdc delete merge (Spark, deletes applied, target-sized files)",
+                    f"{statistics.median(results.icecdc_seconds):.2f}",
+                    f"{results.icecdc_mb_per_second_per_core:.1f}",
+                    f"{ratio:.2f}x",
+                ],
+                [
+                    "pyarrow read + write, one thread, no deletes",
+                    f"{statistics.median(results.pyarrow_seconds):.2f}",
+                    f"{results.pyarrow_mb_per_second_per_core:.1f}",
+                    "1.00x",
+                ],
+            ],
+        )
+        + "\n"
+    )
 
 
-def _plot(results: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _plot(results: RewriteResults, path: Path) -> None:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3))
     labels = ["icecdc delete merge", "pyarrow read + write"]
-    values = [results["icecdc_mb_per_second_per_core"], results["pyarrow_mb_per_second_per_core"]]
-    ax.barh(labels, values)
+    ax.barh(labels, [results.icecdc_mb_per_second_per_core, results.pyarrow_mb_per_second_per_core])
     ax.set_xlabel("MB of input data files per second per core")
     ax.set_title("Rewrite throughput")
     fig.tight_layout()

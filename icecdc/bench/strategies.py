@@ -20,12 +20,16 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icecdc.bench.contention import compactor_counts, start_compactor
-from icecdc.catalog import pyiceberg_catalog, qualified
+from icecdc import summary
+from icecdc.bench.harness import CompactorCounts, CompactorProcess
+from icecdc.catalog import pyiceberg_catalog
 from icecdc.config import CompactorConfig, Config
+from icecdc.errors import CommitConflict, CompareAndSetLost
+from icecdc.jvm.bridge import translate
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,17 @@ CRON_PREFIX = "cron-"
 AMORO_MINOR_FILE_COUNT = 12
 THRESHOLD_EVALUATE_SECONDS = 10.0
 CRON_OPTIONS = {"delete-file-threshold": "1", "remove-dangling-deletes": "true"}
+
+
+@dataclass
+class StrategyCounts:
+    """What a strategy's maintenance did over a run."""
+
+    runs: int = 0
+    commits: int = 0
+    conflicts: int = 0
+    failures: list[str] = field(default_factory=list)
+    compactor: CompactorCounts | None = None  # the sidecar's own counts, from its metrics
 
 
 def strategy_names(cron_seconds: Sequence[float]) -> tuple[str, ...]:
@@ -48,20 +63,22 @@ def cron_period(strategy: str) -> float | None:
     return float(strategy.removeprefix(CRON_PREFIX).removesuffix("s"))
 
 
+def is_conflict(error: BaseException) -> bool:
+    """A maintenance commit that lost to a concurrent one (counted, not a failure)."""
+    return isinstance(translate(error), CommitConflict | CompareAndSetLost)
+
+
 class Strategy:
     """No maintenance; the others override ``start`` and ``stop``."""
 
     def __init__(self) -> None:
-        self.runs = 0
-        self.commits = 0
-        self.conflicts = 0
-        self.failures: list[str] = []
+        self.counts = StrategyCounts()
 
     def start(self) -> None:
         pass
 
-    def stop(self) -> dict[str, Any]:
-        return {"runs": self.runs, "commits": self.commits, "conflicts": self.conflicts, "failures": self.failures}
+    def stop(self) -> StrategyCounts:
+        return self.counts
 
 
 class _Periodic(Strategy):
@@ -77,7 +94,7 @@ class _Periodic(Strategy):
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> StrategyCounts:
         self._stop.set()
         self._thread.join()
         return super().stop()
@@ -86,40 +103,36 @@ class _Periodic(Strategy):
         while not self._stop.wait(self.every_seconds):
             try:
                 self.run_once()
-            except Exception as exc:  # a failed run is counted; the next one comes
+            except Exception as exc:
                 log.exception("%s maintenance run failed", type(self).__name__)
-                self.failures.append(f"{type(exc).__name__}: {str(exc)[:300]}")
+                self.counts.failures.append(f"{type(exc).__name__}: {str(exc)[:300]}")
 
     def run_once(self) -> None:
         raise NotImplementedError
-
-
-def _is_conflict(error: Exception) -> bool:
-    text = str(error)
-    return "ValidationException" in text or "CommitFailedException" in text
 
 
 class CronRewrite(_Periodic):
     def __init__(self, spark: Any, config: Config, table: str, every_seconds: float) -> None:
         super().__init__()
         self._spark = spark
-        self._catalog = config.catalog.name
-        self._table = table
+        self._ref = config.table_ref(table)
         self.every_seconds = every_seconds
 
     def run_once(self) -> None:
         options = ", ".join(f"'{k}', '{v}'" for k, v in CRON_OPTIONS.items())
-        self.runs += 1
+        self.counts.runs += 1
         try:
-            result = self._spark.sql(f"CALL {self._catalog}.system.rewrite_data_files("
-                                     f"table => '{self._table}', options => map({options}))").collect()
+            result = self._spark.sql(
+                f"CALL {self._ref.catalog}.system.rewrite_data_files("
+                f"table => '{self._ref.identifier}', options => map({options}))"
+            ).collect()
         except Exception as exc:
-            if not _is_conflict(exc):
+            if not is_conflict(exc):
                 raise
-            self.conflicts += 1
+            self.counts.conflicts += 1
             return
         if result and (result[0]["rewritten_data_files_count"] or result[0]["removed_delete_files_count"]):
-            self.commits += 1
+            self.counts.commits += 1
 
 
 def amoro_minor_due(small_files: int, equality_delete_files: int) -> bool:
@@ -128,20 +141,25 @@ def amoro_minor_due(small_files: int, equality_delete_files: int) -> bool:
 
 class ThresholdCompaction(_Periodic):
     def __init__(self, spark: Any, config: Config, table: str, settings: CompactorConfig) -> None:
+        from icecdc.jvm.bridge import JavaBridge
+        from icecdc.jvm.tables import IcebergTable
+
         super().__init__()
         self._spark = spark
         self._config = config
-        self._table_config = next(t for t in config.tables if t.name == table)
+        self._table_config = config.table(table)
+        self._ref = config.table_ref(table)
         self._settings = settings
         self._catalog = pyiceberg_catalog(config)
+        self._table = IcebergTable(JavaBridge(spark), self._ref)
         self.every_seconds = THRESHOLD_EVALUATE_SECONDS
 
     def run_once(self) -> None:
         from icecdc.compactor.metadata import load_table_partitions
         from icecdc.compactor.policy import Work, plan_rewrite
-        from icecdc.compactor.rewrite import COMPACTOR_PROPERTY, CompactionConflict, PartitionCompaction
+        from icecdc.compactor.rewrite import PartitionCompaction
 
-        metadata = load_table_partitions(self._catalog, self._table_config, self._settings)
+        metadata = load_table_partitions(self._catalog, self._ref, self._table_config, self._settings)
         if metadata is None:
             return
         for partition in metadata.partitions.values():
@@ -149,36 +167,54 @@ class ThresholdCompaction(_Periodic):
             if not amoro_minor_due(stats.small_files, stats.equality_delete_files) or self._stop.is_set():
                 continue
             key = tuple(partition.partition.get(term.name) for term in metadata.layout.partition)
-            compaction = PartitionCompaction(self._spark, qualified(self._config, self._table_config), metadata.layout, key,
-                                             self._config.catalog.properties, self._settings.target_file_size_bytes)
+            compaction = PartitionCompaction(
+                self._spark,
+                self._table,
+                metadata.layout,
+                key,
+                self._config.catalog.properties,
+                self._settings.target_file_size_bytes,
+            )
             files = compaction.files()
             work = Work.DELETE_MERGE if stats.delete_files else Work.MINOR
             plan = plan_rewrite(files, work, self._settings) if files is not None else None
             if plan is None or plan.empty:
                 continue
-            self.runs += 1
+            self.counts.runs += 1
             try:
-                compaction.run(plan, {COMPACTOR_PROPERTY: "bench-threshold"})
-                self.commits += 1
-            except CompactionConflict:
-                self.conflicts += 1
+                compaction.run(plan, {summary.COMPACTOR: "bench-threshold"})
+                self.counts.commits += 1
+            except (CommitConflict, CompareAndSetLost):
+                self.counts.conflicts += 1
 
 
 class Sidecar(Strategy):
+    """The sidecar as its own process, as deployed; ``converged`` says when it has answered every
+    partition (all settled, none with equality deletes), from its status."""
+
     def __init__(self, config: Config, out: Path) -> None:
         super().__init__()
         self._config = config
         self._out = out
-        self._process: Any = None
-        self._port = 0
+        self._process: CompactorProcess | None = None
 
     def start(self) -> None:
-        self._process, self._port = start_compactor(self._config, "e2e-icecdc", self._out)
+        self._process = CompactorProcess(self._config, "e2e-icecdc", self._out)
 
-    def stop(self) -> dict[str, Any]:
-        counts = compactor_counts(self._port, self._config.tables[0].name)
-        self._process.terminate()
-        self._process.wait(120)
-        return {"runs": counts["compactions"] + counts["compactions_not_committed"], "commits": counts["compactions"],
-                "conflicts": counts["commit_conflicts"], "failures": [], "compactor": counts}
+    def converged(self) -> bool:
+        from icecdc.compactor.status import collect
 
+        partitions = collect(self._config).partitions
+        return bool(partitions) and all(p.state == "settled" and not p.equality_delete_files for p in partitions)
+
+    def stop(self) -> StrategyCounts:
+        if self._process is None:
+            raise RuntimeError("the sidecar strategy was stopped before it started")
+        counts = self._process.counts(self._config.tables[0].name)
+        self._process.stop()
+        return StrategyCounts(
+            runs=counts.compactions + counts.compactions_not_committed,
+            commits=counts.compactions,
+            conflicts=counts.commit_conflicts,
+            compactor=counts,
+        )

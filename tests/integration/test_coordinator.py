@@ -24,41 +24,52 @@ from icecdc import kafka
 from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor.metadata import load_table_partitions
 from icecdc.compactor.policy import Work, plan_rewrite
-from icecdc.compactor.rewrite import CompactionConflict, PartitionCompaction
 from icecdc.config import Config, MaintenanceConfig
 from icecdc.coordinator.maintenance import TableMaintenance
-from icecdc.events import CompactionEvent, MaintenanceEvent
-from icecdc.ingest.commit import TableCommitter
+from icecdc.errors import CommitConflict
+from icecdc.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceKind, MaintenanceOutcome
 from icecdc.ingest.offsets import committed_offsets
 from icecdc.ingest.sources import records_to_dataframe
-from icecdc.jvm import history, iterate, load_table
+from icecdc.jvm import actions
+from icecdc.jvm.bridge import JavaBridge
+from icecdc.jvm.tables import IcebergTable
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, table_rows
 from tests.integration.test_compactor import (
     EQUALITY_DELETES,
     Stream,
     assert_compactions_kept_rows,
+    compaction_of,
     compactor_config,
     partition_files,
 )
-from tests.integration.test_ingest_writer import batch_writer
+from tests.integration.test_ingest_writer import batch_writer, qualified
 from tests.processes import icecdc_process, is_stopped, start_icecdc, write_config
 
 SESSION_SECONDS = 6.0
+MAX_BATCHES = 150
 # Rotating partitions: a batch writes one of them (and the hot one), so each settles in turn.
 PARTITIONS = [(region, day) for region in ("eu", "us", "apac") for day in range(4)]
 HOT = ("eu", 9)
 
 
-def coordinated_config(stack_config: Config, unique: str, replica: str | None = None, maintenance: dict | None = None,
-                       **compactor: Any) -> Config:
-    settings = {"reconcile_seconds": 5,
-                "settle": {"cadence_multiple": 3, "min_seconds": 1, "initial_seconds": 2, "max_seconds": 4}, **compactor}
+def coordinated_config(
+    stack_config: Config, unique: str, replica: str | None = None, maintenance: dict | None = None, **compactor: Any
+) -> Config:
+    settings = {
+        "reconcile_seconds": 5,
+        "settle": {"cadence_multiple": 3, "min_seconds": 1, "initial_seconds": 2, "max_seconds": 4},
+        **compactor,
+    }
     base = compactor_config(stack_config, unique, **settings)
     data = base.model_dump(by_alias=True)
     data["maintenance_topic"] = f"maintenance-{unique}"
     data["compactor"]["http"] = {"port": None}  # several replicas on one host
-    data["coordinator"] = {"lease_topic": f"leases-{unique}", "lease_slots": 32, "session_timeout_seconds": SESSION_SECONDS,
-                           "maintenance": maintenance or {"enabled": False}}
+    data["coordinator"] = {
+        "lease_topic": f"leases-{unique}",
+        "lease_slots": 32,
+        "session_timeout_seconds": SESSION_SECONDS,
+        "maintenance": maintenance or {"enabled": False},
+    }
     if replica is not None:
         data["compactor"]["replica_id"] = replica
     return Config.model_validate(data)
@@ -68,7 +79,9 @@ def replica(config: Config, name: str, tmp_path: Path, failpoint: str | None = N
     data = config.model_dump(by_alias=True)
     data["compactor"]["replica_id"] = name
     path = write_config(Config.model_validate(data), tmp_path / f"{name}.yaml")
-    return start_icecdc("--log-format", "json", "compact", "--config", str(path), log=tmp_path / f"{name}.log", failpoint=failpoint)
+    return start_icecdc(
+        "--log-format", "json", "compact", "--config", str(path), log=tmp_path / f"{name}.log", failpoint=failpoint
+    )
 
 
 def read_all(config: Config, topic: str, idle: float = 2.0) -> list[bytes]:
@@ -115,7 +128,7 @@ def assert_no_concurrent_compactions(events: list[CompactionEvent], ended_at: di
     open_runs: dict[tuple[str, str], float] = {}
     for event in events:
         key = (event.replica, event.partition_path)
-        if event.outcome == "started":
+        if event.outcome is CompactionOutcome.STARTED:
             open_runs[key] = event.started_ms / 1000
         elif key in open_runs:
             intervals[event.partition_path].append((open_runs.pop(key), event.finished_ms / 1000, event.replica))
@@ -127,20 +140,28 @@ def assert_no_concurrent_compactions(events: list[CompactionEvent], ended_at: di
             assert start >= end, f"{path}: {first} until {end}, {second} from {start}"
 
 
-def assert_snapshot_log_is_sequential(spark, name: str) -> None:
+def iceberg_table(spark, config: Config) -> IcebergTable:
+    table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+    table.refresh()
+    return table
+
+
+def assert_snapshot_log_is_sequential(spark, config: Config) -> None:
     """In the snapshot log, each compaction of a partition started from a snapshot at or after
     the previous compaction of that partition committed."""
-    snapshots = list(reversed(list(history(load_table(spark, name)))))
-    sequence = {s.snapshotId(): s.sequenceNumber() for s in snapshots}
+    snapshots = list(reversed(list(iceberg_table(spark, config).history())))
+    sequence = {s.snapshot_id: s.sequence_number for s in snapshots}
     last: dict[str, int] = {}
     for snapshot in snapshots:
-        summary = snapshot.summary()
+        summary = snapshot.summary
         if summary.get("icecdc.compaction") is None:
             continue
-        partition, start = summary.get("icecdc.partition"), int(summary.get("icecdc.starting-snapshot-id"))
+        partition, start = summary["icecdc.partition"], int(summary["icecdc.starting-snapshot-id"])
         if start in sequence and partition in last:
-            assert sequence[start] >= last[partition], f"{partition}: compaction {snapshot.snapshotId()} overlapped the previous one"
-        last[partition] = snapshot.sequenceNumber()
+            assert sequence[start] >= last[partition], (
+                f"{partition}: compaction {snapshot.snapshot_id} overlapped the previous one"
+            )
+        last[partition] = snapshot.sequence_number
     assert last, "no compaction in the snapshot log"
 
 
@@ -150,8 +171,21 @@ def slot_log(log: Path) -> list[tuple[float, int]]:
     for line in log.read_text().splitlines():
         if line.startswith("{") and (match := re.search(r"holds (\d+) of \d+ slots", line)):
             stamp = orjson.loads(line)["ts"]
-            out.append((calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:-1]), int(match.group(1))))
+            out.append(
+                (calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")) + float(stamp[19:-1]), int(match.group(1)))
+            )
     return out
+
+
+def committed_compactions(log: Path) -> int:
+    """How many compactions a replica has logged as committed (its JSON log)."""
+    if not log.exists():
+        return 0
+    return sum(
+        1
+        for line in log.read_text().splitlines()
+        if line.startswith("{") and '"logger":"icecdc.compactor.compaction_runner"' in line and '"outcome":"committed"' in line
+    )
 
 
 def rotating_writes(stream: Stream, n: int) -> list:
@@ -175,7 +209,7 @@ def initial_rows(stream: Stream) -> list:
 
 def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(spark, stack_config, unique, tmp_path):
     config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 30})
-    name = f"lake.{config.tables[0].name}"
+    name = qualified(config)
     replicas: dict[str, subprocess.Popen] = {}
     ended: dict[str, float] = {}
     try:
@@ -183,19 +217,35 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
             stream = Stream(spark, config, write)
             stream(initial_rows(stream))
             replicas = {"a": replica(config, "a", tmp_path), "b": replica(config, "b", tmp_path)}
-            wait_for(lambda: all(slot_log(tmp_path / f"{r}.log") and slot_log(tmp_path / f"{r}.log")[-1][1] == 16 for r in "ab"),
-                     60, "both replicas to hold half the slots")
-            for n in range(1, 49):
+            wait_for(
+                lambda: all(slot_log(tmp_path / f"{r}.log") and slot_log(tmp_path / f"{r}.log")[-1][1] == 16 for r in "ab"),
+                60,
+                "both replicas to hold half the slots",
+            )
+            # a dies once it has committed work of its own (on a loaded machine that takes more
+            # batches than on an idle one), then the writer goes on for 24 more batches.
+            killed_after = None
+            for n in itertools.count(1):
                 stream(rotating_writes(stream, n))  # a writer failure raises here
-                if n == 24:
+                if killed_after is None and n >= 24 and committed_compactions(tmp_path / "a.log"):
                     assert replicas["a"].poll() is None, (tmp_path / "a.log").read_text()[-3000:]
                     replicas["a"].kill()
                     replicas["a"].wait()
                     ended["a"] = killed = time.time()
+                    killed_after = n
+                if killed_after is not None and n >= killed_after + 24:
+                    break
+                assert n < MAX_BATCHES, f"replica a committed no compaction in {MAX_BATCHES} batches"
                 time.sleep(0.3)
         # Writes stopped: every partition settles, and b (alone now) merges every delete.
-        wait_for(lambda: not partition_files(spark, name, "eu")[EQUALITY_DELETES] and not any(
-            partition_files(spark, name, r)[EQUALITY_DELETES] for r in ("us", "apac")), 180, "all deletes merged")
+        wait_for(
+            lambda: (
+                not partition_files(spark, name, "eu")[EQUALITY_DELETES]
+                and not any(partition_files(spark, name, r)[EQUALITY_DELETES] for r in ("us", "apac"))
+            ),
+            180,
+            "all deletes merged",
+        )
     finally:
         for process in replicas.values():
             stop(process)
@@ -203,10 +253,10 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
     assert replicas["b"].returncode == 0, (tmp_path / "b.log").read_text()[-3000:]  # SIGTERM: a clean stop
 
     events = compaction_events(config)
-    committed = [e for e in events if e.outcome == "committed"]
+    committed = [e for e in events if e.outcome is CompactionOutcome.COMMITTED]
     by_replica = {r: [e for e in committed if e.replica == r] for r in "ab"}
     assert by_replica["a"] and by_replica["b"], "both replicas did work"
-    assert not [e for e in events if e.outcome == "failed"], events
+    assert not [e for e in events if e.outcome is CompactionOutcome.FAILED], events
     a_partitions = {e.partition_path for e in by_replica["a"]}
     taken_over = [e for e in by_replica["b"] if e.partition_path in a_partitions and e.started_ms / 1000 > killed]
     assert taken_over, "b compacted the partitions a held once a was gone"
@@ -214,20 +264,28 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
     # b had in flight (a replica joins a rebalance between two pieces of work), plus one rebalance.
     evicted = killed + SESSION_SECONDS
     maintenance = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
-    busy_until = max([e.finished_ms / 1000 for e in [*events, *maintenance] if e.replica == "b" and e.outcome != "started"
-                      and e.started_ms / 1000 < evicted + 2 and e.finished_ms / 1000 > killed] or [evicted])
+    busy_until = max(
+        [
+            e.finished_ms / 1000
+            for e in [*events, *maintenance]
+            if e.replica == "b" and e.outcome != "started" and e.started_ms / 1000 < evicted + 2 and e.finished_ms / 1000 > killed
+        ]
+        or [evicted]
+    )
     takeover = next(t for t, slots in slot_log(tmp_path / "b.log") if slots == 32 and t > killed - 1)
     assert takeover <= max(busy_until, evicted) + SESSION_SECONDS + 4, (takeover - killed, busy_until - killed)
 
     assert_no_concurrent_compactions(events, ended)
     spark.sql(f"REFRESH TABLE {name}")
-    assert_snapshot_log_is_sequential(spark, name)
+    assert_snapshot_log_is_sequential(spark, config)
     # (time travel across the compactions whose snapshots maintenance has not expired yet)
     parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
     assert_compactions_kept_rows(spark, name, [e for e in committed if parents.get(e.snapshot_id) in parents])
     assert table_rows(spark, name) == stream.source.expected_rows()
-    assert any(e.kind == "expire-snapshots" and e.outcome == "committed" for e in maintenance), maintenance
-    assert any(e.kind == "rewrite-manifests" and e.outcome == "committed" for e in maintenance), maintenance
+    assert any(e.kind is MaintenanceKind.EXPIRE and e.outcome is MaintenanceOutcome.COMMITTED for e in maintenance), maintenance
+    assert any(e.kind is MaintenanceKind.MANIFESTS and e.outcome is MaintenanceOutcome.COMMITTED for e in maintenance), (
+        maintenance
+    )
 
 
 def table_files(spark, name: str) -> set[str]:
@@ -235,13 +293,16 @@ def table_files(spark, name: str) -> set[str]:
     return {r.file_path.removeprefix("file:") for r in spark.sql(f"SELECT file_path FROM {name}.all_files").collect()}
 
 
-@pytest.mark.parametrize(("failpoint", "outcome"), [
-    ("compactor-before-commit", "fenced"),  # frozen before its lease check: the broker refuses it
-    ("compactor-after-lease-check", "conflict"),  # frozen after it: Iceberg's validation refuses it
-])
+@pytest.mark.parametrize(
+    ("failpoint", "outcome"),
+    [
+        ("compactor-before-commit", "fenced"),  # frozen before its lease check: the broker refuses it
+        ("compactor-after-lease-check", "conflict"),  # frozen after it: Iceberg's validation refuses it
+    ],
+)
 def test_a_frozen_replica_cannot_commit_after_the_others_took_over(spark, stack_config, unique, tmp_path, failpoint, outcome):
     config = coordinated_config(stack_config, unique, settle={"min_seconds": 0, "initial_seconds": 0})
-    name = f"lake.{config.tables[0].name}"
+    name = qualified(config)
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
         src = stream.source
@@ -255,17 +316,23 @@ def test_a_frozen_replica_cannot_commit_after_the_others_took_over(spark, stack_
         wait_for(lambda: is_stopped(a), 90, "replica a to freeze mid-compaction")
         b = replica(config, "b", tmp_path)
         # b waits out a's session, takes every slot, and compacts the partition a was compacting.
-        wait_for(lambda: any(e.replica == "b" and e.outcome == "committed" for e in compaction_events(config)), 90,
-                 "replica b to compact the partition")
+        wait_for(
+            lambda: any(e.replica == "b" and e.outcome is CompactionOutcome.COMMITTED for e in compaction_events(config)),
+            90,
+            "replica b to compact the partition",
+        )
         a.send_signal(signal.SIGCONT)
-        a_events = wait_for(lambda: [e for e in compaction_events(config) if e.replica == "a" and e.outcome != "started"], 60,
-                            "replica a's late outcome")
+        a_events = wait_for(
+            lambda: [e for e in compaction_events(config) if e.replica == "a" and e.outcome is not CompactionOutcome.STARTED],
+            60,
+            "replica a's late outcome",
+        )
     finally:
         for process in (a, b):
             if process is not None:
                 stop(process)
 
-    assert [e.outcome for e in a_events][:1] == [outcome], a_events
+    assert [e.outcome.value for e in a_events][:1] == [outcome], a_events
     spark.sql(f"REFRESH TABLE {name}")
     assert table_rows(spark, name) == expected
     compactions = [r for r in spark.sql(f"SELECT summary FROM {name}.snapshots").collect() if "icecdc.compaction" in r.summary]
@@ -279,7 +346,7 @@ def test_a_frozen_replica_cannot_commit_after_the_others_took_over(spark, stack_
 def test_maintenance_during_a_compaction_spares_it_and_exactly_once_recovery(spark, stack_config, unique):
     config = coordinated_config(stack_config, unique)
     table_config = config.tables[0]
-    name = f"lake.{table_config.name}"
+    name = qualified(config)
     # Retention 0 expires everything it may: only what the coordinator protects survives.
     settings = MaintenanceConfig(snapshot_retention_seconds=0, retain_last=1, orphan_age_seconds=3600)
     sent: list = []
@@ -294,7 +361,8 @@ def test_maintenance_during_a_compaction_spares_it_and_exactly_once_recovery(spa
         batch([src.upsert(k, "eu", k, 0) for k in range(1, 60)])
         for n in range(1, 4):
             batch([src.upsert(k, "eu", 10 * k + n, 0) for k in range(n, 60, 4)])
-        loaded = load_table_partitions(pyiceberg_catalog(config), table_config, config.compactor)
+        loaded = load_table_partitions(pyiceberg_catalog(config), config.table_ref(table_config), table_config, config.compactor)
+        assert loaded is not None
         [(path, partition)] = loaded.partitions.items()
         key = tuple(partition.partition[t.name] for t in loaded.layout.partition)
         # An orphan older than the safe age: a batch's file from a crash two days ago.
@@ -302,10 +370,10 @@ def test_maintenance_during_a_compaction_spares_it_and_exactly_once_recovery(spa
         orphan.write_bytes(b"PAR1")
         os.utime(orphan, (time.time() - 2 * 86400,) * 2)
 
-        compaction = PartitionCompaction(spark, name, loaded.layout, key, config.catalog.properties, 1 << 20)
+        compaction = compaction_of(spark, config, loaded.layout, key, 1 << 20)
         plan = plan_rewrite(compaction.files(), Work.DELETE_MERGE, config.compactor)
-        starting_snapshot, _ = compaction.starting_snapshot
-        maintenance = TableMaintenance(spark, name, {})
+        starting_snapshot = compaction.starting_snapshot.snapshot_id
+        maintenance = TableMaintenance(iceberg_table(spark, config), {})
         results = []
 
         def commit_during_maintenance(attempt):
@@ -330,18 +398,17 @@ def test_maintenance_during_a_compaction_spares_it_and_exactly_once_recovery(spa
     with batch_writer(spark, config) as write:
         stream.write = write
         batch([src.upsert(k, "eu", 11, 0) for k in range(2, 60, 5)])
-        late = PartitionCompaction(spark, name, loaded.layout, key, config.catalog.properties, 1 << 20)
+        late = compaction_of(spark, config, loaded.layout, key, 1 << 20)
         late_plan = plan_rewrite(late.files(), Work.DELETE_MERGE, config.compactor)
         batch([src.upsert(k, "eu", 12, 0) for k in range(3, 60, 5)])
         batch([src.upsert(k, "eu", 13, 0) for k in range(4, 60, 5)])
         maintenance.expire(int(time.time() * 1000), settings, [])
-        with pytest.raises(CompactionConflict):
+        with pytest.raises(CommitConflict):
             late.run(late_plan, {})
 
         # The ingester still recovers exactly once: its offsets survived expiry, so a replay of
         # the whole source commits nothing, and new records apply once.
-        committer = TableCommitter(spark, name, loaded.layout)
-        assert committed_offsets(committer.summaries_newest_first()) == {table_config.topic: {0: len(sent)}}
+        assert committed_offsets(iceberg_table(spark, config).summaries_newest_first()) == {table_config.topic: {0: len(sent)}}
         snapshots = len(spark.sql(f"SELECT * FROM {name}.snapshots").collect())
         write(records_to_dataframe(spark, kafka_records(table_config.topic, sent, 0)), 1000)
         spark.sql(f"REFRESH TABLE {name}")
@@ -355,7 +422,7 @@ def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, uniqu
     """Each writer commit adds a data and a delete manifest; past ``max_small_manifests`` small
     ones the maintenance merges them, leaves the large ones alone, and the rows stay the same."""
     config = coordinated_config(stack_config, unique)
-    name = f"lake.{config.tables[0].name}"
+    name = qualified(config)
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
         src = stream.source
@@ -364,9 +431,7 @@ def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, uniqu
             stream([src.upsert(k, REGIONS[k % 3], 10 * k + n, n % 2) for k in range(n, 400, 9)] + [src.delete(400 - n)])
 
     def manifests() -> dict[str, int]:
-        table = load_table(spark, name)
-        table.refresh()
-        return {m.path(): m.length() for m in iterate(table.currentSnapshot().allManifests(table.io()))}
+        return {m.path: m.length for m in actions.current_manifests(iceberg_table(spark, config))}
 
     before = manifests()
     lengths = sorted(before.values())
@@ -376,8 +441,8 @@ def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, uniqu
     large = {path for path, length in before.items() if length >= target // 2}
     small = len(before) - len(large)
     assert large and small >= 12, before
-    maintenance = TableMaintenance(spark, name, {"icecdc.compactor": "test"})
-    assert not maintenance.manifests_due(MaintenanceConfig(max_small_manifests=small))
+    maintenance = TableMaintenance(iceberg_table(spark, config), {"icecdc.compactor": "test"})
+    assert not maintenance.worth_running(MaintenanceKind.MANIFESTS, 0, MaintenanceConfig(max_small_manifests=small))
     assert not maintenance.rewrite_manifests(MaintenanceConfig(max_small_manifests=small)).committed
 
     result = maintenance.rewrite_manifests(MaintenanceConfig(max_small_manifests=4))
@@ -385,7 +450,8 @@ def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, uniqu
     assert result.committed and result.manifests_rewritten == small, result
     assert large <= after.keys()  # untouched
     assert len(after) < len(before)
-    assert load_table(spark, name).currentSnapshot().summary()["icecdc.compactor"] == "test"
+    current = iceberg_table(spark, config).current_snapshot()
+    assert current is not None and current.summary["icecdc.compactor"] == "test"
     spark.sql(f"REFRESH TABLE {name}")
     assert table_rows(spark, name) == src.expected_rows()
 
@@ -394,13 +460,21 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
     """A bounded soak: the ingester and one compactor replica (with maintenance every 10 s) as
     processes, fed 80 rounds of inserts, updates and deletes on a hot day and late changes to
     older days."""
-    config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 20,
-                                                                "manifest_interval_seconds": 10, "max_small_manifests": 8})
+    config = coordinated_config(
+        stack_config,
+        unique,
+        maintenance={
+            "interval_seconds": 10,
+            "snapshot_retention_seconds": 20,
+            "manifest_interval_seconds": 10,
+            "max_small_manifests": 8,
+        },
+    )
     data = config.model_dump(by_alias=True)
     data["ingest"] = {"source": "direct", "trigger_seconds": 0.5, "max_batch_records": 500, "http": {"port": None}}
     config = Config.model_validate(data)
     table = config.tables[0]
-    name = f"lake.{table.name}"
+    name = qualified(config)
     kafka.ensure_topics(config.kafka, [table.topic])
     path = write_config(config, tmp_path / "soak.yaml")
     src = SourceDatabase()
@@ -413,8 +487,9 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
 
     send([src.upsert(k, REGIONS[k % 3], k, k % 5) for k in range(500)])
     compactor = start_icecdc("--log-format", "json", "compact", "--config", str(path), log=tmp_path / "compactor.log")
-    ingester = start_icecdc("--log-format", "json", "ingest", "--config", str(path), "--until-idle", "8",
-                            log=tmp_path / "ingest.log")
+    ingester = start_icecdc(
+        "--log-format", "json", "ingest", "--config", str(path), "--until-idle", "8", log=tmp_path / "ingest.log"
+    )
     try:
         for n in range(1, 81):
             hot = [src.upsert(k, REGIONS[k % 3], n * 100 + k, 5) for k in range(500 + n % 7, 700, 7)]  # today
@@ -424,8 +499,11 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
             time.sleep(0.4)
         assert ingester.wait(240) == 0, (tmp_path / "ingest.log").read_text()[-3000:]
         # Everything has settled: the compactor merges every delete.
-        wait_for(lambda: not spark.sql(f"SELECT 1 FROM {name}.files WHERE content != 0").collect(), 180,
-                 "every partition to settle and lose its delete files")
+        wait_for(
+            lambda: not spark.sql(f"SELECT 1 FROM {name}.files WHERE content != 0").collect(),
+            180,
+            "every partition to settle and lose its delete files",
+        )
     finally:
         stop(ingester)
         stop(compactor)
@@ -435,25 +513,43 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
     ingest_log = (tmp_path / "ingest.log").read_text()
     assert '"level":"error"' not in ingest_log and "Traceback" not in ingest_log  # zero writer commit failures
     events = compaction_events(config)
-    assert sum(e.outcome == "committed" for e in events) >= 5
-    assert not [e for e in events if e.outcome == "failed"]
+    assert sum(e.outcome is CompactionOutcome.COMMITTED for e in events) >= 5
+    assert not [e for e in events if e.outcome is CompactionOutcome.FAILED]
     maintenance = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
-    assert any(e.kind == "expire-snapshots" and e.outcome == "committed" for e in maintenance), maintenance
-    assert any(e.kind == "rewrite-manifests" and e.outcome == "committed" for e in maintenance), maintenance
-    assert not [e for e in maintenance if e.outcome == "failed"], maintenance
+    assert any(e.kind is MaintenanceKind.EXPIRE and e.outcome is MaintenanceOutcome.COMMITTED for e in maintenance), maintenance
+    assert any(e.kind is MaintenanceKind.MANIFESTS and e.outcome is MaintenanceOutcome.COMMITTED for e in maintenance), (
+        maintenance
+    )
+    assert not [e for e in maintenance if e.outcome is MaintenanceOutcome.FAILED], maintenance
 
 
+@pytest.mark.bench
 def test_contention_benchmark_harness(tmp_path):
     """A short ``icecdc bench contention`` in its own process: every mode measured, every table
     equal to the workload's state (the run fails otherwise), JSON, plot and summary written."""
     out = tmp_path / "out"
-    run = icecdc_process("bench", "contention", "--state-dir", str(tmp_path / "state"), "--batches", "4", "--changes", "300",
-                         "--interval", "1", "--out", str(out), timeout=900)
+    run = icecdc_process(
+        "bench",
+        "contention",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--batches",
+        "4",
+        "--changes",
+        "300",
+        "--interval",
+        "1",
+        "--out",
+        str(out),
+        timeout=900,
+    )
     assert run.returncode == 0, run.stderr[-3000:]
     results = orjson.loads((out / "contention.json").read_bytes())
     assert set(results["modes"]) == {"none", "naive", "coordinated"}
     for mode, measured in results["modes"].items():
         assert len(measured["commit_seconds"]) == 4 and measured["rows_match"] and not measured["writer_failures"], mode
-    assert {"commit_attempts", "conflict_rate"} <= set(results["modes"]["naive"]) & set(results["modes"]["coordinated"])
+    assert results["modes"]["none"]["compactor"] is None
+    for mode in ("naive", "coordinated"):
+        assert {"commit_attempts", "conflict_rate"} <= set(results["modes"][mode]["compactor"])
     assert (out / "contention.png").stat().st_size > 0
     assert "| coordinated |" in (out / "contention.md").read_text()

@@ -46,10 +46,16 @@ def ingest_process(config_path: Path, failpoint: str | None = None) -> subproces
 
 def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark, stack_config, unique, tmp_path):
     table = TableConfig.model_validate(orders_table(f"it.crash_{unique}", f"crash-{unique}"))
-    config = stack_config.model_copy(update={
-        "tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}",
-        "ingest": stack_config.ingest.model_copy(update={"max_batch_records": 40, "trigger_seconds": 0.5, "source": "direct"}),
-    })
+    config = stack_config.model_copy(
+        update={
+            "tables": [table],
+            "commit_topic": f"commits-{unique}",
+            "dead_letter_topic": f"dlq-{unique}",
+            "ingest": stack_config.ingest.model_copy(
+                update={"max_batch_records": 40, "trigger_seconds": 0.5, "source": "direct"}
+            ),
+        }
+    )
     kafka.ensure_topics(config.kafka, [table.topic], partitions=3)  # keyed: a key's changes share a partition
     source = SourceDatabase()
     events = history(source, keys=30, rounds=6)
@@ -63,7 +69,7 @@ def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark,
     finished = ingest_process(config_path)
     assert finished.returncode == 0, finished.stderr[-3000:]
 
-    name = f"lake.{table.name}"
+    name = config.table_ref(table).qualified
     spark.sql(f"REFRESH TABLE {name}")
     assert table_rows(spark, name) == source.expected_rows()
     summary = spark.sql(f"SELECT summary FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0].summary
@@ -77,18 +83,19 @@ def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark,
 
 def test_streaming_path_and_direct_path_build_identical_tables(spark, stack_config, unique, tmp_path):
     source = SourceDatabase()
-    events = history(source, keys=25, rounds=4) + [(b"k", b"{broken")]
+    events = [*history(source, keys=25, rounds=4), (b"k", b"{broken")]
 
     # Structured Streaming over a file source whose rows have the Kafka source's schema, one
     # micro-batch per file, stopped half way and restarted from its checkpoint.
     streamed = TableConfig.model_validate(orders_table(f"it.streamed_{unique}", f"orders-{unique}"))
-    stream_config = stack_config.model_copy(update={"tables": [streamed], "commit_topic": f"commits-{unique}",
-                                                     "dead_letter_topic": f"dlq-{unique}"})
+    stream_config = stack_config.model_copy(
+        update={"tables": [streamed], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}"}
+    )
     ensure_tables(spark, stream_config)
     kafka.ensure_topics(stream_config.kafka, [stream_config.commit_topic, stream_config.dead_letter_topic])
     inbox, checkpoint = tmp_path / "inbox", str(tmp_path / "checkpoint")
     inbox.mkdir()
-    chunks = [events[i:i + 30] for i in range(0, len(events), 30)]
+    chunks = [events[i : i + 30] for i in range(0, len(events), 30)]
 
     def drop_files(numbers: range) -> None:
         for n in numbers:
@@ -97,8 +104,15 @@ def test_streaming_path_and_direct_path_build_identical_tables(spark, stack_conf
 
     def stream_once() -> BatchWriter:
         producer = kafka.producer(stream_config.kafka)
-        writer = BatchWriter(spark, stream_config, producer, CommitEventPublisher(producer, stream_config.commit_topic), "streaming")
-        stream = spark.readStream.schema(KAFKA_SCHEMA).option("maxFilesPerTrigger", 1).option("recursiveFileLookup", "true").parquet(str(inbox))
+        writer = BatchWriter(
+            spark, stream_config, producer, CommitEventPublisher(producer, stream_config.commit_topic), "streaming"
+        )
+        stream = (
+            spark.readStream.schema(KAFKA_SCHEMA)
+            .option("maxFilesPerTrigger", 1)
+            .option("recursiveFileLookup", "true")
+            .parquet(str(inbox))
+        )
         run_streaming(stream, writer, checkpoint, trigger_seconds=0.2, until_idle=4)
         return writer
 
@@ -119,13 +133,17 @@ def test_streaming_path_and_direct_path_build_identical_tables(spark, stack_conf
 
     # The direct Kafka path, from the broker, over the same events.
     direct = TableConfig.model_validate(orders_table(f"it.direct_{unique}", f"direct-{unique}"))
-    direct_config = stream_config.model_copy(update={"tables": [direct], "ingest": stream_config.ingest.model_copy(
-        update={"source": "direct", "trigger_seconds": 0.5})})
+    direct_config = stream_config.model_copy(
+        update={
+            "tables": [direct],
+            "ingest": stream_config.ingest.model_copy(update={"source": "direct", "trigger_seconds": 0.5}),
+        }
+    )
     kafka.ensure_topics(direct_config.kafka, [direct.topic])
     produce(direct_config, direct.topic, events)
     stats = run_ingest(direct_config, until_idle=3, spark=spark)
     assert stats.dead_letters == 1
 
     expected = source.expected_rows()
-    assert table_rows(spark, f"lake.{streamed.name}") == expected
-    assert table_rows(spark, f"lake.{direct.name}") == expected
+    assert table_rows(spark, stream_config.table_ref(streamed).qualified) == expected
+    assert table_rows(spark, direct_config.table_ref(direct).qualified) == expected

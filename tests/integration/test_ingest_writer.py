@@ -17,15 +17,25 @@ from icecdc.events import CommitEvent
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import records_to_dataframe
 from icecdc.ingest.writer import BatchWriter
-from icecdc.jvm import load_table
+from icecdc.jvm.bridge import JavaBridge
+from icecdc.jvm.tables import IcebergTable
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
+
+
+def qualified(config: Config, index: int = 0) -> str:
+    """The Spark name of a configured table (``lake.it.orders_...``)."""
+    return config.table_ref(config.tables[index]).qualified
 
 
 def config_for(stack_config: Config, unique: str) -> Config:
     table = TableConfig.model_validate(orders_table(f"it.orders_{unique}", f"orders-{unique}"))
-    return stack_config.model_copy(update={
-        "tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}",
-    })
+    return stack_config.model_copy(
+        update={
+            "tables": [table],
+            "commit_topic": f"commits-{unique}",
+            "dead_letter_topic": f"dlq-{unique}",
+        }
+    )
 
 
 @contextmanager
@@ -61,7 +71,8 @@ steps = st.lists(
         st.sampled_from(["plain", "plain", "snapshot", "no-before", "wrapped"]),
         st.booleans(),  # end the micro-batch after this step
     ),
-    min_size=1, max_size=40,
+    min_size=1,
+    max_size=40,
 )
 
 
@@ -80,9 +91,18 @@ def test_random_histories_end_in_the_state_they_imply(spark, stack_config, histo
         else:
             existing = source.rows.get(key)
             # An update without a before-image is only sound when it stays in its partition.
-            omit = flavour == "no-before" and existing is not None and existing["region"] == region and source.row(key, region, cents, day, key)["updated_at"] // 86_400_000_000 == existing["updated_at"] // 86_400_000_000
-            batches[-1].append(source.upsert(key, region, cents, day, snapshot_read=flavour == "snapshot",
-                                             omit_before=omit, wrapped=flavour == "wrapped"))
+            omit = (
+                flavour == "no-before"
+                and existing is not None
+                and existing["region"] == region
+                and source.row(key, region, cents, day, key)["updated_at"] // 86_400_000_000
+                == existing["updated_at"] // 86_400_000_000
+            )
+            batches[-1].append(
+                source.upsert(
+                    key, region, cents, day, snapshot_read=flavour == "snapshot", omit_before=omit, wrapped=flavour == "wrapped"
+                )
+            )
         if cut:
             batches.append([])
 
@@ -91,23 +111,26 @@ def test_random_histories_end_in_the_state_they_imply(spark, stack_config, histo
         for number, pairs in enumerate(b for b in batches if b):
             write(records_to_dataframe(spark, kafka_records(topic, pairs, offset)), number)
             offset += len(pairs)
-    name = f"lake.{config.tables[0].name}"
+    name = qualified(config)
     assert table_rows(spark, name) == source.expected_rows()
     contents = {r.content for r in spark.sql(f"SELECT content FROM {name}.files").collect()}
     assert 1 not in contents  # never position deletes
 
 
 def test_updates_and_deletes_are_equality_deletes_and_bucket_pruning_agrees(spark, stack_config, unique):
-    table = TableConfig.model_validate({**orders_table(f"it.bucketed_{unique}", f"bucketed-{unique}"),
-                                        "partition_by": ["bucket(4, id)", "days(updated_at)"]})
-    config = stack_config.model_copy(update={"tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}"})
+    table = TableConfig.model_validate(
+        {**orders_table(f"it.bucketed_{unique}", f"bucketed-{unique}"), "partition_by": ["bucket(4, id)", "days(updated_at)"]}
+    )
+    config = stack_config.model_copy(
+        update={"tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}"}
+    )
     source = SourceDatabase()
     first = [source.upsert(k, "eu", 100 * k, 0) for k in range(1, 21)]
     second = [source.upsert(k, "us", 7, 1) for k in range(1, 11)] + [source.delete(k) for k in range(15, 21)]
     with batch_writer(spark, config) as write:
         write(records_to_dataframe(spark, kafka_records(table.topic, first)), 0)
         write(records_to_dataframe(spark, kafka_records(table.topic, second, len(first))), 1)
-    name = f"lake.{table.name}"
+    name = qualified(config)
     assert table_rows(spark, name) == source.expected_rows()
     files = spark.sql(f"SELECT content, count(*) AS n FROM {name}.files GROUP BY content").collect()
     counts = {r.content: r.n for r in files}
@@ -125,14 +148,14 @@ def test_replayed_batch_is_skipped(spark, stack_config, unique):
     with batch_writer(spark, config) as write:
         records = kafka_records(topic, pairs)
         first = write(records_to_dataframe(spark, records), 0)
-        snapshots = spark.sql(f"SELECT count(*) AS n FROM lake.{config.tables[0].name}.snapshots").collect()[0].n
+        snapshots = spark.sql(f"SELECT count(*) AS n FROM {qualified(config)}.snapshots").collect()[0].n
         again = write(records_to_dataframe(spark, records), 0)  # e.g. Spark replaying after a crash
         # A batch overlapping the committed range: only its new part is written.
         source_more = [source.upsert(4, "apac", 9, 2)]
         partly = write(records_to_dataframe(spark, records + kafka_records(topic, source_more, len(pairs))), 1)
     assert first.records == len(pairs) and again.records == 0 and not again.commits
     assert partly.records == 1
-    name = f"lake.{config.tables[0].name}"
+    name = qualified(config)
     assert spark.sql(f"SELECT count(*) AS n FROM {name}.snapshots").collect()[0].n == snapshots + 1
     assert table_rows(spark, name) == source.expected_rows()
 
@@ -155,7 +178,7 @@ def test_bad_input_goes_to_the_dead_letter_topic_and_good_input_commits(spark, s
     with batch_writer(spark, config) as write:
         result = write(records_to_dataframe(spark, records), 0)
     assert result.dead_letters == len(bad) + 1
-    assert table_rows(spark, f"lake.{config.tables[0].name}") == source.expected_rows()
+    assert table_rows(spark, qualified(config)) == source.expected_rows()
 
     letters = read_topic(config, config.dead_letter_topic, len(bad) + 1)
     by_reason = {dict(m.headers())["icecdc.reason"].decode(): m for m in letters}
@@ -181,11 +204,13 @@ def test_commit_events_match_the_snapshot_metadata(spark, stack_config, unique):
         write(records_to_dataframe(spark, kafka_records(topic, second, len(first))), 1)
     events = [CommitEvent.from_json(m.value()) for m in read_topic(config, config.commit_topic, 2)]  # validates the schema
     assert len(events) == 2
-    name = f"lake.{config.tables[0].name}"
-    for event, next_offset in zip(events, (len(first), len(first) + len(second))):
+    name = qualified(config)
+    for event, next_offset in zip(events, (len(first), len(first) + len(second)), strict=True):
         assert event.table == config.tables[0].name and event.writer == "icecdc-ingest"
         assert event.source_offsets == {topic: {"0": next_offset}}
-        snapshot = spark.sql(f"SELECT sequence_number FROM {name}.entries WHERE snapshot_id = {event.snapshot_id} LIMIT 1").collect()
+        snapshot = spark.sql(
+            f"SELECT sequence_number FROM {name}.entries WHERE snapshot_id = {event.snapshot_id} LIMIT 1"
+        ).collect()
         assert snapshot[0].sequence_number == event.sequence_number
         added = spark.sql(f"""
             SELECT data_file.partition AS p, data_file.content AS content, count(*) AS files,
@@ -211,7 +236,9 @@ def test_commit_events_match_the_snapshot_metadata(spark, stack_config, unique):
 
 def test_several_tables_in_one_batch_keep_their_own_offsets(spark, stack_config, unique):
     tables = [TableConfig.model_validate(orders_table(f"it.multi_{n}_{unique}", f"multi-{n}-{unique}")) for n in ("a", "b")]
-    config = stack_config.model_copy(update={"tables": tables, "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}"})
+    config = stack_config.model_copy(
+        update={"tables": tables, "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}"}
+    )
     sources = [SourceDatabase(), SourceDatabase()]
     pairs_a = [sources[0].upsert(k, "eu", k, 0) for k in range(1, 8)] + [sources[0].delete(3)]
     pairs_b = [sources[1].upsert(k, "us", k, 1) for k in range(1, 4)] + [sources[1].upsert(1, "apac", 5, 2)]
@@ -219,8 +246,8 @@ def test_several_tables_in_one_batch_keep_their_own_offsets(spark, stack_config,
     with batch_writer(spark, config) as write:
         result = write(records_to_dataframe(spark, records), 0)
     assert set(result.commits) == {t.name for t in tables}
-    for table, source, count in zip(tables, sources, (len(pairs_a), len(pairs_b))):
-        name = f"lake.{table.name}"
+    for index, (table, source, count) in enumerate(zip(tables, sources, (len(pairs_a), len(pairs_b)), strict=True)):
+        name = qualified(config, index)
         assert table_rows(spark, name) == source.expected_rows()
         summary = spark.sql(f"SELECT summary FROM {name}.snapshots").collect()[0].summary
         assert orjson.loads(summary["icecdc.offsets"]) == {table.topic: {"0": count}}
@@ -232,15 +259,36 @@ def test_identity_partitions_of_every_type_hold_their_exact_values(spark, stack_
     import datetime as dt
     from decimal import Decimal
 
-    table = TableConfig.model_validate({
-        "name": f"it.identity_{unique}", "topic": f"identity-{unique}", "primary_key": ["id"],
-        "partition_by": ["label", "day", "flag", "amount", "n"],
-        "schema": {"id": "long", "label": "string", "at": "timestamp", "day": "date", "flag": "boolean",
-                   "amount": "decimal(8, 3)", "n": "long"},
-    })
-    config = stack_config.model_copy(update={"tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}"})
+    table = TableConfig.model_validate(
+        {
+            "name": f"it.identity_{unique}",
+            "topic": f"identity-{unique}",
+            "primary_key": ["id"],
+            "partition_by": ["label", "day", "flag", "amount", "n"],
+            "schema": {
+                "id": "long",
+                "label": "string",
+                "at": "timestamp",
+                "day": "date",
+                "flag": "boolean",
+                "amount": "decimal(8, 3)",
+                "n": "long",
+            },
+        }
+    )
+    config = stack_config.model_copy(
+        update={"tables": [table], "commit_topic": f"commits-{unique}", "dead_letter_topic": f"dlq-{unique}"}
+    )
     rows = [
-        {"id": 1, "label": "e u/x=1&%", "at": 1_735_787_045_123_456, "day": 20090, "flag": True, "amount": "12.345", "n": 5_000_000_000},
+        {
+            "id": 1,
+            "label": "e u/x=1&%",
+            "at": 1_735_787_045_123_456,
+            "day": 20090,
+            "flag": True,
+            "amount": "12.345",
+            "n": 5_000_000_000,
+        },
         {"id": 2, "label": "null", "at": 0, "day": -1, "flag": False, "amount": "-0.001", "n": -1},
         {"id": 3, "label": None, "at": None, "day": None, "flag": None, "amount": None, "n": None},
     ]
@@ -249,11 +297,19 @@ def test_identity_partitions_of_every_type_hold_their_exact_values(spark, stack_
         write(records_to_dataframe(spark, records), 0)
     epoch = dt.datetime(1970, 1, 1)
     expected = [
-        (1, "e u/x=1&%", epoch + dt.timedelta(microseconds=1_735_787_045_123_456), dt.date(2025, 1, 2), True, Decimal("12.345"), 5_000_000_000),
+        (
+            1,
+            "e u/x=1&%",
+            epoch + dt.timedelta(microseconds=1_735_787_045_123_456),
+            dt.date(2025, 1, 2),
+            True,
+            Decimal("12.345"),
+            5_000_000_000,
+        ),
         (2, "null", epoch, dt.date(1969, 12, 31), False, Decimal("-0.001"), -1),
         (3, None, None, None, None, None, None),
     ]
-    got = sorted(tuple(r) for r in spark.table(f"lake.{table.name}").collect())
+    got = sorted(tuple(r) for r in spark.table(qualified(config)).collect())
     assert got == expected
 
 
@@ -267,11 +323,14 @@ def test_file_metrics_described_on_executors_equal_icebergs_own(spark, stack_con
     with batch_writer(spark, config) as write:
         write(records_to_dataframe(spark, kafka_records(config.tables[0].topic, first)), 0)
         write(records_to_dataframe(spark, kafka_records(config.tables[0].topic, second, len(first))), 1)
-    name = f"lake.{config.tables[0].name}"
-    table = load_table(spark, name)
-    iceberg = spark.sparkContext._jvm.org.apache.iceberg
+    name = qualified(config)
+    # Iceberg's own footer reader, through the adapter's table handle: the independent oracle.
+    handle = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+    table, iceberg = handle._java, handle.bridge.iceberg
     metrics_config = iceberg.MetricsConfig.forTable(table)
-    rows = spark.sql(f"SELECT file_path, record_count, value_counts, null_value_counts, lower_bounds, upper_bounds FROM {name}.files").collect()
+    rows = spark.sql(
+        f"SELECT file_path, record_count, value_counts, null_value_counts, lower_bounds, upper_bounds FROM {name}.files"
+    ).collect()
     assert len(rows) > 4
     for row in rows:
         footer = iceberg.parquet.ParquetUtil.fileMetrics(table.io().newInputFile(row.file_path), metrics_config)

@@ -35,8 +35,11 @@ def get(port: int, path: str) -> tuple[int, bytes]:
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
     _, body = get(port, "/metrics")
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(body.decode()) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(body.decode())
+        for s in family.samples
+    }
 
 
 def wait_for(condition, timeout: float = 90.0, what: str = "condition"):
@@ -72,8 +75,12 @@ def observable_config(stack_config: Config, unique: str) -> tuple[Config, int, i
     base = compactor_config(stack_config, unique, settle={"min_seconds": 0, "initial_seconds": 0})
     ingest_port, compactor_port = free_port(), free_port()
     data = base.model_dump(by_alias=True)
-    data["ingest"] = {"source": "direct", "trigger_seconds": 1, "max_batch_records": 40,
-                      "http": {"host": "127.0.0.1", "port": ingest_port}}
+    data["ingest"] = {
+        "source": "direct",
+        "trigger_seconds": 1,
+        "max_batch_records": 40,
+        "http": {"host": "127.0.0.1", "port": ingest_port},
+    }
     data["compactor"]["http"] = {"host": "127.0.0.1", "port": compactor_port}
     return Config.model_validate(data), ingest_port, compactor_port
 
@@ -109,21 +116,27 @@ def test_metrics_and_health_answer_during_ingest_and_compaction(spark, stack_con
     wait_for(lambda: get(compactor_port, "/readyz")[0] == 200, what="compactor readiness")
     committed = (("kind", "delete-merge"), ("outcome", "committed"), ("table", table.name))
     settled = (("state", "settled"), ("table", table.name))
-    wait_for(lambda: (m := scrape(compactor_port)).get(("icecdc_compactions_total", committed)) and m.get(("icecdc_compactor_partitions", settled)),
-             what="a compaction, and its partition settled again")
+    wait_for(
+        lambda: (
+            (m := scrape(compactor_port)).get(("icecdc_compactions_total", committed))
+            and m.get(("icecdc_compactor_partitions", settled))
+        ),
+        what="a compaction, and its partition settled again",
+    )
     metrics = scrape(compactor_port)
     stats = compactor.finish()
     assert metrics[("icecdc_compactions_total", committed)] == stats.committed == 1
     assert metrics[("icecdc_compactor_data_files_removed_total", label)] == stats.results[0].data_files_rewritten == 3
     assert metrics[("icecdc_compactor_partitions", settled)] == 1
-    assert table_rows(spark, f"lake.{table.name}") == source.expected_rows()
+    assert table_rows(spark, config.table_ref(table).qualified) == source.expected_rows()
 
 
 def test_configured_secrets_never_appear_in_a_runs_logs(broker, unique, tmp_path):
     kafka_password, catalog_token = f"kafka-pw-{unique}-x9", f"catalog-token-{unique}-q7"
     # A catalog of its own: these processes share nothing with the test session's Spark.
-    config = compactor_config(embedded_config(tmp_path / "state", broker.port), unique,
-                              settle={"min_seconds": 0, "initial_seconds": 0})
+    config = compactor_config(
+        embedded_config(tmp_path / "state", broker.port), unique, settle={"min_seconds": 0, "initial_seconds": 0}
+    )
     data = config.model_dump(by_alias=True)
     data["kafka"]["properties"] = {"sasl.username": "icecdc", "sasl.password": "${TEST_KAFKA_PASSWORD}"}
     data["catalog"]["properties"]["token"] = "${TEST_CATALOG_TOKEN}"
@@ -136,10 +149,12 @@ def test_configured_secrets_never_appear_in_a_runs_logs(broker, unique, tmp_path
     kafka.ensure_topics(live.kafka, [config.tables[0].topic])
     produce(live, config.tables[0].topic, [source.upsert(k, "eu", k, 0) for k in range(1, 30)])
 
-    runs = [icecdc_process("--log-format", "json", "-v", "ingest", "--config", str(path), "--until-idle", "3", env=env),
-            icecdc_process("-v", "compact", "--config", str(path), "--until-idle", "2", env=env),
-            icecdc_process("config", "--config", str(path), env=env),
-            icecdc_process("status", "--config", str(path), "--json", env=env)]
+    runs = [
+        icecdc_process("--log-format", "json", "-v", "ingest", "--config", str(path), "--until-idle", "3", env=env),
+        icecdc_process("-v", "compact", "--config", str(path), "--until-idle", "2", env=env),
+        icecdc_process("config", "--config", str(path), env=env),
+        icecdc_process("status", "--config", str(path), "--json", env=env),
+    ]
     for run in runs:
         assert run.returncode == 0, run.stderr[-3000:]
         output = run.stdout + run.stderr

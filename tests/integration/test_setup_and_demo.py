@@ -29,7 +29,10 @@ def test_setup_twice_changes_nothing_the_second_time():
 def test_demo_runs_on_the_embedded_stack(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "icecdc.cli", "demo", "--state-dir", str(tmp_path), "--port", str(free_port())],
-        check=False, capture_output=True, text=True, timeout=600,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     # The demo checks the table against the state its own change feed implies, and says so.

@@ -15,13 +15,16 @@ from icecdc.config import Config
 
 
 def with_table(config: Config, **table) -> Config:
-    return config.model_copy(update={"tables": [Config.model_validate(
-        {"catalog": config.catalog.model_dump(), "tables": [table]}).tables[0]]})
+    return config.model_copy(
+        update={"tables": [Config.model_validate({"catalog": config.catalog.model_dump(), "tables": [table]}).tables[0]]}
+    )
 
 
 def orders(name: str, **overrides):
     return {
-        "name": name, "topic": f"{name}.topic", "primary_key": ["id"],
+        "name": name,
+        "topic": f"{name}.topic",
+        "primary_key": ["id"],
         "partition_by": ["region", "days(updated_at)", "bucket(4, id)"],
         "schema": {"id": "long", "region": "string", "amount": "decimal(10, 2)", "updated_at": "timestamp"},
         **overrides,
@@ -30,7 +33,7 @@ def orders(name: str, **overrides):
 
 def test_create_write_read_and_pyiceberg_sees_same_snapshot(spark, stack_config, unique):
     config = with_table(stack_config, **orders(f"it.orders_{unique}"))
-    name = f"lake.it.orders_{unique}"
+    name = config.table_ref(f"it.orders_{unique}").qualified
     assert ensure_tables(spark, config) == [f"it.orders_{unique}"]
     assert ensure_tables(spark, config) == []  # exists and matches: nothing to do
 
@@ -52,16 +55,19 @@ def test_create_write_read_and_pyiceberg_sees_same_snapshot(spark, stack_config,
     assert {str(f.transform) for f in table.spec().fields} == {"identity", "day", "bucket[4]"}
     assert len(table.inspect.files()) == 2  # two partitions, a file each
 
-    shape = live_shape(spark, name)
-    assert shape == config.tables[0].shape
+    assert live_shape(table) == config.tables[0].shape
 
 
 def test_existing_table_that_disagrees_is_an_error_saying_how(spark, stack_config, unique):
     ensure_tables(spark, with_table(stack_config, **orders(f"it.drift_{unique}")))
-    drifted = with_table(stack_config, **orders(
-        f"it.drift_{unique}", partition_by=["region"],
-        schema={"id": "long", "region": "string", "amount": "double", "updated_at": "timestamp"},
-    ))
+    drifted = with_table(
+        stack_config,
+        **orders(
+            f"it.drift_{unique}",
+            partition_by=["region"],
+            schema={"id": "long", "region": "string", "amount": "double", "updated_at": "timestamp"},
+        ),
+    )
     with pytest.raises(TableMismatchError) as info:
         ensure_tables(spark, drifted)
     message = str(info.value)

@@ -3,8 +3,8 @@
 import pytest
 
 from icecdc.ingest.batch import KeyChange, complete_row, reduce_key, to_key_change
-from icecdc.ingest.debezium import ChangeEvent, Column, Reason, RejectedEvent
-from icecdc.ingest.layout import PartitionTerm, TableLayout
+from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent
+from icecdc.layout import Column, PartitionTerm, TableLayout
 
 REGION = (PartitionTerm("region", "region", "identity", "string"),)
 
@@ -54,11 +54,13 @@ def test_unpartitioned_table():
 
 
 def test_last_change_wins_and_every_partition_gets_a_delete():
-    result = reduce_key([
-        KeyChange("c", row(1, "eu", 1), (("eu",),)),
-        KeyChange("u", row(1, "us", 2), (("eu",), ("us",))),
-        KeyChange("u", row(1, "apac", 3), (("us",), ("apac",))),
-    ])
+    result = reduce_key(
+        [
+            KeyChange("c", row(1, "eu", 1), (("eu",),)),
+            KeyChange("u", row(1, "us", 2), (("eu",), ("us",))),
+            KeyChange("u", row(1, "apac", 3), (("us",), ("apac",))),
+        ]
+    )
     assert result.row == row(1, "apac", 3)
     assert result.delete_partitions == {("eu",), ("us",), ("apac",)}
 

@@ -7,9 +7,11 @@ import random
 
 import pytest
 
+from icecdc.cadence import WriteCadence
+from icecdc.compactor import outcomes
+from icecdc.compactor.outcomes import Outcome
 from icecdc.compactor.policy import (
     DataFileFacts,
-    DeleteFileFacts,
     PartitionFiles,
     PartitionStats,
     Work,
@@ -19,10 +21,13 @@ from icecdc.compactor.policy import (
     plan_rewrite,
     read_cost,
 )
-from icecdc.compactor.settle import Phase, WriteCadence, phase, settle_window
-from icecdc.compactor.tracker import PartitionMetadata, PartitionTracker, retry_delay
+from icecdc.compactor.settle import Phase, phase, settle_window
+from icecdc.compactor.tracker import PartitionMetadata, PartitionTracker
 from icecdc.config import CompactorConfig, SettleConfig
 from icecdc.events import CommitEvent, PartitionDelta
+from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
+
+EQUALITY, POSITION = DataFileContent.EQUALITY_DELETES, DataFileContent.POSITION_DELETES
 
 MB = 1024 * 1024
 SETTINGS = CompactorConfig(target_file_size_bytes=128 * MB, min_small_files=4)
@@ -37,6 +42,7 @@ def cadence(*times: float) -> WriteCadence:
 
 
 # ---- settle detection ----
+
 
 def test_window_adapts_to_each_partitions_cadence():
     fast = cadence(*range(0, 50, 5))  # every 5 s
@@ -73,6 +79,7 @@ def test_out_of_order_and_repeated_writes_are_kept_sorted_once():
 
 # ---- what a partition needs ----
 
+
 def test_equality_deletes_need_a_delete_merge():
     assert needed_work(PartitionStats(data_files=1, equality_delete_files=1), SETTINGS)[0] is Work.DELETE_MERGE
 
@@ -96,8 +103,15 @@ def test_read_cost_counts_delete_files_per_data_file():
 
 def test_benefit_over_cost_prefers_cheap_big_wins():
     rotten = PartitionStats(data_files=50, data_bytes=50 * MB, small_files=50, small_bytes=50 * MB, equality_delete_files=40)
-    mild = PartitionStats(data_files=12, data_bytes=900 * MB, small_files=4, small_bytes=4 * MB, medium_files=8,
-                          medium_bytes=896 * MB, equality_delete_files=1)
+    mild = PartitionStats(
+        data_files=12,
+        data_bytes=900 * MB,
+        small_files=4,
+        small_bytes=4 * MB,
+        medium_files=8,
+        medium_bytes=896 * MB,
+        equality_delete_files=1,
+    )
     b1, c1 = benefit_and_cost(rotten, Work.DELETE_MERGE, SETTINGS)
     b2, c2 = benefit_and_cost(mild, Work.DELETE_MERGE, SETTINGS)
     assert b1 / c1 > b2 / c2
@@ -105,14 +119,27 @@ def test_benefit_over_cost_prefers_cheap_big_wins():
 
 # ---- the tracker: hot ceiling, ordering, answered work, backoff ----
 
+
 def event(table: str, path: str, at_ms: int, data_files: int = 1, deletes: int = 1, sequence_number: int = 1) -> CommitEvent:
-    delta = PartitionDelta({"p": path}, path, 0, data_files=data_files, data_bytes=1000 * data_files, data_records=10,
-                           equality_delete_files=deletes, equality_delete_records=deletes)
+    delta = PartitionDelta(
+        {"p": path},
+        path,
+        0,
+        data_files=data_files,
+        data_bytes=1000 * data_files,
+        data_records=10,
+        equality_delete_files=deletes,
+        equality_delete_records=deletes,
+    )
     return CommitEvent(table, at_ms, None, sequence_number, at_ms, "overwrite", "w", None, {}, [delta])
 
 
 def tracker(**overrides) -> PartitionTracker:
-    return PartitionTracker(CompactorConfig(min_small_files=4, settle=SETTLE, **overrides), seed=1)
+    return PartitionTracker(CompactorConfig(min_small_files=4, settle=SETTLE, **overrides))
+
+
+def finish(t: PartitionTracker, state, outcome: Outcome, now: float):
+    return outcomes.resolve(state, outcome, "why", started=now - 1, now=now, settings=t.settings, rng=random.Random(1))
 
 
 def test_only_settled_partitions_are_candidates():
@@ -139,9 +166,9 @@ def test_work_is_answered_until_the_next_write():
     t.on_commit(event("db.t", "p=a", 0))
     assert len(t.candidates(1000)) == 1
     state = t.get("db.t", "p=a")
-    t.started(state)
+    outcomes.begin(state)
     assert t.candidates(1000) == []
-    t.finished(state, 1001, committed=True)
+    finish(t, state, Outcome.COMMITTED, 1001)
     assert t.candidates(2000) == [] and t.waiting(2000) == []  # fixed point: nothing to redo
     t.on_commit(event("db.t", "p=a", 3_000_000))
     assert t.waiting(3001) and t.candidates(4000)
@@ -151,9 +178,9 @@ def test_a_write_during_a_compaction_is_not_answered_by_it():
     t = tracker()
     t.on_commit(event("db.t", "p=a", 0))
     state = t.get("db.t", "p=a")
-    t.started(state)
+    outcomes.begin(state)
     t.on_commit(event("db.t", "p=a", 500_000, sequence_number=2))  # lands while it runs
-    t.finished(state, 1001, committed=True)
+    finish(t, state, Outcome.COMMITTED, 1001)
     assert t.candidates(2000)  # its starting snapshot did not have that write's deletes
 
 
@@ -161,20 +188,20 @@ def test_failures_back_off_then_give_up_until_the_next_write():
     t = tracker(max_attempts=3, retry_base_seconds=10, retry_max_seconds=100)
     t.on_commit(event("db.t", "p=a", 0))
     state = t.get("db.t", "p=a")
-    t.started(state)
-    assert t.failed(state, 1000)
+    outcomes.begin(state)
+    assert finish(t, state, Outcome.FAILED, 1000).outcome is Outcome.FAILED
     assert t.candidates(1001) == [] and t.candidates(1011)
-    t.started(state)
-    assert t.failed(state, 1011)
-    t.started(state)
-    assert not t.failed(state, 1100)  # third failure: given up
+    outcomes.begin(state)
+    assert finish(t, state, Outcome.CONFLICT, 1011).outcome is Outcome.CONFLICT
+    outcomes.begin(state)
+    assert finish(t, state, Outcome.FAILED, 1100).outcome is Outcome.ABANDONED  # third failure: given up
     assert t.candidates(10_000) == []
 
 
 def test_retry_delays_grow_and_are_capped():
     settings = CompactorConfig(retry_base_seconds=10, retry_max_seconds=60)
     rng = random.Random(0)
-    delays = [retry_delay(n, settings, rng) for n in range(1, 8)]
+    delays = [outcomes.retry_delay(n, settings, rng) for n in range(1, 8)]
     assert 5 <= delays[0] <= 10 and all(d <= 60 for d in delays) and delays[-1] >= 30
 
 
@@ -203,15 +230,23 @@ def test_commit_events_add_up_between_metadata_reads_and_are_not_counted_twice()
 
 # ---- one partition, file by file ----
 
-def data(name: str, size_mb: float, seq: int, eq: tuple[str, ...] = (), pos: tuple[str, ...] = (), records: int = 1000) -> DataFileFacts:
+
+def data(
+    name: str, size_mb: float, seq: int, eq: tuple[str, ...] = (), pos: tuple[str, ...] = (), records: int = 1000
+) -> DataFileFacts:
     return DataFileFacts(name, int(size_mb * MB), records, seq, eq, pos)
 
 
 def test_delete_merge_rewrites_small_and_medium_files_and_converts_large_ones():
     files = PartitionFiles(
-        data=(data("small1", 1, 1, eq=("eq2",)), data("small2", 1, 2), data("medium", 50, 1, eq=("eq2",)),
-              data("large", 120, 1, eq=("eq2",)), data("large-clean", 120, 3)),
-        deletes=(DeleteFileFacts("eq2", "equality", 5, 100), DeleteFileFacts("eq-dangling", "equality", 5, 100)),
+        data=(
+            data("small1", 1, 1, eq=("eq2",)),
+            data("small2", 1, 2),
+            data("medium", 50, 1, eq=("eq2",)),
+            data("large", 120, 1, eq=("eq2",)),
+            data("large-clean", 120, 3),
+        ),
+        deletes=(LiveDeleteFile("eq2", EQUALITY, 5, 100), LiveDeleteFile("eq-dangling", EQUALITY, 5, 100)),
     )
     plan = plan_rewrite(files, Work.DELETE_MERGE, SETTINGS)
     assert set(plan.rewrite) == {"small1", "small2", "medium"}
@@ -222,7 +257,7 @@ def test_delete_merge_rewrites_small_and_medium_files_and_converts_large_ones():
 def test_a_large_file_with_many_deleted_rows_is_rewritten():
     files = PartitionFiles(
         data=(data("large", 120, 1, pos=("pos",), records=1000),),
-        deletes=(DeleteFileFacts("pos", "position", 150, 10),),
+        deletes=(LiveDeleteFile("pos", POSITION, 150, 10),),
     )
     plan = plan_rewrite(files, Work.DELETE_MERGE, SETTINGS)
     assert plan.rewrite == ("large",) and plan.remove_deletes == ("pos",)
@@ -230,15 +265,15 @@ def test_a_large_file_with_many_deleted_rows_is_rewritten():
 
 def test_minor_compaction_keeps_deletes_that_untouched_files_still_need():
     files = PartitionFiles(
-        data=tuple(data(f"s{i}", 1, 1, eq=("eq",)) for i in range(4)) + (data("medium", 50, 1, eq=("eq",)),),
-        deletes=(DeleteFileFacts("eq", "equality", 5, 100),),
+        data=(*(data(f"s{i}", 1, 1, eq=("eq",)) for i in range(4)), data("medium", 50, 1, eq=("eq",))),
+        deletes=(LiveDeleteFile("eq", EQUALITY, 5, 100),),
     )
     plan = plan_rewrite(files, Work.MINOR, SETTINGS)
     assert set(plan.rewrite) == {"s0", "s1", "s2", "s3"} and plan.remove_deletes == ()
 
 
 def test_only_dangling_deletes_is_its_own_kind_of_work():
-    files = PartitionFiles(data=(data("large", 120, 5),), deletes=(DeleteFileFacts("eq", "equality", 5, 100),))
+    files = PartitionFiles(data=(data("large", 120, 5),), deletes=(LiveDeleteFile("eq", EQUALITY, 5, 100),))
     plan = plan_rewrite(files, Work.DELETE_MERGE, SETTINGS)
     assert plan.work is Work.REMOVE_DANGLING_DELETES and plan.remove_deletes == ("eq",)
 
@@ -248,22 +283,36 @@ def test_a_compacted_partition_is_a_fixed_point(work):
     # What a delete merge leaves: one packed file (small), large files with few position deletes.
     files = PartitionFiles(
         data=(data("packed", 3, 9), data("large1", 120, 1, pos=("pos1",)), data("large2", 120, 1)),
-        deletes=(DeleteFileFacts("pos1", "position", 20, 10),),
+        deletes=(LiveDeleteFile("pos1", POSITION, 20, 10),),
     )
     assert plan_rewrite(files, work, SETTINGS).empty
-    stats = PartitionStats(data_files=3, data_bytes=243 * MB, records=3000, small_files=1, small_bytes=3 * MB,
-                           position_delete_files=1, position_delete_records=20)
+    stats = PartitionStats(
+        data_files=3,
+        data_bytes=243 * MB,
+        records=3000,
+        small_files=1,
+        small_bytes=3 * MB,
+        position_delete_files=1,
+        position_delete_records=20,
+    )
     assert needed_work(stats, SETTINGS) is None
 
 
 def test_deletes_apply_by_sequence_number_and_referenced_file():
     deletes = (
-        DeleteFileFacts("eq-old", "equality", 1, 1, data_sequence_number=3),
-        DeleteFileFacts("eq-new", "equality", 1, 1, data_sequence_number=5),
-        DeleteFileFacts("pos-same", "position", 1, 1, data_sequence_number=5),
-        DeleteFileFacts("pos-other", "position", 1, 1, data_sequence_number=9, referenced_data_file="other"),
-        DeleteFileFacts("pos-any", "position", 1, 1, data_sequence_number=9),
+        LiveDeleteFile("eq-old", EQUALITY, 1, 1, data_sequence_number=3),
+        LiveDeleteFile("eq-new", EQUALITY, 1, 1, data_sequence_number=5),
+        LiveDeleteFile("pos-same", POSITION, 1, 1, data_sequence_number=5),
+        LiveDeleteFile("pos-other", POSITION, 1, 1, data_sequence_number=9, referenced_data_file="other"),
+        LiveDeleteFile("pos-any", POSITION, 1, 1, data_sequence_number=9),
     )
     assert applying_deletes("f", 5, deletes) == ((), ("pos-same", "pos-any"))  # same commit: not its own eq deletes
     assert applying_deletes("f", 4, deletes) == (("eq-new",), ("pos-same", "pos-any"))
     assert applying_deletes("other", 2, deletes) == (("eq-old", "eq-new"), ("pos-same", "pos-other", "pos-any"))
+
+
+def test_a_listing_becomes_files_with_the_deletes_that_apply_to_each():
+    deletes = (LiveDeleteFile("eq", EQUALITY, 1, 1, data_sequence_number=5),)
+    files = PartitionFiles.of([LiveDataFile("old", 10, 1, 4), LiveDataFile("new", 10, 1, 5)], deletes)
+    assert [(f.path, f.equality_deletes) for f in files.data] == [("old", ("eq",)), ("new", ())]
+    assert files.deletes == deletes

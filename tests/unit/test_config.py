@@ -67,20 +67,37 @@ def test_secrets_are_masked_for_display(tmp_path):
     assert "s3cret" not in repr(shown)
 
 
-@pytest.mark.parametrize(("old", "new", "message"), [
-    pytest.param("primary_key: [id]", "primary_key: [id]\n    primry: 1", "tables[0].primry: unknown key", id="unknown-key"),
-    pytest.param("commit_topic:", "kafak: {}\ncommit_topic:", "kafak: unknown key", id="unknown-top-level-key"),
-    pytest.param('master: "local[2]"', "master: [1]", "spark.master: Input should be a valid string", id="wrong-type"),
-    pytest.param("    topic: shop.public.orders\n", "", "tables[0].topic: required key is missing", id="missing-table-key"),
-    pytest.param('"days(updated_at)"', '"dayz(updated_at)"', "tables[0]: unknown partition transform 'dayz'", id="bad-transform"),
-    pytest.param('"days(updated_at)"', '"days(region)"', "day cannot apply to 'region' of type string", id="transform-type"),
-    pytest.param('"bucket(16, id)"', '"bucket(16, nope)"', "names column 'nope', which is not in the schema", id="partition-column"),
-    pytest.param("amount: double", "amount: dubble", "tables[0].schema: column 'amount': unknown column type 'dubble'", id="column-type"),
-    pytest.param("primary_key: [id]", "primary_key: [order_id]", "primary_key column(s) ['order_id'] are not in the schema", id="key-column"),
-    pytest.param("spark.driver.memory", "driver.memory", "spark.conf: keys must start with 'spark.'", id="spark-conf-key"),
-    pytest.param("    type: jdbc\n", "", "catalog.properties: needs 'type'", id="catalog-type"),
-    pytest.param("name: db.orders", "name: orders", "must be namespace.table", id="table-namespace"),
-])
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        pytest.param("primary_key: [id]", "primary_key: [id]\n    primry: 1", "tables[0].primry: unknown key", id="unknown-key"),
+        pytest.param("commit_topic:", "kafak: {}\ncommit_topic:", "kafak: unknown key", id="unknown-top-level-key"),
+        pytest.param('master: "local[2]"', "master: [1]", "spark.master: Input should be a valid string", id="wrong-type"),
+        pytest.param("    topic: shop.public.orders\n", "", "tables[0].topic: required key is missing", id="missing-table-key"),
+        pytest.param(
+            '"days(updated_at)"', '"dayz(updated_at)"', "tables[0]: unknown partition transform 'dayz'", id="bad-transform"
+        ),
+        pytest.param('"days(updated_at)"', '"days(region)"', "day cannot apply to 'region' of type string", id="transform-type"),
+        pytest.param(
+            '"bucket(16, id)"', '"bucket(16, nope)"', "names column 'nope', which is not in the schema", id="partition-column"
+        ),
+        pytest.param(
+            "amount: double",
+            "amount: dubble",
+            "tables[0].schema: column 'amount': unknown column type 'dubble'",
+            id="column-type",
+        ),
+        pytest.param(
+            "primary_key: [id]",
+            "primary_key: [order_id]",
+            "primary_key column(s) ['order_id'] are not in the schema",
+            id="key-column",
+        ),
+        pytest.param("spark.driver.memory", "driver.memory", "spark.conf: keys must start with 'spark.'", id="spark-conf-key"),
+        pytest.param("    type: jdbc\n", "", "catalog.properties: needs 'type'", id="catalog-type"),
+        pytest.param("name: db.orders", "name: orders", "must be namespace.table", id="table-namespace"),
+    ],
+)
 def test_bad_files_fail_naming_the_problem(tmp_path, old, new, message):
     assert old in VALID
     assert message in error_of(tmp_path, VALID.replace(old, new))
@@ -89,8 +106,9 @@ def test_bad_files_fail_naming_the_problem(tmp_path, old, new, message):
 def test_duplicate_topics_are_rejected():
     table = {"topic": "t", "primary_key": ["id"]}
     with pytest.raises(ConfigError, match="two tables share the topic 't'"):
-        parse_config({"catalog": {"properties": {"type": "rest"}},
-                      "tables": [{"name": "db.a", **table}, {"name": "db.b", **table}]})
+        parse_config(
+            {"catalog": {"properties": {"type": "rest"}}, "tables": [{"name": "db.a", **table}, {"name": "db.b", **table}]}
+        )
 
 
 def test_missing_environment_variable_is_named(tmp_path, monkeypatch):

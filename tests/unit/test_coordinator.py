@@ -9,24 +9,26 @@ from collections import Counter
 
 import pytest
 
-from icecdc.compactor.settle import WriteCadence
+from icecdc.cadence import WriteCadence
 from icecdc.config import CoordinatorConfig, MaintenanceConfig
 from icecdc.coordinator.activity import TableActivity
-from icecdc.coordinator.commits import CAS_LOST, VALIDATION, CommitGate, CommitGaveUp
-from icecdc.coordinator.leases import LeaseLost
+from icecdc.coordinator.commits import CommitGate
+from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
 from icecdc.coordinator.maintenance import (
     EXPIRE,
     MANIFESTS,
     ORPHANS,
     MaintenanceSchedule,
+    anything_to_expire,
     expiry_cutoff,
     is_small_manifest,
     manifest_target_size,
 )
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.coordinator.quiet import quiet_delay
-from icecdc.events import CompactionEvent, MaintenanceEvent
-from icecdc.jvm import CommittedSnapshot
+from icecdc.errors import CommitConflict, CompareAndSetLost
+from icecdc.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
+from icecdc.jvm.tables import CommittedSnapshot
 
 # ---- ownership ----
 
@@ -96,13 +98,6 @@ def test_a_commit_too_slow_for_any_window_goes_right_after_the_writer():
 # ---- the commit gate ----
 
 
-class FakeJavaError(Exception):
-    def __init__(self, java_class: str) -> None:
-        super().__init__(java_class)
-        name = java_class
-        self.java_exception = type("J", (), {"getClass": lambda _self: type("C", (), {"getName": lambda _s: name})()})()
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = 1000.0
@@ -131,7 +126,7 @@ def gate(clock: Clock, cadence: WriteCadence | None = None, **settings: object) 
 def test_gate_retries_a_lost_compare_and_set_then_commits():
     clock = Clock()
     commit_gate, _ = gate(clock)
-    outcomes = [FakeJavaError(CAS_LOST), FakeJavaError(CAS_LOST), None]
+    outcomes = [CompareAndSetLost("lost"), CompareAndSetLost("lost"), None]
     checks = []
 
     def attempt() -> CommittedSnapshot:
@@ -154,7 +149,7 @@ def test_gate_gives_up_rather_than_keep_racing_the_writer():
 
     def attempt() -> CommittedSnapshot:
         calls.append(clock.now)
-        raise FakeJavaError(CAS_LOST)
+        raise CompareAndSetLost("lost")
 
     with pytest.raises(CommitGaveUp):
         commit_gate.commit("t", attempt)
@@ -163,7 +158,7 @@ def test_gate_gives_up_rather_than_keep_racing_the_writer():
     assert all(0 <= g <= 1.0 for g in gaps)  # jittered exponential backoff, capped
 
 
-@pytest.mark.parametrize("error", [FakeJavaError(VALIDATION), LeaseLost("moved"), RuntimeError("disk full")])
+@pytest.mark.parametrize("error", [CommitConflict("stale"), LeaseLost("moved"), RuntimeError("disk full")])
 def test_gate_never_retries_a_stale_plan_or_a_lost_lease(error):
     clock = Clock()
     commit_gate, _ = gate(clock)
@@ -225,9 +220,20 @@ def test_gate_catches_up_on_events_before_judging_the_window():
 # ---- activity across replicas ----
 
 
-def compaction(outcome: str, replica: str = "a", path: str = "p=1", started_ms: int = 1_000_000, snapshot: int = 7) -> CompactionEvent:
-    return CompactionEvent(table="t", partition={"p": 1}, partition_path=path, kind="minor", outcome=outcome, replica=replica,
-                           starting_snapshot_id=snapshot, started_ms=started_ms, finished_ms=started_ms)
+def compaction(
+    outcome: str, replica: str = "a", path: str = "p=1", started_ms: int = 1_000_000, snapshot: int = 7
+) -> CompactionEvent:
+    return CompactionEvent(
+        table="t",
+        partition={"p": 1},
+        partition_path=path,
+        kind="minor",
+        outcome=CompactionOutcome(outcome),
+        replica=replica,
+        starting_snapshot_id=snapshot,
+        started_ms=started_ms,
+        finished_ms=started_ms,
+    )
 
 
 def test_activity_tracks_running_compactions_until_they_end_or_time_out():
@@ -243,20 +249,34 @@ def test_activity_tracks_running_compactions_until_they_end_or_time_out():
 
 def test_activity_tracks_maintenance():
     activity = TableActivity(max_seconds=60)
-    event = MaintenanceEvent(table="t", kind=EXPIRE, outcome="started", replica="a", started_ms=1_000_000, finished_ms=1_000_000)
+    event = MaintenanceEvent(
+        table="t", kind=EXPIRE, outcome=MaintenanceOutcome.STARTED, replica="a", started_ms=1_000_000, finished_ms=1_000_000
+    )
     activity.on_maintenance(event)
     assert activity.maintenance_running("t", 1001)
-    activity.on_maintenance(MaintenanceEvent(table="t", kind=EXPIRE, outcome="committed", replica="b", started_ms=0, finished_ms=0))
+    activity.on_maintenance(
+        MaintenanceEvent(table="t", kind=EXPIRE, outcome=MaintenanceOutcome.COMMITTED, replica="b", started_ms=0, finished_ms=0)
+    )
     assert activity.maintenance_running("t", 1001)  # another replica's end does not end a's run
-    activity.on_maintenance(MaintenanceEvent(table="t", kind=EXPIRE, outcome="committed", replica="a", started_ms=0, finished_ms=0))
+    activity.on_maintenance(
+        MaintenanceEvent(table="t", kind=EXPIRE, outcome=MaintenanceOutcome.COMMITTED, replica="a", started_ms=0, finished_ms=0)
+    )
     assert not activity.maintenance_running("t", 1001)
 
 
 def test_a_rebalance_ends_every_run_that_started_before_this_replica_joined_it():
     activity = TableActivity(max_seconds=1800)
     activity.on_compaction(compaction("started", "dead", "p=1", started_ms=1_000_000))
-    activity.on_maintenance(MaintenanceEvent(table="t", kind=EXPIRE, outcome="started", replica="dead",
-                                             started_ms=1_000_000, finished_ms=1_000_000))
+    activity.on_maintenance(
+        MaintenanceEvent(
+            table="t",
+            kind=EXPIRE,
+            outcome=MaintenanceOutcome.STARTED,
+            replica="dead",
+            started_ms=1_000_000,
+            finished_ms=1_000_000,
+        )
+    )
     assert activity.running_compactions("t", 1020) and activity.maintenance_running("t", 1020)
     activity.over_before = 1015.0  # given slots by a rebalance it asked to join at 1015
     assert activity.running_compactions("t", 1020) == [] and not activity.maintenance_running("t", 1020)
@@ -265,6 +285,13 @@ def test_a_rebalance_ends_every_run_that_started_before_this_replica_joined_it()
 
 
 # ---- maintenance ----
+
+
+def test_expiry_is_worth_running_only_past_the_retention_and_the_kept_snapshots():
+    assert not anything_to_expire([], 100, retain_last=1)
+    assert not anything_to_expire([50, 60], 100, retain_last=2)  # old, but all kept
+    assert not anything_to_expire([150, 160, 170], 100, retain_last=1)  # none older than the cutoff
+    assert anything_to_expire([50, 160], 100, retain_last=1)
 
 
 def test_expiry_cutoff_spares_protected_snapshots():
@@ -308,6 +335,15 @@ def test_orphan_age_below_an_hour_is_refused():
 
 
 def test_maintenance_event_round_trip():
-    event = MaintenanceEvent(table="t", kind=ORPHANS, outcome="committed", replica="a", started_ms=1, finished_ms=2,
-                             cutoff_ms=0, protected_snapshot_ids=[1, 2], files_deleted=3)
+    event = MaintenanceEvent(
+        table="t",
+        kind=ORPHANS,
+        outcome=MaintenanceOutcome.COMMITTED,
+        replica="a",
+        started_ms=1,
+        finished_ms=2,
+        cutoff_ms=0,
+        protected_snapshot_ids=[1, 2],
+        files_deleted=3,
+    )
     assert MaintenanceEvent.from_json(event.to_json()) == event

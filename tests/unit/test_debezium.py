@@ -5,12 +5,18 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from icecdc.ingest.debezium import Column, Reason, RejectedEvent, _looks_like_payload, decode_value, parse_change
+from icecdc.ingest.debezium import Reason, RejectedEvent, _looks_like_payload, decode_value, parse_change
+from icecdc.layout import Column
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
 
 COLUMNS = (
-    Column("id", "long", True), Column("region", "string"), Column("amount", "decimal(10, 2)"),
-    Column("updated_at", "timestamp"), Column("day", "date"), Column("ok", "boolean"), Column("score", "double"),
+    Column("id", "long", True),
+    Column("region", "string"),
+    Column("amount", "decimal(10, 2)"),
+    Column("updated_at", "timestamp"),
+    Column("day", "date"),
+    Column("ok", "boolean"),
+    Column("score", "double"),
 )
 KEY = ("id",)
 
@@ -20,9 +26,18 @@ def dump(document) -> bytes:
 
 
 def test_bare_envelope_update():
-    event = parse_change(b'{"id": 1}', dump({
-        "op": "u", "before": {"id": 1, "region": "eu"}, "after": {"id": 1, "region": "us", "amount": "12.5", "extra": 1},
-    }), COLUMNS, KEY)
+    event = parse_change(
+        b'{"id": 1}',
+        dump(
+            {
+                "op": "u",
+                "before": {"id": 1, "region": "eu"},
+                "after": {"id": 1, "region": "us", "amount": "12.5", "extra": 1},
+            }
+        ),
+        COLUMNS,
+        KEY,
+    )
     assert event.op == "u" and event.key == (1,)
     assert event.before == {"id": 1, "region": "eu"}
     # Extra source columns are ignored; decimals are quantized to the column's scale.
@@ -30,70 +45,102 @@ def test_bare_envelope_update():
 
 
 def test_wrapped_envelope_uses_logical_types():
-    schema = {"type": "struct", "fields": [
-        {"field": "before", "type": "struct", "fields": []},
-        {"field": "after", "type": "struct", "fields": [
-            {"field": "updated_at", "type": "int64", "name": "io.debezium.time.Timestamp"},
-            {"field": "day", "type": "int32", "name": "io.debezium.time.Date"},
-            {"field": "amount", "type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}},
-        ]},
-    ]}
+    schema = {
+        "type": "struct",
+        "fields": [
+            {"field": "before", "type": "struct", "fields": []},
+            {
+                "field": "after",
+                "type": "struct",
+                "fields": [
+                    {"field": "updated_at", "type": "int64", "name": "io.debezium.time.Timestamp"},
+                    {"field": "day", "type": "int32", "name": "io.debezium.time.Date"},
+                    {
+                        "field": "amount",
+                        "type": "bytes",
+                        "name": "org.apache.kafka.connect.data.Decimal",
+                        "parameters": {"scale": "2"},
+                    },
+                ],
+            },
+        ],
+    }
     unscaled = (12345).to_bytes(2, "big", signed=True)
-    value = dump({"schema": schema, "payload": {"op": "c", "after": {
-        "id": 7, "updated_at": 1_735_787_045_123, "day": 20090, "amount": base64.b64encode(unscaled).decode(),
-    }}})
+    value = dump(
+        {
+            "schema": schema,
+            "payload": {
+                "op": "c",
+                "after": {
+                    "id": 7,
+                    "updated_at": 1_735_787_045_123,
+                    "day": 20090,
+                    "amount": base64.b64encode(unscaled).decode(),
+                },
+            },
+        }
+    )
     event = parse_change(None, value, COLUMNS, KEY)
     assert event.after == {"id": 7, "updated_at": 1_735_787_045_123_000, "day": 20090, "amount": "123.45"}
 
 
-@pytest.mark.parametrize(("logical", "raw", "micros"), [
-    (None, 1_700_000_000_123_456, 1_700_000_000_123_456),  # no schema: microseconds
-    ("io.debezium.time.Timestamp", 1_700_000_000_123, 1_700_000_000_123_000),
-    ("io.debezium.time.MicroTimestamp", 1_700_000_000_123_456, 1_700_000_000_123_456),
-    ("io.debezium.time.NanoTimestamp", 1_700_000_000_123_456_789, 1_700_000_000_123_456),
-    ("io.debezium.time.ZonedTimestamp", "2023-11-14T22:13:20.123456Z", 1_700_000_000_123_456),
-    (None, "2023-11-14T23:13:20.123456+01:00", 1_700_000_000_123_456),
-    (None, "2023-11-14 22:13:20.123456", 1_700_000_000_123_456),
-])
+@pytest.mark.parametrize(
+    ("logical", "raw", "micros"),
+    [
+        (None, 1_700_000_000_123_456, 1_700_000_000_123_456),  # no schema: microseconds
+        ("io.debezium.time.Timestamp", 1_700_000_000_123, 1_700_000_000_123_000),
+        ("io.debezium.time.MicroTimestamp", 1_700_000_000_123_456, 1_700_000_000_123_456),
+        ("io.debezium.time.NanoTimestamp", 1_700_000_000_123_456_789, 1_700_000_000_123_456),
+        ("io.debezium.time.ZonedTimestamp", "2023-11-14T22:13:20.123456Z", 1_700_000_000_123_456),
+        (None, "2023-11-14T23:13:20.123456+01:00", 1_700_000_000_123_456),
+        (None, "2023-11-14 22:13:20.123456", 1_700_000_000_123_456),
+    ],
+)
 def test_timestamps(logical, raw, micros):
     column = Column("t", "timestamp")
     assert decode_value(column, raw, {"name": logical} if logical else None) == micros
     assert decode_value(Column("t", "timestamptz"), raw, {"name": logical} if logical else None) == micros
 
 
-@pytest.mark.parametrize(("column", "raw", "expected"), [
-    (Column("d", "date"), 20090, 20090),
-    (Column("d", "date"), "2025-01-02", 20090),
-    (Column("x", "decimal(5, 2)"), 12.5, "12.50"),
-    (Column("x", "decimal(5, 2)"), "-0.1", "-0.10"),
-    (Column("x", "decimal(5, 2)"), 3, "3.00"),
-    (Column("x", "double"), 3, 3.0),
-    (Column("x", "float"), 1.5, 1.5),
-    (Column("x", "int"), -5, -5),
-    (Column("x", "boolean"), False, False),
-    (Column("x", "binary"), "AAE=", "AAE="),
-    (Column("x", "string"), None, None),
-])
+@pytest.mark.parametrize(
+    ("column", "raw", "expected"),
+    [
+        (Column("d", "date"), 20090, 20090),
+        (Column("d", "date"), "2025-01-02", 20090),
+        (Column("x", "decimal(5, 2)"), 12.5, "12.50"),
+        (Column("x", "decimal(5, 2)"), "-0.1", "-0.10"),
+        (Column("x", "decimal(5, 2)"), 3, "3.00"),
+        (Column("x", "double"), 3, 3.0),
+        (Column("x", "float"), 1.5, 1.5),
+        (Column("x", "int"), -5, -5),
+        (Column("x", "boolean"), False, False),
+        (Column("x", "binary"), "AAE=", "AAE="),
+        (Column("x", "string"), None, None),
+    ],
+)
 def test_values(column, raw, expected):
     assert decode_value(column, raw) == expected
 
 
-@pytest.mark.parametrize(("column", "raw", "why"), [
-    (Column("x", "long"), "12", "is not an integer"),
-    (Column("x", "long"), True, "is not an integer"),
-    (Column("x", "long"), 1.5, "is not an integer"),
-    (Column("x", "int"), 2**31, "out of range for int"),
-    (Column("x", "decimal(5, 2)"), "1.234", "more than 2 decimal places"),
-    (Column("x", "decimal(5, 2)"), "12345.6", "does not fit precision 5"),
-    (Column("x", "decimal(12, 2)"), 1e26, "does not fit precision 12"),  # beyond the quantize context
-    (Column("x", "decimal(5, 2)"), "abc", "is not a decimal"),
-    (Column("x", "decimal(5, 2)"), "NaN", "not a finite decimal"),
-    (Column("x", "string"), 5, "is not a string"),
-    (Column("x", "boolean"), "true", "is not a boolean"),
-    (Column("x", "timestamp"), "yesterday", "is not a timestamp"),
-    (Column("x", "date"), "02/01/2025", "is not a date"),
-    (Column("x", "binary"), "%%%", "is not base64"),
-])
+@pytest.mark.parametrize(
+    ("column", "raw", "why"),
+    [
+        (Column("x", "long"), "12", "is not an integer"),
+        (Column("x", "long"), True, "is not an integer"),
+        (Column("x", "long"), 1.5, "is not an integer"),
+        (Column("x", "int"), 2**31, "out of range for int"),
+        (Column("x", "decimal(5, 2)"), "1.234", "more than 2 decimal places"),
+        (Column("x", "decimal(5, 2)"), "12345.6", "does not fit precision 5"),
+        (Column("x", "decimal(12, 2)"), 1e26, "does not fit precision 12"),  # beyond the quantize context
+        (Column("x", "decimal(5, 2)"), "abc", "is not a decimal"),
+        (Column("x", "decimal(5, 2)"), "NaN", "not a finite decimal"),
+        (Column("x", "string"), 5, "is not a string"),
+        (Column("x", "boolean"), "true", "is not a boolean"),
+        (Column("x", "timestamp"), "yesterday", "is not a timestamp"),
+        (Column("x", "date"), "02/01/2025", "is not a date"),
+        (Column("x", "binary"), "%%%", "is not base64"),
+    ],
+)
 def test_bad_values_are_rejected_with_the_column(column, raw, why):
     with pytest.raises(RejectedEvent) as info:
         decode_value(column, raw)
@@ -101,16 +148,19 @@ def test_bad_values_are_rejected_with_the_column(column, raw, why):
     assert "column 'x'" in info.value.rejection.detail and why in info.value.rejection.detail
 
 
-@pytest.mark.parametrize(("value", "reason"), [
-    (b"{not json", Reason.UNPARSEABLE),
-    (b'{"op": "t", "after": {"id": 1}}', Reason.UNKNOWN_OP),
-    (b'{"op": "c"}', Reason.NOT_AN_ENVELOPE),
-    (b'{"op": "c", "after": {"region": "eu"}}', Reason.MISSING_KEY),
-    (b'{"op": "c", "after": {"id": null}}', Reason.NULL_KEY),
-    (b'{"op": "c", "after": {"id": 1, "score": "high"}}', Reason.BAD_VALUE),
-    (b"[1, 2]", Reason.NOT_AN_ENVELOPE),
-    (b'{"op": {}, "after": {"id": 1}}', Reason.UNKNOWN_OP),
-])
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        (b"{not json", Reason.UNPARSEABLE),
+        (b'{"op": "t", "after": {"id": 1}}', Reason.UNKNOWN_OP),
+        (b'{"op": "c"}', Reason.NOT_AN_ENVELOPE),
+        (b'{"op": "c", "after": {"region": "eu"}}', Reason.MISSING_KEY),
+        (b'{"op": "c", "after": {"id": null}}', Reason.NULL_KEY),
+        (b'{"op": "c", "after": {"id": 1, "score": "high"}}', Reason.BAD_VALUE),
+        (b"[1, 2]", Reason.NOT_AN_ENVELOPE),
+        (b'{"op": {}, "after": {"id": 1}}', Reason.UNKNOWN_OP),
+    ],
+)
 def test_rejections(value, reason):
     with pytest.raises(RejectedEvent) as info:
         parse_change(None, value, COLUMNS, KEY)
@@ -122,12 +172,19 @@ def test_delete_key_falls_back_to_the_record_key():
     assert event.op == "d" and event.key == (9,) and event.after is None
 
 
-_json_values = st.one_of(st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=2), st.just({}), st.just({"id": 1}), st.just([]))
+_json_values = st.one_of(
+    st.none(), st.booleans(), st.integers(-5, 5), st.text(max_size=2), st.just({}), st.just({"id": 1}), st.just([])
+)
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(st.dictionaries(st.sampled_from(["op", "before", "after", "source", "ts_ms", "ts_us", "transaction", "x"]),
-                       st.one_of(st.sampled_from(["c", "r", "u", "d", "t"]), _json_values), max_size=6))
+@given(
+    st.dictionaries(
+        st.sampled_from(["op", "before", "after", "source", "ts_ms", "ts_us", "transaction", "x"]),
+        st.one_of(st.sampled_from(["c", "r", "u", "d", "t"]), _json_values),
+        max_size=6,
+    )
+)
 def test_quick_envelope_check_never_accepts_what_the_schema_rejects(payload):
     try:
         validator(DEBEZIUM_ENVELOPE, "payload")(payload)
@@ -138,7 +195,13 @@ def test_quick_envelope_check_never_accepts_what_the_schema_rejects(payload):
 
 
 _json = st.recursive(
-    st.one_of(st.none(), st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=False, allow_infinity=False), st.text(max_size=5)),
+    st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-(2**63), 2**63 - 1),
+        st.floats(allow_nan=False, allow_infinity=False),
+        st.text(max_size=5),
+    ),
     lambda children: st.one_of(st.lists(children, max_size=3), st.dictionaries(st.text(max_size=3), children, max_size=3)),
     max_leaves=10,
 )
@@ -146,12 +209,23 @@ _rows = st.dictionaries(st.sampled_from([c.name for c in COLUMNS] + ["other"]), 
 
 
 @settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(op=st.one_of(st.sampled_from(["c", "r", "u", "d"]), _json), before=st.one_of(st.none(), _rows), after=st.one_of(st.none(), _rows),
-       wrapped=st.booleans(), key=st.one_of(st.none(), st.binary(max_size=8)))
+@given(
+    op=st.one_of(st.sampled_from(["c", "r", "u", "d"]), _json),
+    before=st.one_of(st.none(), _rows),
+    after=st.one_of(st.none(), _rows),
+    wrapped=st.booleans(),
+    key=st.one_of(st.none(), st.binary(max_size=8)),
+)
 def test_any_json_is_parsed_or_rejected_never_crashes(op, before, after, wrapped, key):
     payload = {"op": op, "before": before, "after": after}
-    document = {"schema": {"fields": [{"field": "after", "fields": [{"field": "updated_at", "name": "io.debezium.time.Timestamp"}]}]},
-                "payload": payload} if wrapped else payload
+    document = (
+        {
+            "schema": {"fields": [{"field": "after", "fields": [{"field": "updated_at", "name": "io.debezium.time.Timestamp"}]}]},
+            "payload": payload,
+        }
+        if wrapped
+        else payload
+    )
     try:
         event = parse_change(key, orjson.dumps(document), COLUMNS, KEY)
     except RejectedEvent:
@@ -159,18 +233,21 @@ def test_any_json_is_parsed_or_rejected_never_crashes(op, before, after, wrapped
     assert event.op in {"c", "r", "u", "d"} and event.key[0] is not None
 
 
-@pytest.mark.parametrize(("kind", "raw", "expected"), [
-    ("decimal(12, 2)", "0.50", "0.50"),
-    ("decimal(12, 2)", "-12.30", "-12.30"),
-    ("decimal(12, 2)", "1234567890.12", "1234567890.12"),
-    ("decimal(12, 2)", "1.5", "1.50"),  # not canonical yet: the full path pads it
-    ("decimal(12, 2)", "012.30", "12.30"),
-    ("decimal(12, 2)", "12345678901.12", None),
-    ("decimal(2, 2)", "0.12", "0.12"),
-    ("decimal(2, 2)", "1.23", None),
-    ("decimal(5, 0)", "12345", "12345"),
-    ("decimal(5, 0)", "123456", None),
-])
+@pytest.mark.parametrize(
+    ("kind", "raw", "expected"),
+    [
+        ("decimal(12, 2)", "0.50", "0.50"),
+        ("decimal(12, 2)", "-12.30", "-12.30"),
+        ("decimal(12, 2)", "1234567890.12", "1234567890.12"),
+        ("decimal(12, 2)", "1.5", "1.50"),  # not canonical yet: the full path pads it
+        ("decimal(12, 2)", "012.30", "12.30"),
+        ("decimal(12, 2)", "12345678901.12", None),
+        ("decimal(2, 2)", "0.12", "0.12"),
+        ("decimal(2, 2)", "1.23", None),
+        ("decimal(5, 0)", "12345", "12345"),
+        ("decimal(5, 0)", "123456", None),
+    ],
+)
 def test_decimal_strings_fast_and_full_paths_agree(kind, raw, expected):
     column = Column("x", kind)
     if expected is None:

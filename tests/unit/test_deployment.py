@@ -11,13 +11,17 @@ from urllib.parse import urlparse
 
 import kubernetes_validate
 import pytest
-import tomllib
 import yaml
 from compose_spec import PyOptions
 
 from icecdc.cli import build_parser
 from icecdc.config import Config, expand_env, parse_config
 from icecdc.spark import ICEBERG_VERSION
+
+try:
+    import tomllib
+except ImportError:  # Python 3.10, which the package supports
+    import tomli as tomllib  # type: ignore[no-redef]
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCKER = ROOT / "docker"
@@ -48,6 +52,7 @@ def compose_environment(service: dict) -> dict[str, str]:
 
 # ---- docker-compose ----
 
+
 def test_compose_file_follows_the_compose_specification():
     document = compose()
     assert {"kafka", "minio", "rest", "generator", "ingest", "compactor"} <= set(document["services"])
@@ -68,20 +73,26 @@ def test_compose_services_run_real_commands_on_a_valid_config():
         source = DOCKER / mounts[str(args.config)]
         data = yaml.safe_load(source.read_text())
         config = parse_config(expand_env(data, environ=compose_environment(service)), str(source))
-        hosts = {urlparse(f"//{config.kafka.bootstrap_servers}").hostname,
-                 urlparse(config.catalog.properties["uri"]).hostname,
-                 urlparse(config.catalog.properties["s3.endpoint"]).hostname}
+        hosts = {
+            urlparse(f"//{config.kafka.bootstrap_servers}").hostname,
+            urlparse(config.catalog.properties["uri"]).hostname,
+            urlparse(config.catalog.properties["s3.endpoint"]).hostname,
+        }
         assert hosts <= set(document["services"]), f"{name}'s config names hosts that are not services: {hosts}"
     ports = {name: services[name]["ports"][0] for name in ("ingest", "compactor")}
-    config = parse_config(expand_env(yaml.safe_load((DOCKER / "icecdc.yaml").read_text()),
-                                     environ=compose_environment(services["ingest"])))
-    assert ports == {"ingest": f"{config.ingest.http.port}:{config.ingest.http.port}",
-                     "compactor": f"{config.compactor.http.port}:{config.compactor.http.port}"}
+    config = parse_config(
+        expand_env(yaml.safe_load((DOCKER / "icecdc.yaml").read_text()), environ=compose_environment(services["ingest"]))
+    )
+    assert ports == {
+        "ingest": f"{config.ingest.http.port}:{config.ingest.http.port}",
+        "compactor": f"{config.compactor.http.port}:{config.compactor.http.port}",
+    }
     for name, port in (("ingest", config.ingest.http.port), ("compactor", config.compactor.http.port)):
         assert f"localhost:{port}/readyz" in " ".join(services[name]["healthcheck"]["test"])
 
 
 # ---- the image ----
+
 
 def test_dockerfile_pins_what_the_code_pins_and_runs_unprivileged():
     dockerfile = (DOCKER / "Dockerfile").read_text()
@@ -100,6 +111,7 @@ def test_dockerfile_pins_what_the_code_pins_and_runs_unprivileged():
 
 
 # ---- Kubernetes ----
+
 
 def manifests() -> list[dict]:
     return [doc for path in sorted(K8S.glob("*.yaml")) for doc in yaml.safe_load_all(path.read_text()) if doc]

@@ -4,18 +4,25 @@ import random
 import pyarrow as pa
 import pytest
 
+from icecdc import summary
 from icecdc.ingest import offsets
-from icecdc.ingest.debezium import Column
-from icecdc.ingest.layout import FIELD_ID, PartitionTerm, TableLayout
+from icecdc.layout import FIELD_ID, Column, PartitionTerm, TableLayout
 
 TS = 1_735_787_045_000_000  # 2025-01-02T03:04:05
 LAYOUT = TableLayout(
-    "db.t", "t",
+    "db.t",
+    "t",
     (Column("id", "long", True), Column("region", "string"), Column("amount", "decimal(10, 2)"), Column("ts", "timestamp")),
-    {"id": 1, "region": 2, "amount": 3, "ts": 4}, ("id",),
-    (PartitionTerm("region", "region", "identity", "string"), PartitionTerm("ts_day", "ts", "day", "timestamp"),
-     PartitionTerm("id_bucket", "id", "bucket[4]", "long"), PartitionTerm("amount_trunc", "amount", "truncate[10]", "decimal(10, 2)")),
-    0, "/w/data",
+    {"id": 1, "region": 2, "amount": 3, "ts": 4},
+    ("id",),
+    (
+        PartitionTerm("region", "region", "identity", "string"),
+        PartitionTerm("ts_day", "ts", "day", "timestamp"),
+        PartitionTerm("id_bucket", "id", "bucket[4]", "long"),
+        PartitionTerm("amount_trunc", "amount", "truncate[10]", "decimal(10, 2)"),
+    ),
+    0,
+    "/w/data",
 )
 
 
@@ -42,7 +49,7 @@ def test_arrow_tables_carry_field_ids():
 
 
 def test_committed_offsets_come_from_the_newest_summary_that_has_them():
-    history = [{"operation": "replace"}, {offsets.OFFSETS_PROPERTY: '{"t": {"0": 10}}'}, {offsets.OFFSETS_PROPERTY: '{"t": {"0": 5}}'}]
+    history = [{"operation": "replace"}, {summary.OFFSETS: '{"t": {"0": 10}}'}, {summary.OFFSETS: '{"t": {"0": 5}}'}]
     assert offsets.committed_offsets(history) == {"t": {0: 10}}
     assert offsets.committed_offsets([]) == {}
 
@@ -66,9 +73,9 @@ def test_partition_paths_render_time_transforms_as_iceberg_does():
 @pytest.mark.parametrize("transform", ["day", "hour"])
 @pytest.mark.parametrize("source_type", ["timestamp", "timestamptz"])
 def test_fast_time_transforms_agree_with_pyiceberg(transform, source_type):
-    from icecdc.ingest.layout import _transform_function
+    from icecdc.layout import _transform_function
 
     term = PartitionTerm("p", "ts", transform, source_type)
     exact = _transform_function(transform, source_type)
-    values = [0, -1, 1, 86_399_999_999, -86_400_000_001, *random.Random(3).sample(range(-10**17, 10**17), 500)]
+    values = [0, -1, 1, 86_399_999_999, -86_400_000_001, *random.Random(3).sample(range(-(10**17), 10**17), 500)]
     assert [term.apply(v) for v in values] == [exact(v) for v in values]

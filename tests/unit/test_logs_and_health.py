@@ -26,10 +26,12 @@ def test_json_lines_carry_the_domain_fields():
 
 
 def test_configured_secrets_are_masked_in_every_line():
-    parse_config({
-        "kafka": {"properties": {"sasl.password": "hunter2-kafka"}},
-        "catalog": {"properties": {"type": "rest", "token": "tok-3f9a2c"}},
-    })
+    parse_config(
+        {
+            "kafka": {"properties": {"sasl.password": "hunter2-kafka"}},
+            "catalog": {"properties": {"type": "rest", "token": "tok-3f9a2c"}},
+        }
+    )
     line = JsonFormatter().format(record("connect with %s and %s", "hunter2-kafka", "tok-3f9a2c"))
     assert "hunter2-kafka" not in line and "tok-3f9a2c" not in line and "***" in line
     assert mask("nothing secret here") == "nothing secret here"

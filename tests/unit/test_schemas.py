@@ -52,11 +52,22 @@ def test_debezium_envelopes_rejected(event):
 
 def test_commit_event_shape():
     event = {
-        "version": 1, "table": "db.t", "snapshot_id": 5, "sequence_number": 3, "commit_time_ms": 1,
-        "operation": "overwrite", "partitions": [{
-            "partition": {"region": "eu"}, "data_files": 1, "data_bytes": 10, "data_records": 2,
-            "equality_delete_files": 1, "equality_delete_records": 1,
-        }],
+        "version": 1,
+        "table": "db.t",
+        "snapshot_id": 5,
+        "sequence_number": 3,
+        "commit_time_ms": 1,
+        "operation": "overwrite",
+        "partitions": [
+            {
+                "partition": {"region": "eu"},
+                "data_files": 1,
+                "data_bytes": 10,
+                "data_records": 2,
+                "equality_delete_files": 1,
+                "equality_delete_records": 1,
+            }
+        ],
     }
     validator(COMMIT_EVENT)(event)
     with pytest.raises(SchemaError):

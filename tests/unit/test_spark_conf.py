@@ -26,8 +26,9 @@ def test_embedded_conf_uses_wheel_jar_and_sqlite_driver(tmp_path):
 
 def test_maven_coordinates_replace_the_wheel_jar(tmp_path):
     coordinates = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
-    config = embedded_config(tmp_path, spark={"conf": {"spark.jars.packages": coordinates,
-                                                       "spark.sql.extensions": "com.example.Ext"}})
+    config = embedded_config(
+        tmp_path, spark={"conf": {"spark.jars.packages": coordinates, "spark.sql.extensions": "com.example.Ext"}}
+    )
     conf = spark_conf(config)
     assert conf["spark.jars"] == "/usr/share/java/sqlite-jdbc.jar"
     assert conf["spark.jars.packages"] == coordinates

@@ -8,7 +8,15 @@ from icecdc.tablespec import (
     parse_partition_field,
 )
 
-TYPES = {"id": "long", "region": "string", "ts": "timestamp", "d": "date", "price": "decimal(10, 2)", "ok": "boolean", "blob": "binary"}
+TYPES = {
+    "id": "long",
+    "region": "string",
+    "ts": "timestamp",
+    "d": "date",
+    "price": "decimal(10, 2)",
+    "ok": "boolean",
+    "blob": "binary",
+}
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
-"""What the ingester needs to know about one target table, as plain picklable data: its columns
-with Iceberg field ids, its primary key, its partition spec, and how to turn a canonical row
-(see ``debezium``) into Arrow arrays and partition values. Built once from pyiceberg metadata on
-the driver and shipped to the executors inside the batch functions' closures.
+"""The table model every part shares, as plain picklable data: a table's columns with Iceberg
+field ids, its primary key, its partition spec, and how to turn a canonical row (see
+``icecdc.ingest.debezium``) into Arrow arrays and partition values. Built once from pyiceberg
+metadata on the driver and shipped to the executors inside the batch functions' closures; the
+compactor reads partitions, paths and keys through the same model.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from urllib.parse import quote_plus
 import pyarrow as pa
 
 from icecdc.fileio import FIELD_ID
-from icecdc.ingest.debezium import EPOCH_DATE, Column
 from icecdc.tablespec import PartitionField, TableSpecError, parse_partition_field
+
+EPOCH_DATE = dt.date(1970, 1, 1)
 
 _ARROW_TYPES: dict[str, pa.DataType] = {
     "boolean": pa.bool_(),
@@ -39,9 +41,16 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
 PartitionKey = tuple[Any, ...]
 
 
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # Iceberg type string, e.g. "long", "decimal(10, 2)"
+    required: bool = False
+
+
 def arrow_type(iceberg_type: str) -> pa.DataType:
     if iceberg_type.startswith("decimal("):
-        precision, scale = (int(p) for p in iceberg_type[len("decimal("):-1].split(","))
+        precision, scale = (int(p) for p in iceberg_type[len("decimal(") : -1].split(","))
         return pa.decimal128(precision, scale)
     return _ARROW_TYPES[iceberg_type]
 
@@ -167,8 +176,12 @@ class TableLayout:
         return [self.field_ids[name] for name in self.primary_key]
 
     def _arrow_field(self, column: Column) -> pa.Field:
-        return pa.field(column.name, arrow_type(column.type), nullable=not column.required,
-                        metadata={FIELD_ID: str(self.field_ids[column.name]).encode()})
+        return pa.field(
+            column.name,
+            arrow_type(column.type),
+            nullable=not column.required,
+            metadata={FIELD_ID: str(self.field_ids[column.name]).encode()},
+        )
 
     def arrow_schema(self) -> pa.Schema:
         return pa.schema([self._arrow_field(c) for c in self.columns])
@@ -185,10 +198,10 @@ class TableLayout:
 
     def partition_from_key(self, key: Sequence[Any]) -> PartitionKey | None:
         """The partition, when every partition source column is part of the primary key."""
-        return self.partition_of(dict(zip(self.primary_key, key)))
+        return self.partition_of(dict(zip(self.primary_key, key, strict=True)))
 
     def partition_path(self, partition: PartitionKey) -> str:
-        return "/".join(term.path_segment(value) for term, value in zip(self.partition, partition))
+        return "/".join(term.path_segment(value) for term, value in zip(self.partition, partition, strict=True))
 
     def partition_from_metadata(self, record: Mapping[str, Any]) -> PartitionKey:
         """The canonical partition of a pyiceberg metadata row (``inspect.files`` gives day
@@ -196,15 +209,15 @@ class TableLayout:
         return tuple(_canonical(record.get(term.name)) for term in self.partition)
 
     def partition_java_strings(self, partition: PartitionKey) -> list[str | None]:
-        return [term.java_string(value) for term, value in zip(self.partition, partition)]
+        return [term.java_string(value) for term, value in zip(self.partition, partition, strict=True)]
 
     def partition_json(self, partition: PartitionKey) -> dict[str, Any]:
         """The partition tuple as Iceberg's content-file JSON has it: partition field id -> value."""
-        return {str(term.field_id): term.json_value(value) for term, value in zip(self.partition, partition)}
+        return {str(term.field_id): term.json_value(value) for term, value in zip(self.partition, partition, strict=True)}
 
     def partition_record(self, partition: PartitionKey) -> dict[str, Any]:
         """The partition as a JSON object for commit events: field name -> value."""
-        return {term.name: value for term, value in zip(self.partition, partition)}
+        return {term.name: value for term, value in zip(self.partition, partition, strict=True)}
 
     def to_arrow(self, rows: Sequence[Mapping[str, Any]], key_only: bool = False) -> pa.Table:
         schema = self.key_arrow_schema() if key_only else self.arrow_schema()
@@ -229,7 +242,7 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
     columns = tuple(Column(f.name, str(f.field_type), f.required) for f in schema.fields)
     missing = [k for k in primary_key if k not in {c.name for c in columns}]
     if missing:
-        raise ValueError(f"table {table_name} has no column(s) {missing} of its configured primary key")
+        raise TableSpecError(f"table {table_name} has no column(s) {missing} of its configured primary key")
     types = {c.name: c.type for c in columns}
     for field in spec.fields:
         # The same rules as for configured tables: an existing table partitioned in a way the
@@ -240,14 +253,24 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         except TableSpecError as exc:
             raise TableSpecError(f"table {table_name}: {exc}") from None
     partition = tuple(
-        PartitionTerm(f.name, schema.find_column_name(f.source_id), str(f.transform), types[schema.find_column_name(f.source_id)],
-                      f.field_id)
+        PartitionTerm(
+            f.name,
+            schema.find_column_name(f.source_id),
+            str(f.transform),
+            types[schema.find_column_name(f.source_id)],
+            f.field_id,
+        )
         for f in spec.fields
     )
     location = table.properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
     return TableLayout(
-        table=table_name, topic=topic, columns=columns,
+        table=table_name,
+        topic=topic,
+        columns=columns,
         field_ids={f.name: f.field_id for f in schema.fields},
-        primary_key=tuple(primary_key), partition=partition, spec_id=spec.spec_id, data_location=location,
+        primary_key=tuple(primary_key),
+        partition=partition,
+        spec_id=spec.spec_id,
+        data_location=location,
         schema_json=schema.model_dump_json(),
     )

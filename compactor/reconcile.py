@@ -1,0 +1,79 @@
+"""Re-reading every configured table's metadata: at start, every ``reconcile_seconds``, after
+each of the sidecar's own compactions and after a rebalance. This replaces the tracker's
+statistics, so a late start, a restart, a lost event or another replica's compaction only delays
+work. Catalog calls ride out outages (``outages``); any other error skips the table until the
+next reconcile.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from icecdc.catalog import metadata_call, pyiceberg_catalog
+from icecdc.compactor.metadata import load_table_partitions
+from icecdc.compactor.tracker import PartitionTracker
+from icecdc.config import Config
+from icecdc.errors import CatalogOutage
+from icecdc.layout import TableLayout
+from icecdc.outages import CatalogRetry
+
+log = logging.getLogger(__name__)
+
+
+class Reconciler:
+    def __init__(
+        self, config: Config, tracker: PartitionTracker, retry: CatalogRetry | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
+        self._config = config
+        self._tracker = tracker
+        self._retry = retry
+        self._clock = clock
+        self._catalog: Any = None
+        self._last = float("-inf")
+        # Each configured table's layout as last read from its metadata.
+        self.layouts: dict[str, TableLayout] = {}
+
+    def due(self, now: float) -> bool:
+        return now - self._last >= self._config.compactor.reconcile_seconds
+
+    def force(self) -> None:
+        """Re-read at the next turn (another replica may have compacted what this one now holds)."""
+        self._last = float("-inf")
+
+    def reconcile(self, table_name: str) -> None:
+        """Replace the tracker's view of one table with its metadata now."""
+        table = self._config.find_table(table_name)
+        if table is None:
+            return
+        ref = self._config.table_ref(table)
+        try:
+            if self._catalog is None:
+                self._catalog = metadata_call(self._retry, "opening the catalog", lambda: pyiceberg_catalog(self._config))
+            loaded = metadata_call(
+                self._retry,
+                f"reading the metadata of {ref}",
+                lambda: load_table_partitions(self._catalog, ref, table, self._config.compactor),
+            )
+        except CatalogOutage:
+            raise
+        except Exception as exc:  # noqa: BLE001 - retried at the next reconcile
+            log.warning(
+                "could not read the metadata of %s (retried at the next reconcile): %s",
+                table_name,
+                exc,
+                extra={"table": table_name},
+            )
+            return
+        if loaded is None:
+            log.info("table %s does not exist yet; the ingester creates it", table_name)
+            return
+        self.layouts[table_name] = loaded.layout
+        self._tracker.on_metadata(table_name, loaded.sequence_number, loaded.partitions)
+
+    def reconcile_all(self) -> None:
+        for table in self._config.tables:
+            self.reconcile(table.name)
+        self._last = self._clock()

@@ -1,0 +1,177 @@
+"""The JVM of one Spark session, the Java calls py4j does not make on its own, and the one
+place where Java exceptions become Python ones.
+
+py4j converts Python ints to ``Integer`` (so the adapter passes typed values through Iceberg's own
+parsers, see ``listing.java_partition``), and static methods that share a name with an instance
+method need reflection. Every
+call that reaches Iceberg goes through ``java_errors``, which turns what crossed py4j into the
+kinds of ``icecdc.errors`` by the Java exception's class (walking its causes), never by matching
+a message's wording alone.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from icecdc.errors import (
+    CatalogUnavailable,
+    CommitConflict,
+    CommitStateUnknown,
+    CompareAndSetLost,
+    IcebergError,
+    NoSuchTable,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+JavaObject = Any
+T = TypeVar("T")
+
+_KINDS: dict[str, type[IcebergError]] = {
+    "org.apache.iceberg.exceptions.ValidationException": CommitConflict,
+    "org.apache.iceberg.exceptions.CommitFailedException": CompareAndSetLost,
+    "org.apache.iceberg.exceptions.CommitStateUnknownException": CommitStateUnknown,
+    "org.apache.iceberg.exceptions.NoSuchTableException": NoSuchTable,
+    "org.apache.spark.sql.catalyst.analysis.NoSuchTableException": NoSuchTable,
+    # What an unreachable catalog or store raises, directly or as a cause: the REST catalog's
+    # 5xx, JDBC's transient and connection errors (a lock held past the busy timeout is an
+    # SQLException whose message names SQLITE_BUSY, matched below), the network's.
+    "org.apache.iceberg.exceptions.ServiceUnavailableException": CatalogUnavailable,
+    "org.apache.iceberg.exceptions.ServiceFailureException": CatalogUnavailable,
+    "java.sql.SQLTransientException": CatalogUnavailable,
+    "java.sql.SQLRecoverableException": CatalogUnavailable,
+    "java.sql.SQLNonTransientConnectionException": CatalogUnavailable,
+    "java.net.ConnectException": CatalogUnavailable,
+    "java.net.SocketTimeoutException": CatalogUnavailable,
+    "java.net.NoRouteToHostException": CatalogUnavailable,
+}
+# Drivers that report lock timeouts and throttling as plain exceptions, told by their codes:
+# SQLite's BUSY and LOCKED, PostgreSQL's lock_not_available and serialization failures, S3's
+# and GCS's throttling answers.
+_TRANSIENT_TEXT = re.compile(
+    r"SQLITE_BUSY|SQLITE_LOCKED|database is locked|55P03|40001|SlowDown|TooManyRequests|Throttl|"
+    r"Rate exceeded|Connection refused|Connection reset"
+)
+_MAX_CAUSES = 16
+
+
+def java_exception(error: BaseException) -> JavaObject | None:
+    """The Java throwable behind a Python exception, if one crossed py4j (directly, or inside one
+    of PySpark's converted exceptions)."""
+    return getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+
+
+def _causes(throwable: JavaObject) -> Iterator[JavaObject]:
+    for _ in range(_MAX_CAUSES):
+        if throwable is None:
+            return
+        yield throwable
+        cause = throwable.getCause()
+        throwable = None if cause is None or cause.equals(throwable) else cause
+
+
+def _class_names(throwable: JavaObject) -> set[str]:
+    """The throwable's class and its superclasses: a kind matches its subclasses too."""
+    names = set()
+    lang = throwable.getClass()
+    while lang is not None:
+        names.add(str(lang.getName()))
+        lang = lang.getSuperclass()
+    return names
+
+
+def translate(error: BaseException) -> BaseException:
+    """The ``icecdc.errors`` kind of an exception that came out of the JVM; other exceptions
+    (and Java ones of no known kind) are returned as they are."""
+    throwable = java_exception(error)
+    if throwable is None:
+        return error
+    chain = list(_causes(throwable))
+    message = str(throwable.getMessage() or throwable.toString())
+    for link in chain:
+        names = _class_names(link)
+        for class_name, kind in _KINDS.items():
+            if class_name in names:
+                return kind(f"{class_name.rsplit('.', 1)[-1]}: {message}", str(link.getClass().getName()))
+    if any(_TRANSIENT_TEXT.search(str(link.toString())) for link in chain):
+        return CatalogUnavailable(message, str(throwable.getClass().getName()))
+    return error
+
+
+@contextmanager
+def java_errors() -> Iterator[None]:
+    """Raise the ``icecdc.errors`` kind of whatever the block's Java calls throw."""
+    try:
+        yield
+    except Exception as error:
+        translated = translate(error)
+        if translated is error:
+            raise
+        raise translated from None
+
+
+def translated(method: Callable[..., T]) -> Callable[..., T]:
+    """``java_errors`` around a whole method."""
+
+    @functools.wraps(method)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        with java_errors():
+            return method(*args, **kwargs)
+
+    return wrapper
+
+
+class JavaBridge:
+    """The JVM behind one Spark session."""
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+        context = spark.sparkContext
+        if context._gateway is None or context._jvm is None:
+            raise RuntimeError("this Spark session has no JVM (stopped, or a Spark Connect client)")
+        self._gateway: JavaObject = context._gateway
+        self.jvm: JavaObject = context._jvm
+
+    @property
+    def iceberg(self) -> JavaObject:
+        """The ``org.apache.iceberg`` package."""
+        return self.jvm.org.apache.iceberg
+
+    @property
+    def java_spark_session(self) -> JavaObject:
+        return self.spark._jsparkSession
+
+    def static_call(self, java_class: JavaObject, method: str) -> JavaObject:
+        """Call a no-argument static method through reflection: py4j cannot call a static method
+        that shares its name with an instance method (``SparkTableCache.get()`` and ``get(key)``)."""
+        no_types = self._gateway.new_array(self._gateway.jvm.java.lang.Class, 0)
+        no_args = self._gateway.new_array(self._gateway.jvm.java.lang.Object, 0)
+        return java_class._java_lang_class.getMethod(method, no_types).invoke(None, no_args)
+
+    def activate_session(self) -> None:
+        """Make this session the active one of the calling thread's JVM thread. Spark resolves
+        catalogs through ``SQLConf.get``, which falls back to an empty default configuration on a
+        thread with no active session: reading through a catalog first used on another Python
+        thread (the sidecar beside the ingester in one process) then fails with "catalog not
+        defined"."""
+        self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.java_spark_session)
+
+    def class_available(self, name: str) -> bool:
+        """Whether a class is on the driver's classpath (a connector, say)."""
+        try:
+            self.jvm.java.lang.Class.forName(name)
+            return True
+        except Exception:  # noqa: BLE001 - py4j wraps ClassNotFoundException
+            return False
+
+
+def iterate(iterable: JavaObject) -> Iterator[JavaObject]:
+    """The elements of a Java ``Iterable`` (py4j iterates collections, not every Iterable)."""
+    iterator = iterable.iterator()
+    while iterator.hasNext():
+        yield iterator.next()

@@ -1,0 +1,146 @@
+"""The Java side of one compaction of one partition: rewriting data files through Spark,
+registering the position-delete files written on executors, and the one ``RewriteFiles`` commit.
+
+Iceberg's ``rewrite_data_files`` action cannot do what a delete merge needs in one commit
+(rewrite small files, turn the equality deletes on large files into position deletes, drop the
+deletes that then apply to nothing), so this drives the same machinery the action uses, through
+its public classes: the chosen files' scan tasks (which carry their delete files) are staged in
+``ScanTaskSetManager``, read through Spark, which applies the deletes, and written as target-sized
+files collected by ``FileRewriteCoordinator``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from icecdc import summary as summary_keys
+from icecdc.jvm.bridge import JavaObject, iterate, java_errors
+from icecdc.jvm.listing import PartitionListing
+from icecdc.jvm.tables import CommittedSnapshot
+
+
+@dataclass(frozen=True)
+class NewFile:
+    """A file a compaction wrote, not committed yet."""
+
+    path: str
+    size: int
+    records: int
+
+
+@dataclass(frozen=True)
+class PositionDeleteFile:
+    """A position-delete file written on an executor for one data file."""
+
+    data_file: str
+    path: str
+    size: int
+
+
+class PartitionRewrite:
+    """What one compaction adds to and removes from one partition, committed as one snapshot."""
+
+    def __init__(self, listing: PartitionListing, target_file_size: int) -> None:
+        self._listing = listing
+        self._table = listing.table
+        self._target = target_file_size
+        self._added: dict[str, JavaObject] = {}
+        self.new_data: list[NewFile] = []
+        self.new_position_deletes: list[NewFile] = []
+
+    @property
+    def written(self) -> list[str]:
+        return list(self._added)
+
+    def rewrite_data(self, paths: Sequence[str]) -> list[NewFile]:
+        """Rewrite the data files ``paths`` with their deletes applied, into target-sized files."""
+        bridge, table, listing = self._table.bridge, self._table._java, self._listing
+        spark_pkg = bridge.iceberg.spark
+        read, write = spark_pkg.SparkReadOptions, spark_pkg.SparkWriteOptions
+        group = f"icecdc-{uuid.uuid4().hex}"
+        with java_errors():
+            cache = bridge.static_call(spark_pkg.SparkTableCache, "get")
+            staged, coordinator = spark_pkg.ScanTaskSetManager.get(), spark_pkg.FileRewriteCoordinator.get()
+            cache.add(group, table)
+            staged.stageTasks(table, group, [listing._tasks[p] for p in paths])
+            bridge.activate_session()
+            try:
+                frame = (
+                    bridge.spark.read.format("iceberg")
+                    .option(read.SCAN_TASK_SET_ID, group)
+                    .option(read.SPLIT_SIZE, str(self._target))
+                    .option(read.FILE_OPEN_COST, "0")
+                    .load(group)
+                )
+                (
+                    frame.write.format("iceberg")
+                    .option(write.REWRITTEN_FILE_SCAN_TASK_SET_ID, group)
+                    .option(write.TARGET_FILE_SIZE_BYTES, str(self._target))
+                    .option(write.DISTRIBUTION_MODE, "none")
+                    .option(write.OUTPUT_SPEC_ID, str(listing.layout.spec_id))
+                    .mode("append")
+                    .save(group)
+                )
+                files = list(iterate(coordinator.fetchNewFiles(table, group)))
+            finally:
+                cache.remove(group)
+                staged.removeTasks(table, group)
+                coordinator.clearRewrite(table, group)
+            added = [NewFile(str(f.location()), int(f.fileSizeInBytes()), int(f.recordCount())) for f in files]
+        self._added.update(zip((f.path for f in added), files, strict=True))
+        self.new_data += added
+        return added
+
+    def add_position_deletes(self, written: Sequence[PositionDeleteFile]) -> list[NewFile]:
+        """Register position-delete files (one per data file, naming it) for the commit."""
+        iceberg, table = self._table.bridge.iceberg, self._table._java
+        added = []
+        with java_errors():
+            spec = table.specs().get(self._listing.layout.spec_id)
+            metrics_config = iceberg.MetricsConfig.forPositionDelete(table)
+            for file in written:
+                metrics = iceberg.parquet.ParquetUtil.fileMetrics(table.io().newInputFile(file.path), metrics_config)
+                java = (
+                    iceberg.FileMetadata.deleteFileBuilder(spec)
+                    .ofPositionDeletes()
+                    .withPath(file.path)
+                    .withFormat(iceberg.FileFormat.PARQUET)
+                    .withFileSizeInBytes(file.size)
+                    .withPartition(self._listing._tasks[file.data_file].file().partition())
+                    .withMetrics(metrics)
+                    .withReferencedDataFile(file.data_file)
+                    .build()
+                )
+                self._added[file.path] = java
+                added.append(NewFile(file.path, file.size, int(metrics.recordCount())))
+        self.new_position_deletes += added
+        return added
+
+    def commit(self, rewritten: Sequence[str], removed_deletes: Sequence[str], summary: Mapping[str, str]) -> CommittedSnapshot:
+        """One ``RewriteFiles``: remove the rewritten data files and the delete files nothing needs
+        any more, add what this rewrite wrote, validate from the starting snapshot, and give new
+        data files the starting snapshot's sequence number, so that equality deletes the writer
+        commits meanwhile still apply to them (and Iceberg's validation ignores them)."""
+        listing, table = self._listing, self._table
+        start = listing.snapshot
+        tags = {**summary, summary_keys.PARTITION: listing.partition_path, summary_keys.STARTING_SNAPSHOT: str(start.snapshot_id)}
+
+        def build() -> JavaObject:
+            update = table._java.newRewrite().validateFromSnapshot(start.snapshot_id)
+            if self.new_data:
+                update = update.dataSequenceNumber(start.sequence_number)
+            for path in rewritten:
+                update = update.deleteFile(listing._tasks[path].file())
+            for java in self._added.values():
+                update = update.addFile(java)
+            for path in removed_deletes:
+                update = update.deleteFile(listing._delete_handles[path])
+            return update
+
+        return table.commit(f"committing a compaction of {table.ref} {listing.partition_path or '(unpartitioned)'}", build, tags)
+
+    def discard(self) -> list[str]:
+        """Delete what this rewrite wrote (it did not commit); returns what could not be deleted."""
+        return self._table.delete_files(self.written)

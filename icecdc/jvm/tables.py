@@ -1,0 +1,230 @@
+"""One Iceberg table through the Java API: its snapshots as plain values, and the commits icecdc
+makes to it, each tagged and safe to retry.
+
+Every commit carries a unique ``icecdc.commit-id`` in its summary. That is how a commit finds its
+own snapshot when another writer committed right after it, and how a commit whose outcome was
+unknown (the catalog failed mid-commit) is recognised on the next attempt instead of being made
+twice: before committing again, the attempt looks for its id in the history since the first try.
+Catalog calls go through the command's ``CatalogRetry``, so a catalog that does not answer for a
+while delays a commit instead of failing it.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TypeVar
+
+from icecdc import summary as summary_keys
+from icecdc.errors import CatalogUnavailable, CommitStateUnknown
+from icecdc.jvm.bridge import JavaBridge, JavaObject, iterate, java_errors, translate
+from icecdc.outages import CatalogRetry
+from icecdc.tableref import TableRef
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    snapshot_id: int
+    parent_id: int | None
+    sequence_number: int
+    timestamp_ms: int
+    operation: str
+    summary: Mapping[str, str]
+
+    @classmethod
+    def of(cls, snapshot: JavaObject) -> Snapshot:
+        parent = snapshot.parentId()
+        return cls(
+            int(snapshot.snapshotId()),
+            None if parent is None else int(parent),
+            int(snapshot.sequenceNumber()),
+            int(snapshot.timestampMillis()),
+            str(snapshot.operation()),
+            dict(snapshot.summary()),
+        )
+
+
+@dataclass(frozen=True)
+class CommittedSnapshot:
+    snapshot_id: int
+    parent_snapshot_id: int | None
+    sequence_number: int
+    timestamp_ms: int
+    operation: str
+    # Commits by others that landed between this commit's start and its compare-and-set: each
+    # one cost it a retry (Iceberg re-applies the update on the new metadata and tries again).
+    interleaved: int = 0
+
+
+class IcebergTable:
+    """The live ``org.apache.iceberg.Table`` of one table, behind typed methods."""
+
+    def __init__(self, bridge: JavaBridge, ref: TableRef, retry: CatalogRetry | None = None) -> None:
+        self.bridge = bridge
+        self.ref = ref
+        self._retry = retry
+        spark_util = bridge.iceberg.spark.Spark3Util
+        # The Java table, for the adapter's own modules (listing, rewrites, actions) only.
+        self._java: JavaObject = self.call(
+            f"loading {ref}", lambda: spark_util.loadIcebergTable(bridge.java_spark_session, ref.qualified)
+        )
+
+    def call(self, what: str, function: Callable[[], T]) -> T:
+        """A call that reaches the catalog or the table's storage: Java errors translated, and
+        tried again while the catalog is unavailable (for the adapter's own modules)."""
+
+        def attempt() -> T:
+            with java_errors():
+                return function()
+
+        return self._retry.call(what, attempt) if self._retry is not None else attempt()
+
+    # ---- reading ----
+
+    def refresh(self) -> None:
+        self.call(f"refreshing {self.ref}", self._java.refresh)
+
+    def current_snapshot(self) -> Snapshot | None:
+        """The current snapshot as of the last refresh."""
+        with java_errors():
+            current = self._java.currentSnapshot()
+            return None if current is None else Snapshot.of(current)
+
+    def history(self) -> Iterator[Snapshot]:
+        """The current snapshot (as of the last refresh) and its ancestors, newest first."""
+        with java_errors():
+            for snapshot in self._java_history():
+                yield Snapshot.of(snapshot)
+
+    def _java_history(self) -> Iterator[JavaObject]:
+        snapshot = self._java.currentSnapshot()
+        while snapshot is not None:
+            yield snapshot
+            parent = snapshot.parentId()
+            snapshot = self._java.snapshot(parent) if parent is not None else None
+
+    def summaries_newest_first(self) -> Iterator[Mapping[str, str]]:
+        """Refresh, then the snapshot summaries of the current snapshot and its ancestors."""
+        self.refresh()
+        return (snapshot.summary for snapshot in self.history())
+
+    def snapshots(self) -> list[Snapshot]:
+        """Every snapshot the metadata keeps, ancestors of the current one or not."""
+        with java_errors():
+            return [Snapshot.of(s) for s in iterate(self._java.snapshots())]
+
+    def snapshot_times_ms(self) -> dict[int, int]:
+        """snapshot id -> commit time of every snapshot the metadata keeps (two calls a snapshot:
+        a table that commits every few seconds keeps thousands)."""
+        with java_errors():
+            return {int(s.snapshotId()): int(s.timestampMillis()) for s in iterate(self._java.snapshots())}
+
+    def newest_snapshot_with(self, key: str) -> Snapshot | None:
+        """The newest snapshot in the current history whose summary has ``key``."""
+        with java_errors():
+            found = next((s for s in self._java_history() if s.summary().get(key) is not None), None)
+            return None if found is None else Snapshot.of(found)
+
+    def properties(self) -> dict[str, str]:
+        with java_errors():
+            return dict(self._java.properties())
+
+    def delete_files(self, paths: Sequence[str]) -> list[str]:
+        """Delete files this process wrote and nothing references; returns the ones it could
+        not delete (left for orphan-file removal)."""
+        left = []
+        io = self._java.io()
+        for path in paths:
+            try:
+                io.deleteFile(path)
+            except Exception:  # noqa: BLE001 - orphan-file removal takes what is left
+                left.append(path)
+        return left
+
+    # ---- committing ----
+
+    def commit(self, what: str, build: Callable[[], JavaObject], summary: Mapping[str, str]) -> CommittedSnapshot:
+        """Commit the snapshot-producing update ``build`` makes (a fresh one per attempt: a failed
+        Iceberg update cannot be committed again), tagged with ``summary`` and a commit id.
+        For the adapter's own modules; callers use the commit kinds (``commit_files`` here,
+        ``rewrites.PartitionRewrite.commit``)."""
+        commit_id = uuid.uuid4().hex
+        tags = {**summary, summary_keys.COMMIT_ID: commit_id}
+        first_before: list[int | None] = []
+
+        def attempt() -> CommittedSnapshot:
+            self._java.refresh()
+            current = self._java.currentSnapshot()
+            before = None if current is None else int(current.snapshotId())
+            if first_before:
+                # An earlier attempt ended without an answer: it may have landed.
+                landed = self._find(commit_id, stop_at=first_before[0])
+                if landed is not None:
+                    log.info("commit %s to %s had landed before the catalog failed", commit_id, self.ref)
+                    return landed
+            else:
+                first_before.append(before)
+            update = build()
+            for key, value in tags.items():
+                update = update.set(key, value)
+            try:
+                update.commit()
+            except Exception as error:
+                kind = translate(error)
+                if isinstance(kind, CommitStateUnknown):
+                    # Worth another attempt, which looks for this commit before making it again.
+                    raise CatalogUnavailable(str(kind), kind.java_class) from None
+                raise
+            landed = self._find(commit_id, stop_at=before)
+            if landed is None:
+                raise RuntimeError(f"commit {commit_id} is not in the history of {self.ref}")
+            return landed
+
+        return self.call(what, attempt)
+
+    def _find(self, commit_id: str, stop_at: int | None) -> CommittedSnapshot | None:
+        """Our snapshot in the history since ``stop_at``, with how many others landed after it
+        started."""
+        ours: CommittedSnapshot | None = None
+        for snapshot in self._java_history():
+            if ours is None and snapshot.summary().get(summary_keys.COMMIT_ID) == commit_id:
+                parent = snapshot.parentId()
+                ours = CommittedSnapshot(
+                    int(snapshot.snapshotId()),
+                    None if parent is None else int(parent),
+                    int(snapshot.sequenceNumber()),
+                    int(snapshot.timestampMillis()),
+                    str(snapshot.operation()),
+                )
+            elif snapshot.snapshotId() == stop_at:
+                break
+            elif ours is not None:
+                ours = replace(ours, interleaved=ours.interleaved + 1)
+        return ours
+
+    def commit_files(
+        self, what: str, data: Sequence[str], deletes: Sequence[str], spec_id: int, summary: Mapping[str, str]
+    ) -> CommittedSnapshot:
+        """The ingester's commit: one ``RowDelta`` adding data and equality-delete files, each
+        given as Iceberg's content-file JSON (made where it was written, so no footer is read
+        again), validating nothing, as Flink's writer does: a concurrent compaction carries
+        older sequence numbers, so these deletes still apply to what it rewrote, and Iceberg's
+        own retry re-applies the delta on top of whatever committed meanwhile."""
+        iceberg = self.bridge.iceberg
+        mapper = iceberg.util.JsonUtil.mapper()
+
+        def build() -> JavaObject:
+            spec = self._java.specs().get(spec_id)
+            delta = self._java.newRowDelta()
+            for description in data:
+                delta = delta.addRows(iceberg.ContentFileParser.fromJson(mapper.readTree(description), spec))
+            for description in deletes:
+                delta = delta.addDeletes(iceberg.ContentFileParser.fromJson(mapper.readTree(description), spec))
+            return delta
+
+        return self.commit(what, build, summary)

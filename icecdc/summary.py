@@ -1,0 +1,28 @@
+"""The snapshot-summary properties icecdc writes, in one place: the ingester records where it has
+read to, the compactor tags what it committed, and every commit carries a unique id. Readers
+(exactly-once recovery, the sidecar telling its own commits from writes, snapshot expiry, anyone
+auditing a table) find them here rather than in the module of whoever writes them.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Every icecdc commit carries a unique id, so that it can find its own snapshot even when another
+# writer committed right after it, and so that a commit whose outcome was unknown (the catalog
+# failed mid-commit) can be recognised instead of being made twice.
+COMMIT_ID: Final = "icecdc.commit-id"
+
+# The ingester: the full map topic -> Kafka partition -> next offset to read (JSON), merged with
+# what earlier commits recorded, so the newest snapshot carrying it says where to resume.
+OFFSETS: Final = "icecdc.offsets"
+BATCH_ID: Final = "icecdc.batch-id"
+WRITER: Final = "icecdc.writer"
+INGEST_WRITER: Final = "icecdc-ingest"
+
+# The compactor: which replica committed (maintenance commits carry it too), what kind of
+# compaction, which partition, and from which snapshot it started.
+COMPACTOR: Final = "icecdc.compactor"
+COMPACTION: Final = "icecdc.compaction"
+PARTITION: Final = "icecdc.partition"
+STARTING_SNAPSHOT: Final = "icecdc.starting-snapshot-id"

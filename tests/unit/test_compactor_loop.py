@@ -1,0 +1,400 @@
+"""The compactor's loop without Spark, Kafka or a catalog: every outcome an attempt can end in,
+driven through the compaction runner with fakes for the lease, the gate, the compaction and the
+event publisher; the maintenance runner; the turn decision; the event feed."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import orjson
+import pytest
+
+from icecdc.compactor import outcomes, turns
+from icecdc.compactor.compaction_runner import CompactionRunner
+from icecdc.compactor.feed import EventFeed, EventTopics
+from icecdc.compactor.maintenance_runner import MaintenanceRunner
+from icecdc.compactor.outcomes import Outcome
+from icecdc.compactor.policy import Candidate, PartitionFiles, PartitionStats, RewritePlan, Work
+from icecdc.compactor.rewrite import CompactionResult
+from icecdc.compactor.tracker import PartitionState, PartitionTracker
+from icecdc.config import CompactorConfig, MaintenanceConfig, SettleConfig
+from icecdc.coordinator.activity import TableActivity
+from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
+from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, MaintenanceResult, MaintenanceSchedule
+from icecdc.coordinator.ownership import Ownership
+from icecdc.errors import CatalogOutage, CommitConflict, CompareAndSetLost
+from icecdc.events import CommitEvent, CompactionEvent, MaintenanceEvent, MaintenanceKind, MaintenanceOutcome, PartitionDelta
+from icecdc.files import LiveDataFile
+from icecdc.jvm.tables import CommittedSnapshot, Snapshot
+from icecdc.layout import Column, PartitionTerm, TableLayout
+
+SETTINGS = CompactorConfig(
+    max_attempts=3,
+    retry_base_seconds=10,
+    retry_max_seconds=100,
+    settle=SettleConfig(min_seconds=1, initial_seconds=1, max_seconds=10),
+)
+LAYOUT = TableLayout(
+    "db.t",
+    "topic",
+    (Column("id", "long", True), Column("p", "string")),
+    {"id": 1, "p": 2},
+    ("id",),
+    (PartitionTerm("p", "p", "identity", "string", 1000),),
+    0,
+    "/warehouse/db/t/data",
+)
+SNAPSHOT = CommittedSnapshot(9, 8, 5, 0, "replace")
+
+
+class Clock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class FakeLeases:
+    ownership: Ownership = field(default_factory=lambda: Ownership(4, frozenset(range(4))))
+    lost: bool = False
+    confirmed: list[str] = field(default_factory=list)
+
+    def confirm(self, slot: int, what: str) -> None:
+        if self.lost:
+            raise LeaseLost(f"slot {slot} moved")
+        self.confirmed.append(what)
+
+
+class FakeGate:
+    def __init__(self, error: Exception | None = None) -> None:
+        self.error = error
+        self.leases_lost: list[str] = []
+
+    def commit(self, table, attempt, before_attempt=lambda: None):
+        before_attempt()
+        if self.error is not None:
+            raise self.error
+        return attempt()
+
+    def lease_lost(self, table: str) -> None:
+        self.leases_lost.append(table)
+
+    def wait_for_quiet(self, table: str) -> float:
+        return 0.0
+
+
+class FakeCompaction:
+    """Lists one small file and a dangling delete; ``run`` commits through the gate."""
+
+    def __init__(self, files: PartitionFiles | None, error: Exception | None = None) -> None:
+        self._files = files
+        self._error = error
+        self.ran = False
+
+    def files(self) -> PartitionFiles | None:
+        if isinstance(self._error, CatalogOutage):
+            raise self._error
+        return self._files
+
+    @property
+    def starting_snapshot(self) -> Snapshot:
+        return Snapshot(8, 7, 4, 0, "append", {})
+
+    def run(self, plan: RewritePlan, tags, commit) -> CompactionResult:
+        self.ran = True
+        if self._error is not None:
+            raise self._error
+        committed = commit(lambda: SNAPSHOT)
+        return CompactionResult(plan.work, 8, 4, committed, data_files_rewritten=len(plan.rewrite), delete_files_removed=1)
+
+
+class Published(list):
+    def compaction(self, event: CompactionEvent) -> None:
+        self.append(event)
+
+    def maintenance(self, event: MaintenanceEvent) -> None:
+        self.append(event)
+
+
+SMALL_FILES = PartitionFiles.of([LiveDataFile(f"f{i}", 100, 10, 1) for i in range(3)], ())
+
+
+def runner(
+    compaction: FakeCompaction, gate: FakeGate | None = None, leases: FakeLeases | None = None, clock: Clock | None = None
+) -> tuple[CompactionRunner, Published]:
+    published = Published()
+    return CompactionRunner(
+        replica="r1",
+        settings=SETTINGS.model_copy(update={"min_small_files": 2}),
+        leases=leases or FakeLeases(),
+        gate=gate or FakeGate(),
+        compactions=lambda table, layout, key: compaction,
+        publisher=published,
+        clock=clock or Clock(),
+        rng=random.Random(0),
+    ), published
+
+
+def state() -> PartitionState:
+    s = PartitionState("db.t", "p=eu", {"p": "eu"}, PartitionStats(data_files=3, small_files=3))
+    s.cadence.record(900.0)
+    return s
+
+
+CANDIDATE = Candidate("db.t", "p=eu", Work.MINOR, "3 small files", 1.0, 1.0)
+
+
+def test_a_commit_is_announced_then_reported_and_answers_the_partition():
+    s = state()
+    run, published = runner(FakeCompaction(SMALL_FILES))
+    event = run.run(CANDIDATE, s, LAYOUT)
+    assert [e.outcome for e in published] == [Outcome.STARTED, Outcome.COMMITTED]
+    assert published[0].starting_snapshot_id == 8 and published[0].snapshot_id is None
+    assert (event.snapshot_id, event.sequence_number, event.data_files_rewritten, event.kind) == (9, 5, 3, "minor")
+    assert not s.compacting and s.answered() and s.last_compaction == 1000.0 and s.failures == 0
+
+
+@pytest.mark.parametrize("files", [None, PartitionFiles((), ())], ids=["empty table", "nothing to rewrite"])
+def test_nothing_to_rewrite_is_skipped_and_answered_without_an_announcement(files):
+    s = state()
+    run, published = runner(FakeCompaction(files))
+    event = run.run(CANDIDATE, s, LAYOUT)
+    assert [e.outcome for e in published] == [Outcome.SKIPPED] and event.outcome is Outcome.SKIPPED
+    assert "nothing to rewrite" in (event.reason or "") and s.answered() and s.last_compaction is None
+
+
+@pytest.mark.parametrize("error", [CommitConflict("files changed"), CompareAndSetLost("lost"), CommitGaveUp("gave up")])
+def test_losing_to_a_concurrent_change_is_a_conflict_retried_with_backoff(error):
+    s = state()
+    run, _ = runner(FakeCompaction(SMALL_FILES), gate=FakeGate(error))
+    event = run.run(CANDIDATE, s, LAYOUT)
+    assert event.outcome is Outcome.CONFLICT
+    assert s.failures == 1 and 1005 <= (s.retry_at or 0) <= 1010 and not s.answered()
+
+
+def test_any_other_error_fails_and_is_retried_then_abandoned_until_the_next_write():
+    s = state()
+    clock = Clock()
+    run, _ = runner(FakeCompaction(SMALL_FILES, RuntimeError("disk full")), clock=clock)
+    assert run.run(CANDIDATE, s, LAYOUT).outcome is Outcome.FAILED
+    assert run.run(CANDIDATE, s, LAYOUT).outcome is Outcome.FAILED
+    last = run.run(CANDIDATE, s, LAYOUT)
+    assert last.outcome is Outcome.ABANDONED and "gave up after 3 attempts" in (last.reason or "")
+    assert last.attempt == 3 and s.failures == 0 and s.answered() and s.retry_at is None
+
+
+def test_a_lost_lease_fences_the_attempt_without_backoff_or_answer():
+    s = state()
+    gate = FakeGate()
+    run, published = runner(FakeCompaction(SMALL_FILES), gate=gate, leases=FakeLeases(lost=True))
+    event = run.run(CANDIDATE, s, LAYOUT)
+    assert event.outcome is Outcome.FENCED and gate.leases_lost == ["db.t"]
+    assert [e.outcome for e in published] == [Outcome.FENCED]
+    assert not s.compacting and s.failures == 0 and s.retry_at is None and not s.answered()
+
+
+def test_a_catalog_outage_stops_the_command_instead_of_counting_as_a_failure():
+    run, published = runner(FakeCompaction(SMALL_FILES, CatalogOutage("gone for 600s")))
+    with pytest.raises(CatalogOutage):
+        run.run(CANDIDATE, state(), LAYOUT)
+    assert published == []
+
+
+def test_outcomes_that_do_not_end_an_attempt_are_refused():
+    with pytest.raises(ValueError):
+        outcomes.resolve(state(), Outcome.STARTED, "", started=0, now=1, settings=SETTINGS, rng=random.Random(0))
+
+
+def test_a_committed_compaction_of_a_settled_partition_reports_how_long_after_settling():
+    s = state()  # written at 900, settles at 901 (min window 1 s, one write seen)
+    outcomes.begin(s)
+    resolution = outcomes.resolve(s, Outcome.COMMITTED, "", started=950, now=960, settings=SETTINGS, rng=random.Random(0))
+    assert resolution.settled_for == pytest.approx(59)
+
+
+# ---- maintenance ----
+
+
+class FakeMaintenance:
+    def __init__(self, worth: bool = True, error: Exception | None = None) -> None:
+        self.worth, self.error, self.ran = worth, error, []
+
+    def worth_running(self, kind, now_ms, settings) -> bool:
+        return self.worth
+
+    def expire(self, now_ms, settings, running_starts) -> MaintenanceResult:
+        self.ran.append(("expire", list(running_starts)))
+        if self.error:
+            raise self.error
+        return MaintenanceResult(EXPIRE, True, cutoff_ms=5, protected_snapshot_ids=(3,), snapshots_expired=2, files_deleted=4)
+
+    def rewrite_manifests(self, settings) -> MaintenanceResult:
+        self.ran.append(("manifests", []))
+        return MaintenanceResult(MANIFESTS, False)
+
+    def remove_orphans(self, now_ms, settings) -> MaintenanceResult:
+        raise AssertionError("not due in these tests")
+
+
+def maintenance_runner(
+    maintenance: FakeMaintenance, leases: FakeLeases | None = None
+) -> tuple[MaintenanceRunner, Published, MaintenanceSchedule]:
+    published = Published()
+    settings = MaintenanceConfig()
+    schedule = MaintenanceSchedule(settings, started=0)
+    activity = TableActivity(max_seconds=60)
+    return (
+        MaintenanceRunner(
+            replica="r1",
+            settings=settings,
+            schedule=schedule,
+            activity=activity,
+            leases=leases or FakeLeases(),
+            gate=FakeGate(),
+            maintenance=lambda table: maintenance,
+            publisher=published,
+            serve=lambda seconds: None,
+            clock=Clock(),
+        ),
+        published,
+        schedule,
+    )
+
+
+def test_maintenance_with_nothing_to_do_announces_nothing_and_hands_the_turn_on():
+    run, published, schedule = maintenance_runner(FakeMaintenance(worth=False))
+    assert run.run("db.t", EXPIRE) is None
+    assert published == [] and EXPIRE not in schedule.due("db.t", 1000.0)
+
+
+def test_maintenance_is_announced_then_reported_with_its_counts():
+    maintenance = FakeMaintenance()
+    run, published, _ = maintenance_runner(maintenance)
+    event = run.run("db.t", EXPIRE)
+    assert [e.outcome for e in published] == [MaintenanceOutcome.STARTED, MaintenanceOutcome.COMMITTED]
+    assert event is not None and (event.snapshots_expired, event.files_deleted, event.protected_snapshot_ids) == (2, 4, [3])
+    assert run.run("db.t", MANIFESTS).outcome is MaintenanceOutcome.NOTHING_TO_DO
+
+
+@pytest.mark.parametrize("error", [LeaseLost("moved"), CommitConflict("manifest gone")], ids=["lease", "conflict"])
+def test_maintenance_that_did_nothing_is_due_again_at_once(error):
+    leases = FakeLeases(lost=isinstance(error, LeaseLost))
+    run, _, schedule = maintenance_runner(FakeMaintenance(error=error), leases)
+    event = run.run("db.t", EXPIRE)
+    assert event is not None and event.outcome is MaintenanceOutcome.FAILED
+    assert EXPIRE in schedule.due("db.t", 1000.0)
+
+
+# ---- the turn ----
+
+
+def test_maintenance_goes_first_then_the_best_candidate_then_nothing():
+    due = [("db.t", MaintenanceKind.MANIFESTS)]
+    assert turns.next_step(due, [CANDIDATE]) == turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
+    assert turns.next_step([], [CANDIDATE]) == turns.Compact(CANDIDATE)
+    assert turns.next_step([], []) is None
+
+
+def test_only_owned_candidates_on_tables_without_running_maintenance():
+    other = Candidate("db.u", "p=us", Work.MINOR, "", 1.0, 1.0)
+    owned = turns.owned_candidates([CANDIDATE, other], lambda table, path: path != "p=us", lambda table: False)
+    assert owned == [CANDIDATE]
+    assert turns.owned_candidates([CANDIDATE], lambda t, p: True, lambda table: table == "db.t") == []
+
+
+def test_idle_needs_the_group_silence_and_nothing_due_or_waiting():
+    quiet = {"joined": True, "seconds_since_commit_event": 10.0, "until_idle": 5.0, "has_candidates": False, "waiting": False}
+    assert turns.idle(**quiet)
+    for key, value in (("joined", False), ("seconds_since_commit_event", 1.0), ("has_candidates", True), ("waiting", True)):
+        assert not turns.idle(**{**quiet, key: value}), key
+
+
+# ---- the event feed ----
+
+
+@dataclass
+class Message:
+    topic_name: str
+    payload: bytes
+
+    def error(self):
+        return None
+
+    def topic(self) -> str:
+        return self.topic_name
+
+    def partition(self) -> int:
+        return 0
+
+    def offset(self) -> int:
+        return 0
+
+    def value(self) -> bytes:
+        return self.payload
+
+
+class FakeConsumer:
+    def __init__(self, messages: list[Message]) -> None:
+        self.messages = messages
+
+    def consume(self, num_messages: int, timeout: float) -> list[Message]:
+        out, self.messages = self.messages, []
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_feed_applies_commits_of_known_tables_and_counts_bad_ones():
+    topics = EventTopics("commits", "compactions", "maintenance")
+    commit = CommitEvent(
+        "db.t",
+        1,
+        None,
+        1,
+        5_000,
+        "overwrite",
+        "w",
+        None,
+        {},
+        [PartitionDelta({"p": "eu"}, "p=eu", 0, data_files=1, data_bytes=10, data_records=1)],
+    )
+    other = CommitEvent("db.other", 2, None, 1, 5_000, "overwrite", "w", None, {}, [])
+    tracker = PartitionTracker(SETTINGS)
+    activity = TableActivity(max_seconds=60)
+    started = CompactionEvent.from_result(
+        table="db.t",
+        partition={"p": "eu"},
+        partition_path="p=eu",
+        kind="minor",
+        outcome=Outcome.STARTED,
+        replica="r2",
+        reason=None,
+        attempt=1,
+        started=6.0,
+        finished=6.0,
+        result=None,
+    )
+    feed = EventFeed(
+        FakeConsumer(
+            [
+                Message("commits", commit.to_json()),
+                Message("commits", other.to_json()),
+                Message("commits", b"{broken"),
+                Message("compactions", started.to_json()),
+                Message("commits", orjson.dumps({"version": 1})),
+            ]
+        ),
+        topics,
+        ["db.t"],
+        tracker,
+        activity,
+        clock=Clock(),
+    )
+    assert feed.poll(0.0) == 1
+    assert tracker.get("db.t", "p=eu") is not None and feed.writer("db.t").last_write == 5.0
+    assert feed.bad_commit_events == 2 and feed.commit_events == 1
+    assert [r.replica for r in activity.running_compactions("db.t", 10.0)] == ["r2"]
