@@ -24,7 +24,7 @@ from icecdc.compactor import turns
 from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.feed import EVENT_TAIL, EventFeed, EventTopics
 from icecdc.compactor.maintenance_runner import MaintenanceRunner
-from icecdc.compactor.membership import Membership
+from icecdc.compactor.membership import KAFKA_CHECK, Membership
 from icecdc.compactor.policy import Candidate
 from icecdc.compactor.publish import EventPublisher
 from icecdc.compactor.reconcile import Reconciler
@@ -268,7 +268,8 @@ def run_compactor(
 
     if not config.tables:
         raise UserError("the configuration lists no tables to compact")
-    with serving(config.compactor.http, {"catalog": catalog_check(config)}) as health:
+    pending = {KAFKA_CHECK: f"joining consumer group {config.compactor.consumer_group}"}
+    with serving(config.compactor.http, {"catalog": catalog_check(config)}, pending=pending) as health:
         spark = spark or create_spark_session(config, "icecdc-compactor")
         sidecar = create_sidecar(config, spark, health)
         try:

@@ -16,7 +16,7 @@ import logging
 import socketserver
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
@@ -97,11 +97,15 @@ def cached(check: Check, seconds: float, clock: Callable[[], float] = time.monot
 
 
 @contextmanager
-def serving(settings: HttpConfig, checks: dict[str, Check]) -> Iterator[Health]:
-    """The Health of a long-running command, served on ``settings`` while the block runs."""
+def serving(settings: HttpConfig, checks: dict[str, Check], pending: Mapping[str, str] | None = None) -> Iterator[Health]:
+    """The Health of a long-running command, served on ``settings`` while the block runs.
+    ``pending`` names what the main loop marks ready later (name -> why not yet): marked not
+    ready before the first probe can come, so that readiness never passes on the checks alone."""
     health = Health(settings.stall_seconds)
     for name, check in checks.items():
         health.add_check(name, check)
+    for name, detail in (pending or {}).items():
+        health.mark(name, False, detail)
     server = HealthServer(settings, health).start()
     try:
         yield health

@@ -36,8 +36,7 @@ def run_ingest(
     """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
     if not config.tables:
         raise UserError("the configuration lists no tables to ingest")
-    with serving(config.ingest.http, {"catalog": catalog_check(config)}) as health:
-        health.mark("source", False, "not reading yet")
+    with serving(config.ingest.http, {"catalog": catalog_check(config)}, pending={"source": "not reading yet"}) as health:
         return _ingest(config, until_idle, spark, stop or stop_on_signals(), health)
 
 

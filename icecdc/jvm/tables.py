@@ -68,11 +68,19 @@ class IcebergTable:
         self.bridge = bridge
         self.ref = ref
         self._retry = retry
-        spark_util = bridge.iceberg.spark.Spark3Util
         # The Java table, for the adapter's own modules (listing, rewrites, actions) only.
-        self._java: JavaObject = self.call(
-            f"loading {ref}", lambda: spark_util.loadIcebergTable(bridge.java_spark_session, ref.qualified)
-        )
+        self._java: JavaObject = self.call(f"loading {ref}", self._load)
+
+    def _load(self) -> JavaObject:
+        """The table from the Spark catalog's own Iceberg catalog (its cache included). Asked
+        for by name (``lake.db.t``), Spark resolves a catalog that fails to initialize (the
+        catalog database locked on first use) as no catalog at all, and the error becomes
+        "spark_catalog requires a single-part namespace"; asked for directly, the catalog's
+        own error surfaces and is translated (an unavailable catalog is retried)."""
+        catalogs = self.bridge.java_spark_session.sessionState().catalogManager()
+        plugin = catalogs.catalog(self.ref.catalog)
+        identifier = self.bridge.iceberg.catalog.TableIdentifier.parse(self.ref.identifier)
+        return plugin.icebergCatalog().loadTable(identifier)
 
     def call(self, what: str, function: Callable[[], T]) -> T:
         """A call that reaches the catalog or the table's storage: Java errors translated, and
