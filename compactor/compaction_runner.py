@@ -14,7 +14,8 @@ from typing import Protocol
 from icecdc import summary
 from icecdc.compactor import metrics, outcomes
 from icecdc.compactor.outcomes import Outcome
-from icecdc.compactor.policy import Candidate, PartitionFiles, RewritePlan, plan_rewrite
+from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_for
+from icecdc.compactor.policy import Candidate
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.tracker import PartitionState
 from icecdc.config import CompactorConfig
@@ -111,7 +112,7 @@ class CompactionRunner:
             self._leases.confirm(slot, what)
             compaction = self._compactions(table, layout, tuple(state.partition.get(term.name) for term in layout.partition))
             files = compaction.files()
-            plan = plan_rewrite(files, candidate.work, self._settings) if files is not None else None
+            plan = plan_for(candidate.work, files, self._settings, hot=candidate.hot) if files is not None else None
             if plan is None or plan.empty:
                 outcome, reason = Outcome.SKIPPED, f"{reason}; nothing to rewrite at the current snapshot"
             else:

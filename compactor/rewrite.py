@@ -3,10 +3,12 @@
 1. list the partition's live files at the starting snapshot (``icecdc.jvm.listing``) and plan
    from them (``policy.plan_rewrite``);
 2. rewrite the chosen data files with their deletes applied, as target-sized files (Spark);
-3. compute position deletes for the large files on executors (``positions.convert``);
+3. compute position deletes (deletion vectors on format v3) for the files whose equality deletes
+   are converted, on executors (``positions.convert``);
 4. commit one ``RewriteFiles`` that validates from the starting snapshot and gives the new data
    files the starting sequence number, so that equality deletes the writer commits meanwhile
-   still apply to them (docs/compactor.md), tagged in the snapshot summary.
+   still apply to them (docs/compactor.md), tagged in the snapshot summary; or, for a conversion
+   alone (``Work.CONVERT``), one ``RowDelta`` (``PartitionRewrite.commit_conversion``).
 
 Files written by a compaction that does not commit are deleted, unless the commit's outcome is
 unknown (then orphan-file removal takes them, since they may be referenced).
@@ -21,8 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icecdc import failpoints, summary
-from icecdc.compactor.policy import PartitionFiles, RewritePlan, Work
-from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, convert_all
+from icecdc.compactor.plans import PartitionFiles, RewritePlan, keep_deletes_of_unchanged
+from icecdc.compactor.policy import Work
+from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, PositionDeletes, convert_all
 from icecdc.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
 from icecdc.jvm.listing import PartitionListing, list_partition
 from icecdc.jvm.rewrites import PartitionRewrite, PositionDeleteFile
@@ -112,10 +115,15 @@ class PartitionCompaction:
             if plan.rewrite:
                 rewrite.rewrite_data(plan.rewrite)
             if plan.convert:
-                rewrite.add_position_deletes(self._convert(plan, files, listing))
+                converted = self._convert(plan, files, listing)
+                rewrite.add_position_deletes([c for c in converted if c.path])
+                plan = keep_deletes_of_unchanged(plan, files, {c.data_file for c in converted if not c.path})
             failpoints.hit("compactor-before-commit")
             summary_tags = {**tags, summary.COMPACTION: plan.work.value}
-            committed = commit(lambda: rewrite.commit(plan.rewrite, plan.remove_deletes, summary_tags))
+            if plan.work is Work.CONVERT:
+                committed = commit(lambda: rewrite.commit_conversion(plan.convert, plan.remove_deletes, summary_tags))
+            else:
+                committed = commit(lambda: rewrite.commit(plan.rewrite, plan.remove_deletes, summary_tags))
         except OUTCOME_UNKNOWN:
             raise
         except BaseException:
@@ -136,16 +144,20 @@ class PartitionCompaction:
         )
 
     def _convert(self, plan: RewritePlan, files: PartitionFiles, listing: PartitionListing) -> list[PositionDeleteFile]:
-        """Position-delete files for the large files to convert, written on executors."""
+        """Position deletes for the files to convert, written on executors (one task per file);
+        a file with nothing new deleted comes back without a path."""
         data = {f.path: f for f in files.data}
-        field_ids = {d.path: d.equality_field_ids for d in listing.deletes}
+        deletes = {d.path: d for d in listing.deletes}
         location = "/".join(x for x in (self._layout.data_location, listing.partition_path) if x)
+        dv = self._layout.format_version >= 3  # v3 refuses Parquet position deletes
+        suffix = "deletion-vector.puffin" if dv else "position-deletes.parquet"
         jobs = [
             Conversion(
                 path,
-                tuple(EqualityDeletes(p, field_ids[p]) for p in data[path].equality_deletes),
-                data[path].position_deletes,
-                f"{location}/{uuid.uuid4().hex}-position-deletes.parquet",
+                tuple(EqualityDeletes(p, deletes[p].equality_field_ids) for p in data[path].equality_deletes),
+                tuple(PositionDeletes(p, deletes[p].is_deletion_vector) for p in data[path].position_deletes),
+                f"{location}/{uuid.uuid4().hex}-{suffix}",
+                deletion_vector=dv,
             )
             for path in plan.convert
         ]
@@ -154,7 +166,10 @@ class PartitionCompaction:
             .mapPartitions(functools.partial(_convert_partition, self._io_properties))
             .collect()
         )
-        return [PositionDeleteFile(c.data_file, c.path, c.size) for c in converted if c.path is not None]
+        return [
+            PositionDeleteFile(c.data_file, c.path or "", c.size, c.positions, c.content_offset, c.content_size)
+            for c in converted
+        ]
 
 
 def _convert_partition(io_properties: Mapping[str, str], jobs: Iterable[Conversion]) -> list[ConvertedFile]:

@@ -126,6 +126,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
         "last write",
         "last compaction",
         "read cost",
+        "hot budget",
     )
     rows = [header]
     for p in report.partitions:
@@ -143,6 +144,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
                 _age(p.last_write, now),
                 _age(p.last_compaction, now),
                 f"{p.read_cost} (ideal {p.ideal_read_cost})",
+                f"{p.read_budget:g}" + (" OVER" if p.state == "hot" and p.read_cost > p.read_budget else ""),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -21,10 +21,11 @@ from icecdc.compactor.policy import (
     PartitionStats,
     Work,
     benefit_and_cost,
+    hot_work,
     ideal_read_cost,
     needed_work,
-    over_hot_ceiling,
     rank,
+    read_budget,
     read_cost,
 )
 from icecdc.compactor.settle import Phase, phase, settle_window, settles_at
@@ -93,6 +94,8 @@ class PartitionStatus:
     settle_window_seconds: float
     read_cost: int
     ideal_read_cost: int
+    # What the partition may cost while it is still written (``policy.read_budget``).
+    read_budget: float = 0.0
     owned: bool | None = None  # whether this replica holds the partition's lease (None: not asked)
 
 
@@ -165,26 +168,25 @@ class PartitionTracker:
             state.settled_at = settles_at(state.cadence, self.settings.settle) or now
         return current.value
 
-    def _due(self, state: PartitionState, now: float) -> tuple[Work, str] | None:
+    def _due(self, state: PartitionState, now: float) -> tuple[Work, str, bool] | None:
+        """(work, reason, hot) for a partition that needs work now. A settled partition gets
+        what it needs; one still being written only what keeps it within its read budget."""
         if state.compacting or state.answered() or (state.retry_at is not None and now < state.retry_at):
             return None
-        work = needed_work(state.stats, self.settings)
-        if work is None:
-            return None
-        current = phase(state.cadence, now, self.settings.settle)
-        if current is Phase.SETTLED:
-            return work
-        if over_hot_ceiling(state.stats, self.settings):
-            return work[0], f"{work[1]} (hot partition over its ceiling)"
-        return None
+        if phase(state.cadence, now, self.settings.settle) is Phase.SETTLED:
+            work = needed_work(state.stats, self.settings)
+            return None if work is None else (*work, False)
+        hot = hot_work(state.stats, self.settings)
+        return None if hot is None else (*hot, True)
 
     def candidates(self, now: float) -> list[Candidate]:
         out = []
         for state in self._partitions.values():
             due = self._due(state, now)
             if due is not None:
-                benefit, cost = benefit_and_cost(state.stats, due[0], self.settings)
-                out.append(Candidate(state.table, state.path, due[0], due[1], benefit, cost))
+                work, reason, hot = due
+                benefit, cost = benefit_and_cost(state.stats, work, self.settings)
+                out.append(Candidate(state.table, state.path, work, reason, benefit, cost, hot))
         return rank(out)
 
     def waiting(self, now: float) -> list[PartitionState]:
@@ -226,6 +228,7 @@ class PartitionTracker:
                     settle_window_seconds=round(settle_window(state.cadence, self.settings.settle), 1),
                     read_cost=read_cost(stats),
                     ideal_read_cost=ideal_read_cost(stats, self.settings),
+                    read_budget=read_budget(stats, self.settings),
                     owned=owned(state.table, state.path) if owned is not None else None,
                 )
             )

@@ -155,7 +155,7 @@ def live_shape(table: Table) -> TableShape:
     partition = tuple(
         PartitionField.from_iceberg(schema.find_column_name(f.source_id) or "", str(f.transform)) for f in table.spec().fields
     )
-    return TableShape(columns, tuple(schema.identifier_field_names()), partition)
+    return TableShape(columns, tuple(schema.identifier_field_names()), partition, int(table.metadata.format_version))
 
 
 def ensure_tables(spark: SparkSession, config: Config, retry: CatalogRetry | None = None) -> list[str]:

@@ -133,7 +133,10 @@ def _cmd_bench_e2e(args: argparse.Namespace) -> int:
     if min(updates, inserts) < 0 or updates + inserts > 1:
         raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
     cron_seconds = _positive_numbers(args.cron_seconds, "--cron-seconds")
-    workload = e2e.Workload(keys=args.keys, changes=args.changes, updates=updates, inserts=inserts)
+    workload = e2e.Workload(
+        keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning
+    )
+    strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     results = e2e.run(
         args.minutes,
         args.out,
@@ -145,6 +148,9 @@ def _cmd_bench_e2e(args: argparse.Namespace) -> int:
         drain_seconds=args.drain_seconds,
         drain_max_seconds=args.drain_max_seconds,
         lookups=args.lookups,
+        strategies=strategies,
+        format_version=args.format_version,
+        hot_read_budget=args.hot_read_budget,
     )
     print(e2e.summary(results))
     print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")
@@ -307,6 +313,22 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: --drain-seconds + 300)",
     )
     e2e.add_argument("--lookups", type=int, default=100, help="point lookups per table per probe (default: 100)")
+    e2e.add_argument(
+        "--strategies",
+        metavar="S[,S...]",
+        help="only these strategies (icecdc always; fewer tables, more probes while writing); default: all",
+    )
+    e2e.add_argument(
+        "--partitioning",
+        choices=("days", "region"),
+        default="days",
+        help="days: region and day, yesterday's partitions settle; region: four partitions written every batch, "
+        "none settles while the stream runs (default: days)",
+    )
+    e2e.add_argument("--format-version", type=int, choices=(2, 3), default=2, help="Iceberg format of the tables (default: 2)")
+    e2e.add_argument(
+        "--hot-read-budget", type=float, help="the sidecar's compactor.hot_read_budget (default: the configuration's default)"
+    )
     bench_rewrite = benches.add_parser(
         "rewrite", help="the compactor's rewrite throughput (deletes applied) against pyarrow read+write"
     )

@@ -110,6 +110,11 @@ class TableConfig(_Strict):
     schema_: dict[str, str] | None = Field(default=None, alias="schema")
     # Extra table properties applied when icecdc creates the table.
     properties: dict[str, str] = Field(default_factory=dict)
+    # The Iceberg format version a created table gets (2 when unset). 3 turns position deletes
+    # into deletion vectors, which readers apply faster; engines that cannot read format v3 (Spark
+    # before Iceberg 1.8, most query engines of 2025) cannot read such a table at all, and no
+    # table goes back from 3 to 2. Set, it is also checked against an existing table.
+    format_version: Literal[2, 3] | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -160,7 +165,7 @@ class TableConfig(_Strict):
     def shape(self) -> TableShape | None:
         if self.schema_ is None:
             return None
-        return TableShape(dict(self.schema_), tuple(self.primary_key), self.partition_fields)
+        return TableShape(dict(self.schema_), tuple(self.primary_key), self.partition_fields, self.format_version)
 
 
 class SparkConfig(_Strict):
@@ -230,8 +235,12 @@ class CompactorConfig(_Strict):
     min_small_files: int = Field(default=12, ge=2)
     # A large file carrying position deletes for at least this share of its rows is rewritten.
     position_delete_rewrite_ratio: float = Field(default=0.1, gt=0, le=1.0)
-    # A hot partition is compacted anyway when it passes either ceiling (read cost must not rot
-    # without bound under a writer that never pauses).
+    # A partition still being written is kept within this many times the read cost of its
+    # compacted self (docs/compactor.md, "Hot partitions: a read-cost budget"): past it, the
+    # cheapest of converting its equality deletes, packing the writer's small files, or a full
+    # delete merge that brings it back under.
+    hot_read_budget: float = Field(default=6.0, ge=1.0)
+    # Hard ceilings besides the budget: past either, a hot partition gets a full delete merge.
     hot_max_delete_files: int = Field(default=64, ge=1)
     hot_max_small_files: int = Field(default=128, ge=2)
     # How often every table's metadata is re-read, to catch what commit events missed.

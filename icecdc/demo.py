@@ -23,6 +23,7 @@ from icecdc.broker import EmbeddedBroker
 from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor import status
 from icecdc.compactor.status import status_path
+from icecdc.compactor.tracker import PartitionStatus
 from icecdc.config import Config, embedded_config
 from icecdc.workload import OrdersWorkload, orders_table
 
@@ -87,16 +88,21 @@ def _stream_changes(config: Config, workload: OrdersWorkload) -> None:
 
 
 def _summary(config: Config, elapsed: float) -> str:
-    groups: dict[str, list[int]] = {}
+    groups: dict[str, list[PartitionStatus]] = {}
     for p in status.collect(config).partitions:
-        group = groups.setdefault(p.state, [0, 0, 0])
-        group[0] += 1
-        group[1] += p.data_files
-        group[2] += p.equality_delete_files
-    parts = [
-        f"{state}: {n} partitions, {files} data files, {deletes} eq-delete files"
-        for state, (n, files, deletes) in sorted(groups.items())
-    ]
+        groups.setdefault(p.state, []).append(p)
+    parts = []
+    for state, rows in sorted(groups.items()):
+        part = (
+            f"{state}: {len(rows)} partitions, {sum(p.data_files for p in rows)} data files, "
+            f"{sum(p.equality_delete_files for p in rows)} eq-delete / {sum(p.position_delete_files for p in rows)} "
+            "pos-delete files"
+        )
+        if state == "hot":
+            # What the sidecar keeps hot partitions within while they are written.
+            over = sum(p.read_cost > p.read_budget for p in rows)
+            part += f", read cost {sum(p.read_cost for p in rows)} (budget {sum(p.read_budget for p in rows):g}, {over} over)"
+        parts.append(part)
     return f"t+{elapsed:.0f}s  " + (" | ".join(parts) or "no table yet")
 
 

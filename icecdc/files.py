@@ -28,7 +28,14 @@ class LiveDeleteFile:
     data_sequence_number: int = 0
     referenced_data_file: str | None = None  # position deletes that name their one data file
     equality_field_ids: tuple[int, ...] = ()
+    # A deletion vector (format v3) is a blob in a Puffin file: where it starts, how long it is.
+    content_offset: int | None = None
+    content_size: int | None = None
 
     @property
     def is_equality(self) -> bool:
         return self.content is DataFileContent.EQUALITY_DELETES
+
+    @property
+    def is_deletion_vector(self) -> bool:
+        return self.content_offset is not None

@@ -170,6 +170,7 @@ class TableLayout:
     spec_id: int
     data_location: str  # where data and delete files are written
     schema_json: str = ""  # the table schema, as pyiceberg serialises it (for file statistics)
+    format_version: int = 2  # 3: position deletes are deletion vectors
 
     @property
     def key_field_ids(self) -> list[int]:
@@ -273,4 +274,5 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         spec_id=spec.spec_id,
         data_location=location,
         schema_json=schema.model_dump_json(),
+        format_version=int(table.metadata.format_version),
     )

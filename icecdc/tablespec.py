@@ -170,6 +170,14 @@ def parse_partition_field(text: str, column_types: dict[str, str] | None = None)
     return field
 
 
+# Properties of the tables icecdc creates, under the configuration's own ``properties``. Iceberg
+# merges a commit's manifests into one only once 100 of them pile up; a streaming writer adds two
+# a batch (data and deletes), and every query that cannot prune by partition opens each. Merging
+# on the writer's own commits at 8 keeps a point lookup's planning within the hot read budget for
+# a few tens of milliseconds on some commits (docs/BENCHMARKS.md, "Hot partitions").
+CREATED_TABLE_PROPERTIES = {"commit.manifest.min-count-to-merge": "8"}
+
+
 @dataclass(frozen=True)
 class TableShape:
     """The parts of a table that a configuration pins down, in comparable form."""
@@ -177,6 +185,7 @@ class TableShape:
     columns: dict[str, str]  # name -> Iceberg type, in schema order
     identifier_fields: tuple[str, ...]
     partition: tuple[PartitionField, ...]
+    format_version: int | None = None  # None: any (a created table gets 2)
 
     def create_table_sql(self, qualified_name: str, properties: dict[str, str], if_not_exists: bool = False) -> str:
         """Spark SQL for a format-v2 Iceberg table of this shape (identifier fields NOT NULL)."""
@@ -187,7 +196,7 @@ class TableShape:
         sql = f"CREATE TABLE {'IF NOT EXISTS ' if if_not_exists else ''}{qualified_name} (\n  {cols}\n) USING iceberg"
         if self.partition:
             sql += f"\nPARTITIONED BY ({', '.join(f.spark_ddl for f in self.partition)})"
-        props = {"format-version": "2", **properties}
+        props = {"format-version": str(self.format_version or 2), **CREATED_TABLE_PROPERTIES, **properties}
         rendered = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
         return sql + f"\nTBLPROPERTIES ({rendered})"
 
@@ -210,6 +219,16 @@ class TableShape:
             problems.append(
                 f"primary key is {list(actual.identifier_fields)} in the table (identifier fields) "
                 f"but {list(self.identifier_fields)} in the config"
+            )
+        if self.format_version is not None and actual.format_version != self.format_version:
+            problems.append(
+                f"format version is {actual.format_version} in the table but {self.format_version} in the config"
+                + (
+                    " (ALTER TABLE ... SET TBLPROPERTIES ('format-version' = '3') upgrades it, for good: engines that cannot"
+                    " read format v3 then cannot read the table)"
+                    if self.format_version == 3
+                    else " (there is no way back from 3)"
+                )
             )
         if actual.partition != self.partition:
             problems.append(

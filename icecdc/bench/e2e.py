@@ -33,7 +33,6 @@ from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, pro
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.bench.strategies import (
     ICECDC,
-    NONE,
     THRESHOLD,
     CronRewrite,
     Sidecar,
@@ -46,7 +45,9 @@ from icecdc.bench.strategies import (
 from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.config import CompactorConfig, Config
+from icecdc.errors import UserError
 from icecdc.files import DataFileContent
+from icecdc.summary import COMPACTOR
 from icecdc.workload import ORDERS_PARTITIONING, OrdersWorkload, orders_table
 
 COLUMNS = ("id", "region", "status", "amount", "updated_at")
@@ -89,6 +90,16 @@ class Workload:
     burst_share: float = 0.25
     burst_factor: float = 4.0
     seed: int = 17
+    # ``days``: region and day, so yesterday's partitions settle as the day moves on; ``region``:
+    # four partitions the writer writes every batch, which never settle while it runs.
+    partitioning: str = "days"
+
+    @property
+    def partition_by(self) -> list[str]:
+        return PARTITIONINGS[self.partitioning]
+
+
+PARTITIONINGS = {"days": ORDERS_PARTITIONING, "region": ["region"]}
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,8 @@ class E2EResults:
     lookups: int
     repeats: int
     workload: Workload
+    format_version: int = 2
+    hot_read_budget: float | None = None
     strategies: dict[str, StrategyResult] = field(default_factory=dict)
     reference: list[ProbePoint] = field(default_factory=list)  # the compacted copy, probe by probe
     writes_ended_t: float = 0.0
@@ -181,11 +194,19 @@ def settle_settings(batch_seconds: float) -> dict[str, float]:
     }
 
 
-def _config(base: Config, run_id: int, strategies: Sequence[str], batch_seconds: float) -> Config:
+def _config(base: Config, run_id: int, strategies: Sequence[str], run: RunSettings) -> Config:
     slugs = [s.replace("-", "_") for s in strategies]
+    tables = [
+        {
+            **orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}"),
+            "partition_by": run.workload.partition_by,
+            "format_version": run.format_version,
+        }
+        for s in slugs
+    ]
     return clone(
         base,
-        tables=[orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}") for s in slugs],
+        tables=tables,
         commit_topic=f"e2e-commits-{run_id}",
         compaction_topic=f"e2e-compactions-{run_id}",
         maintenance_topic=f"e2e-maintenance-{run_id}",
@@ -193,7 +214,8 @@ def _config(base: Config, run_id: int, strategies: Sequence[str], batch_seconds:
             "consumer_group": f"e2e-{run_id}",
             "http": {"port": None},
             "reconcile_seconds": 10,
-            "settle": settle_settings(batch_seconds),
+            "settle": settle_settings(run.batch_seconds),
+            **({"hot_read_budget": run.hot_read_budget} if run.hot_read_budget is not None else {}),
         },
         coordinator={"lease_topic": f"e2e-leases-{run_id}"},
     )
@@ -262,6 +284,7 @@ class Probe:
         repeats: int,
         run_id: int,
         started: float,
+        partition_by: Sequence[str],
     ) -> None:
         self._spark = spark
         self._started = started
@@ -270,6 +293,7 @@ class Probe:
         self._orders = orders
         self._repeats = repeats
         self._settings = config.compactor
+        self._partitioning = ", ".join(partition_by)
         self.reference = f"{config.catalog.name}.bench.e2e_{REFERENCE}_{run_id}"
         self._names = {**names, REFERENCE: self.reference}
         self.series: dict[str, list[ProbePoint]] = {s: [] for s in self._names}
@@ -283,9 +307,8 @@ class Probe:
         # all the same.
         keys = random.Random(len(self.series[REFERENCE])).sample(sorted(self._orders.rows), self._lookups)
         # Copied from the sidecar's table at this moment: the same rows, each partition in one file.
-        partitioning = ", ".join(ORDERS_PARTITIONING)
         self._spark.sql(
-            f"CREATE OR REPLACE TABLE {self.reference} USING iceberg PARTITIONED BY ({partitioning}) "
+            f"CREATE OR REPLACE TABLE {self.reference} USING iceberg PARTITIONED BY ({self._partitioning}) "
             f"TBLPROPERTIES ('format-version' = '2') AS SELECT * FROM {self._names[ICECDC]}"
         )
         files = {}
@@ -342,7 +365,8 @@ def snapshot_log(table: Any) -> SnapshotLog:
     for snapshot in table.snapshots():
         summary = snapshot.summary
         added = int(summary.get("added-files-size", 0) or 0)
-        maintenance = summary.operation.value == "replace"
+        # Rewrites replace; icecdc's conversions are row deltas that it tags.
+        maintenance = summary.operation.value == "replace" or summary.get(COMPACTOR) is not None
         if maintenance:
             rewritten += added
             commits += bool(added or int(summary.get("removed-files-size", 0) or 0))
@@ -407,6 +431,9 @@ class RunSettings:
     drain_max_seconds: float
     lookups: int
     repeats: int
+    strategies: Sequence[str] | None = None  # None: every one
+    format_version: int = 2
+    hot_read_budget: float | None = None  # None: the compactor's default
 
 
 def _start(spark: Any, config: Config, strategies: Sequence[str], strategy: str, out: Path) -> Strategy:
@@ -436,8 +463,8 @@ def _drain(strategies: dict[str, Strategy], minimum: float, maximum: float) -> f
 def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2EResults) -> None:
     spark = stack.spark
     stream, orders = generate(run.batches, run.workload)
-    all_strategies = strategy_names(run.cron_seconds)
-    config = _config(stack.config, stack.run_id, all_strategies, run.batch_seconds)
+    all_strategies = tuple(s for s in strategy_names(run.cron_seconds) if run.strategies is None or s in run.strategies)
+    config = _config(stack.config, stack.run_id, all_strategies, run)
     feed = FeedWriter(spark, config, "bench-e2e")
     names = {s: config.table_ref(t).qualified for s, t in zip(all_strategies, config.tables, strict=True)}
     by_table = {t.name: s for s, t in zip(all_strategies, config.tables, strict=True)}
@@ -453,7 +480,17 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     for maintenance in strategies.values():
         maintenance.start()
     started = time.monotonic()
-    probe = Probe(spark, config, names, orders, min(run.lookups, run.workload.keys), run.repeats, stack.run_id, started)
+    probe = Probe(
+        spark,
+        config,
+        names,
+        orders,
+        min(run.lookups, run.workload.keys),
+        run.repeats,
+        stack.run_id,
+        started,
+        run.workload.partition_by,
+    )
     commit_seconds: dict[str, list[tuple[float, float]]] = {s: [] for s in all_strategies}
     writer_failures: list[str] = []
     # The probe runs on its own thread while the writer keeps its schedule: pausing the writer
@@ -532,11 +569,32 @@ def run(
     drain_max_seconds: float | None = None,
     lookups: int = 100,
     repeats: int = 3,
+    strategies: Sequence[str] | None = None,
+    format_version: int = 2,
+    hot_read_budget: float | None = None,
 ) -> E2EResults:
     batches = max(2, round(minutes * 60 / batch_seconds))
     drain_max = drain_max_seconds if drain_max_seconds is not None else drain_seconds + 300.0
+    unknown = sorted(set(strategies or ()) - set(strategy_names(cron_seconds)))
+    if unknown or (strategies is not None and ICECDC not in strategies):
+        # The compacted reference is copied from the sidecar's table, so it always runs.
+        raise UserError(
+            f"--strategies: {', '.join(unknown) or 'icecdc is missing'}; choose among {', '.join(strategy_names(cron_seconds))}"
+            " (icecdc always)"
+        )
     settings = RunSettings(
-        batches, workload, batch_seconds, probe_seconds, cron_seconds, drain_seconds, drain_max, lookups, repeats
+        batches,
+        workload,
+        batch_seconds,
+        probe_seconds,
+        cron_seconds,
+        drain_seconds,
+        drain_max,
+        lookups,
+        repeats,
+        strategies,
+        format_version,
+        hot_read_budget,
     )
     results = E2EResults(
         machine(),
@@ -550,6 +608,8 @@ def run(
         lookups,
         repeats,
         workload,
+        format_version,
+        hot_read_budget,
     )
     with bench_stack("e2e", state_dir) as stack:
         _run_strategies(stack, out, settings, results)
@@ -613,10 +673,11 @@ def summary(results: E2EResults) -> str:
             ]
         )
     reference = results.reference[-1]
-    ingested = results.strategies[NONE].ingested_bytes
+    ingested = next(iter(results.strategies.values())).ingested_bytes
     return (
         f"{results.batches} micro-batches, one every {results.batch_seconds:g}s, then {results.drained_seconds:.0f}s "
-        f"of drain; {results.workload.keys:,} starting keys; probes every {results.probe_seconds:g}s; "
+        f"of drain; {results.workload.keys:,} starting keys; partitioned by {', '.join(results.workload.partition_by)}; "
+        f"format v{results.format_version}; hot read budget {results.hot_read_budget or 'default'}; probes every {results.probe_seconds:g}s; "
         f"{results.machine}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
         f"Latency columns: each query's latency over the compacted copy's in the same probe, the median over the "
         f"probes wholly in the second half of the writes / in the final probe, after the drain (final copy: "

@@ -70,7 +70,8 @@ def _pyarrow_copy_seconds(paths: list[str], io_properties: dict[str, str]) -> fl
 def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, state_dir: Path) -> RewriteResults:
     from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor.metadata import load_table_partitions
-    from icecdc.compactor.policy import Work, plan_rewrite
+    from icecdc.compactor.plans import plan_rewrite
+    from icecdc.compactor.policy import Work
     from icecdc.compactor.rewrite import PartitionCompaction
     from icecdc.jvm.bridge import JavaBridge
     from icecdc.jvm.tables import IcebergTable

@@ -156,7 +156,8 @@ class ThresholdCompaction(_Periodic):
 
     def run_once(self) -> None:
         from icecdc.compactor.metadata import load_table_partitions
-        from icecdc.compactor.policy import Work, plan_rewrite
+        from icecdc.compactor.plans import plan_rewrite
+        from icecdc.compactor.policy import Work
         from icecdc.compactor.rewrite import PartitionCompaction
 
         metadata = load_table_partitions(self._catalog, self._ref, self._table_config, self._settings)
@@ -190,7 +191,7 @@ class ThresholdCompaction(_Periodic):
 
 class Sidecar(Strategy):
     """The sidecar as its own process, as deployed; ``converged`` says when it has answered every
-    partition (all settled, none with equality deletes), from its status."""
+    partition (all settled, none with deletes left on files a merge would pack), from its status."""
 
     def __init__(self, config: Config, out: Path) -> None:
         super().__init__()
@@ -205,7 +206,14 @@ class Sidecar(Strategy):
         from icecdc.compactor.status import collect
 
         partitions = collect(self._config).partitions
-        return bool(partitions) and all(p.state == "settled" and not p.equality_delete_files for p in partitions)
+        # Settled, no equality deletes, and position deletes only where the files are already as
+        # few as compacted (large files with a few deleted rows: the policy's fixed point).
+        return bool(partitions) and all(
+            p.state == "settled"
+            and not p.equality_delete_files
+            and (not p.position_delete_files or p.data_files <= p.ideal_read_cost)
+            for p in partitions
+        )
 
     def stop(self) -> StrategyCounts:
         if self._process is None:

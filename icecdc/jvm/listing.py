@@ -127,6 +127,7 @@ def _list(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> 
                     equality = delete.content().toString() == "EQUALITY_DELETES"
                     ids = tuple(int(i) for i in delete.equalityFieldIds()) if equality else ()
                     referenced = delete.referencedDataFile()
+                    offset, length = delete.contentOffset(), delete.contentSizeInBytes()  # deletion vectors only
                     deletes.append(
                         LiveDeleteFile(
                             path,
@@ -136,6 +137,8 @@ def _list(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> 
                             int(delete.dataSequenceNumber()),
                             None if referenced is None else str(referenced),
                             ids,
+                            None if offset is None else int(offset),
+                            None if length is None else int(length),
                         )
                     )
         finally:

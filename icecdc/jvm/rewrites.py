@@ -32,11 +32,15 @@ class NewFile:
 
 @dataclass(frozen=True)
 class PositionDeleteFile:
-    """A position-delete file written on an executor for one data file."""
+    """A position-delete file (Parquet) or a deletion vector (a Puffin blob) written on an
+    executor for one data file."""
 
     data_file: str
     path: str
     size: int
+    positions: int
+    content_offset: int | None = None  # deletion vectors: the blob's place in the Puffin file
+    content_size: int | None = None
 
 
 class PartitionRewrite:
@@ -101,20 +105,26 @@ class PartitionRewrite:
             spec = table.specs().get(self._listing.layout.spec_id)
             metrics_config = iceberg.MetricsConfig.forPositionDelete(table)
             for file in written:
-                metrics = iceberg.parquet.ParquetUtil.fileMetrics(table.io().newInputFile(file.path), metrics_config)
-                java = (
+                builder = (
                     iceberg.FileMetadata.deleteFileBuilder(spec)
                     .ofPositionDeletes()
                     .withPath(file.path)
-                    .withFormat(iceberg.FileFormat.PARQUET)
                     .withFileSizeInBytes(file.size)
                     .withPartition(self._listing._tasks[file.data_file].file().partition())
-                    .withMetrics(metrics)
                     .withReferencedDataFile(file.data_file)
-                    .build()
                 )
-                self._added[file.path] = java
-                added.append(NewFile(file.path, file.size, int(metrics.recordCount())))
+                if file.content_offset is not None:  # a deletion vector: a blob in a Puffin file
+                    builder = (
+                        builder.withFormat(iceberg.FileFormat.PUFFIN)
+                        .withRecordCount(file.positions)
+                        .withContentOffset(file.content_offset)
+                        .withContentSizeInBytes(file.content_size)
+                    )
+                else:
+                    metrics = iceberg.parquet.ParquetUtil.fileMetrics(table.io().newInputFile(file.path), metrics_config)
+                    builder = builder.withFormat(iceberg.FileFormat.PARQUET).withMetrics(metrics)
+                self._added[file.path] = builder.build()
+                added.append(NewFile(file.path, file.size, file.positions))
         self.new_position_deletes += added
         return added
 
@@ -140,6 +150,36 @@ class PartitionRewrite:
             return update
 
         return table.commit(f"committing a compaction of {table.ref} {listing.partition_path or '(unpartitioned)'}", build, tags)
+
+    def commit_conversion(
+        self, examined: Sequence[str], removed_deletes: Sequence[str], summary: Mapping[str, str]
+    ) -> CommittedSnapshot:
+        """One ``RowDelta`` for an equality-to-position conversion: add the new position deletes,
+        remove the position deletes they replace and the equality deletes nothing needs any
+        more. Validated from the starting snapshot: every data file examined must still exist (a
+        compaction that rewrote one meanwhile would be carrying the removed equality deletes'
+        rows) and every delete file removed must still be live. No "no conflicting data or delete
+        files" validation: the writer adds both every batch, and a conversion waiting for a
+        batch-free moment would never commit (Flink's ConvertEqualityDeletes committer says the
+        same). The writer never fails because of it: its commits remove nothing."""
+        listing, table = self._listing, self._table
+        start = listing.snapshot
+        tags = {**summary, summary_keys.PARTITION: listing.partition_path, summary_keys.STARTING_SNAPSHOT: str(start.snapshot_id)}
+
+        def build() -> JavaObject:
+            delta = (
+                table._java.newRowDelta()
+                .validateFromSnapshot(start.snapshot_id)
+                .validateDataFilesExist(list(examined))
+                .validateDeletedFiles()
+            )
+            for java in self._added.values():
+                delta = delta.addDeletes(java)
+            for path in removed_deletes:
+                delta = delta.removeDeletes(listing._delete_handles[path])
+            return delta
+
+        return table.commit(f"committing a conversion of {table.ref} {listing.partition_path or '(unpartitioned)'}", build, tags)
 
     def discard(self) -> list[str]:
         """Delete what this rewrite wrote (it did not commit); returns what could not be deleted."""

@@ -13,7 +13,8 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from icecdc.compactor.policy import Work, plan_rewrite
+from icecdc.compactor.plans import plan_rewrite
+from icecdc.compactor.policy import Work
 from icecdc.compactor.rewrite import PartitionCompaction
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.compactor.status import collect, render
@@ -99,7 +100,8 @@ def test_only_the_settled_partition_is_compacted_while_the_hot_one_takes_writes(
     # settles once it has been quiet for three of its own gaps, however long those gaps are; the
     # hot one is written every batch until then, and at most MAX_BATCHES times in all.
     settle = {"cadence_multiple": 3, "min_seconds": 1, "initial_seconds": 3, "max_seconds": 3600}
-    config = compactor_config(stack_config, unique, target_file_size_bytes=256 * KB, settle=settle)
+    # A budget no hot partition reaches: within it, a hot partition waits for settling.
+    config = compactor_config(stack_config, unique, target_file_size_bytes=256 * KB, settle=settle, hot_read_budget=1000)
     name = qualified(config)
     max_batches = 40
     with batch_writer(spark, config) as write:

@@ -23,7 +23,8 @@ from confluent_kafka import TopicPartition
 from icecdc import kafka
 from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor.metadata import load_table_partitions
-from icecdc.compactor.policy import Work, plan_rewrite
+from icecdc.compactor.plans import plan_rewrite
+from icecdc.compactor.policy import Work
 from icecdc.config import Config, MaintenanceConfig
 from icecdc.coordinator.maintenance import TableMaintenance
 from icecdc.errors import CommitConflict
@@ -72,6 +73,17 @@ def coordinated_config(
     }
     if replica is not None:
         data["compactor"]["replica_id"] = replica
+    return Config.model_validate(data)
+
+
+# Iceberg's own default, as on a table icecdc did not create: the writer's commits merge no
+# manifests before 100 pile up, so maintenance has small manifests to merge.
+ICEBERG_MANIFEST_MERGING = {"commit.manifest.min-count-to-merge": "100"}
+
+
+def with_table_properties(config: Config, properties: dict[str, str]) -> Config:
+    data = config.model_dump(by_alias=True)
+    data["tables"][0]["properties"] = {**data["tables"][0]["properties"], **properties}
     return Config.model_validate(data)
 
 
@@ -209,6 +221,7 @@ def initial_rows(stream: Stream) -> list:
 
 def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(spark, stack_config, unique, tmp_path):
     config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 30})
+    config = with_table_properties(config, ICEBERG_MANIFEST_MERGING)
     name = qualified(config)
     replicas: dict[str, subprocess.Popen] = {}
     ended: dict[str, float] = {}
@@ -421,7 +434,7 @@ def test_maintenance_during_a_compaction_spares_it_and_exactly_once_recovery(spa
 def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, unique):
     """Each writer commit adds a data and a delete manifest; past ``max_small_manifests`` small
     ones the maintenance merges them, leaves the large ones alone, and the rows stay the same."""
-    config = coordinated_config(stack_config, unique)
+    config = with_table_properties(coordinated_config(stack_config, unique), ICEBERG_MANIFEST_MERGING)
     name = qualified(config)
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
@@ -470,7 +483,8 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
             "max_small_manifests": 8,
         },
     )
-    data = config.model_dump(by_alias=True)
+    # Iceberg's own manifest merging, as on a table icecdc did not create: maintenance merges.
+    data = with_table_properties(config, ICEBERG_MANIFEST_MERGING).model_dump(by_alias=True)
     data["ingest"] = {"source": "direct", "trigger_seconds": 0.5, "max_batch_records": 500, "http": {"port": None}}
     config = Config.model_validate(data)
     table = config.tables[0]

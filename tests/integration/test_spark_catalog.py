@@ -55,7 +55,10 @@ def test_create_write_read_and_pyiceberg_sees_same_snapshot(spark, stack_config,
     assert {str(f.transform) for f in table.spec().fields} == {"identity", "day", "bucket[4]"}
     assert len(table.inspect.files()) == 2  # two partitions, a file each
 
-    assert live_shape(table) == config.tables[0].shape
+    assert config.tables[0].shape.differences(live_shape(table)) == []
+    assert live_shape(table).format_version == 2  # the default when the config names none
+    # The writer's own commits merge manifests early (docs/compactor.md, "Manifests while writing").
+    assert table.properties["commit.manifest.min-count-to-merge"] == "8"
 
 
 def test_existing_table_that_disagrees_is_an_error_saying_how(spark, stack_config, unique):
@@ -66,6 +69,7 @@ def test_existing_table_that_disagrees_is_an_error_saying_how(spark, stack_confi
             f"it.drift_{unique}",
             partition_by=["region"],
             schema={"id": "long", "region": "string", "amount": "double", "updated_at": "timestamp"},
+            format_version=3,
         ),
     )
     with pytest.raises(TableMismatchError) as info:
@@ -73,6 +77,14 @@ def test_existing_table_that_disagrees_is_an_error_saying_how(spark, stack_confi
     message = str(info.value)
     assert "column 'amount' is decimal(10, 2) in the table but double in the config" in message
     assert "partitioning is [region, days(updated_at), bucket(4, id)] in the table but [region] in the config" in message
+    assert "format version is 2 in the table but 3 in the config" in message
+
+
+def test_a_table_configured_for_format_3_is_created_in_it(spark, stack_config, unique):
+    config = with_table(stack_config, **orders(f"it.v3_{unique}", format_version=3))
+    ensure_tables(spark, config)
+    assert ensure_tables(spark, config) == []  # exists and matches
+    assert live_shape(pyiceberg_catalog(config).load_table(f"it.v3_{unique}")).format_version == 3
 
 
 def test_missing_table_without_schema_is_an_error(spark, stack_config, unique):

@@ -15,7 +15,8 @@ from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.feed import EventFeed, EventTopics
 from icecdc.compactor.maintenance_runner import MaintenanceRunner
 from icecdc.compactor.outcomes import Outcome
-from icecdc.compactor.policy import Candidate, PartitionFiles, PartitionStats, RewritePlan, Work
+from icecdc.compactor.plans import PartitionFiles, RewritePlan
+from icecdc.compactor.policy import Candidate, PartitionStats, Work
 from icecdc.compactor.rewrite import CompactionResult
 from icecdc.compactor.tracker import PartitionState, PartitionTracker
 from icecdc.config import CompactorConfig, MaintenanceConfig, SettleConfig

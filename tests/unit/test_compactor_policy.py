@@ -3,6 +3,7 @@ ceiling, benefit/cost ordering, file-level planning and its fixed point."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -10,15 +11,14 @@ import pytest
 from icecdc.cadence import WriteCadence
 from icecdc.compactor import outcomes
 from icecdc.compactor.outcomes import Outcome
+from icecdc.compactor.plans import DataFileFacts, PartitionFiles, applying_deletes, plan_rewrite
 from icecdc.compactor.policy import (
-    DataFileFacts,
-    PartitionFiles,
     PartitionStats,
     Work,
-    applying_deletes,
     benefit_and_cost,
+    hot_work,
     needed_work,
-    plan_rewrite,
+    read_budget,
     read_cost,
 )
 from icecdc.compactor.settle import Phase, phase, settle_window
@@ -96,9 +96,30 @@ def test_position_deletes_on_few_rows_are_healthy():
     assert needed_work(heavy, SETTINGS)[0] is Work.DELETE_MERGE
 
 
-def test_read_cost_counts_delete_files_per_data_file():
-    assert read_cost(PartitionStats(data_files=10, equality_delete_files=5)) == 60
+def test_a_settled_partition_with_position_deletes_on_small_files_is_merged():
+    # What hot-partition conversions leave: small files, each with a position-delete file.
+    converted = PartitionStats(data_files=3, data_bytes=3 * MB, records=3000, small_files=3, small_bytes=3 * MB)
+    converted = dataclasses.replace(converted, position_delete_files=2, position_delete_records=20)
+    assert needed_work(converted, SETTINGS)[0] is Work.DELETE_MERGE
+    on_large = PartitionStats(
+        data_files=2, data_bytes=256 * MB, records=2000, position_delete_files=2, position_delete_records=20
+    )
+    assert needed_work(on_large, SETTINGS) is None
+
+
+def test_read_cost_weighs_equality_deletes_over_data_and_position_deletes():
+    assert read_cost(PartitionStats(data_files=10, equality_delete_files=5)) == 10 + 3 * 5
+    assert read_cost(PartitionStats(data_files=10, position_delete_files=5)) == 15
     assert read_cost(PartitionStats(data_files=1)) == 1
+
+
+def test_a_hot_partition_is_worked_on_only_past_its_read_budget():
+    small = PartitionStats(data_files=2, data_bytes=2 * MB, small_files=2, small_bytes=2 * MB)
+    assert read_budget(small, SETTINGS) == 6.0  # hot_read_budget x one target-sized file
+    assert hot_work(dataclasses.replace(small, equality_delete_files=1), SETTINGS) is None  # cost 5
+    work, reason = hot_work(dataclasses.replace(small, equality_delete_files=2), SETTINGS)  # cost 8
+    assert work is Work.CONVERT and "over its budget 6" in reason
+    assert hot_work(PartitionStats(data_files=9, data_bytes=9 * 128 * MB), SETTINGS) is None  # its own ideal
 
 
 def test_benefit_over_cost_prefers_cheap_big_wins():
@@ -142,8 +163,8 @@ def finish(t: PartitionTracker, state, outcome: Outcome, now: float):
     return outcomes.resolve(state, outcome, "why", started=now - 1, now=now, settings=t.settings, rng=random.Random(1))
 
 
-def test_only_settled_partitions_are_candidates():
-    t = tracker()
+def test_hot_partitions_within_their_read_budget_wait_for_settling():
+    t = tracker(hot_read_budget=100)
     for second in range(0, 100, 10):
         t.on_commit(event("db.t", "p=hot", second * 1000))
     for second in range(0, 40, 10):
@@ -151,6 +172,15 @@ def test_only_settled_partitions_are_candidates():
     now = 100
     assert [c.partition_path for c in t.candidates(now)] == ["p=cold"]
     assert [s.path for s in t.waiting(now)] == ["p=hot"]
+
+
+def test_a_hot_partition_past_its_read_budget_is_a_hot_candidate():
+    t = tracker(hot_read_budget=6)
+    for second in range(0, 100, 10):  # 10 batch files, 10 equality deletes: cost 40
+        t.on_commit(event("db.t", "p=hot", second * 1000))
+    [candidate] = t.candidates(100)
+    assert (candidate.partition_path, candidate.work, candidate.hot) == ("p=hot", Work.CONVERT, True)
+    assert t.report(100)[0].read_budget == 6.0
 
 
 def test_a_hot_partition_over_its_ceiling_is_compacted_anyway():
@@ -162,7 +192,7 @@ def test_a_hot_partition_over_its_ceiling_is_compacted_anyway():
 
 
 def test_work_is_answered_until_the_next_write():
-    t = tracker()
+    t = tracker(hot_read_budget=100)
     t.on_commit(event("db.t", "p=a", 0))
     assert len(t.candidates(1000)) == 1
     state = t.get("db.t", "p=a")

@@ -1,0 +1,217 @@
+"""What one compaction of one partition touches, file by file, at the snapshot it starts from:
+free of I/O, over the facts of the partition's live files.
+
+Which delete applies to which data file follows the spec's sequence-number rules (Iceberg spec,
+"Scan Planning"): an equality delete of sequence number ``e`` applies to the data files of its
+partition whose data sequence number ``d`` is strictly lower (``d < e``; a batch's own deletes
+never hit its own files); a position delete (or deletion vector) of sequence number ``x``
+applies to the data file it names when ``d <= x``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from icecdc.compactor.policy import EQUALITY_DELETE_WEIGHT, Work, budget_for_bytes
+from icecdc.compactor.sizes import SizeClass, size_class
+from icecdc.config import CompactorConfig
+from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
+
+
+@dataclass(frozen=True)
+class DataFileFacts:
+    path: str
+    size: int
+    records: int
+    data_sequence_number: int
+    # Paths of the delete files that apply to this file (same partition, higher sequence number).
+    equality_deletes: tuple[str, ...] = ()
+    position_deletes: tuple[str, ...] = ()
+
+
+def applying_deletes(
+    path: str, data_sequence_number: int, deletes: tuple[LiveDeleteFile, ...]
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The equality and position deletes of the same partition that apply to one data file, by
+    the spec's sequence-number rules: an equality delete applies to files with a strictly lower
+    data sequence number, a position delete to files with a lower or equal one (and only to the
+    file it names, when it names one)."""
+    equality = tuple(d.path for d in deletes if d.is_equality and d.data_sequence_number > data_sequence_number)
+    position = tuple(
+        d.path
+        for d in deletes
+        if d.content is DataFileContent.POSITION_DELETES
+        and d.data_sequence_number >= data_sequence_number
+        and d.referenced_data_file in (None, path)
+    )
+    return equality, position
+
+
+@dataclass(frozen=True)
+class PartitionFiles:
+    """A partition's live files at one snapshot, each data file with the deletes that apply to it."""
+
+    data: tuple[DataFileFacts, ...]
+    deletes: tuple[LiveDeleteFile, ...]
+
+    @classmethod
+    def of(cls, data: Iterable[LiveDataFile], deletes: Iterable[LiveDeleteFile]) -> PartitionFiles:
+        """From a listing: which deletes apply to which file is computed from sequence numbers,
+        not read from each scan task (one call per file instead of one per (file, delete) pair)."""
+        deletes = tuple(deletes)
+        return cls(
+            tuple(
+                DataFileFacts(
+                    f.path, f.size, f.records, f.data_sequence_number, *applying_deletes(f.path, f.data_sequence_number, deletes)
+                )
+                for f in data
+            ),
+            deletes,
+        )
+
+
+@dataclass(frozen=True)
+class RewritePlan:
+    work: Work
+    rewrite: tuple[str, ...] = ()  # data files rewritten with their deletes applied
+    convert: tuple[str, ...] = ()  # data files whose equality deletes become position deletes
+    remove_deletes: tuple[str, ...] = ()  # delete files that apply to nothing once this commits
+
+    @property
+    def empty(self) -> bool:
+        return not (self.rewrite or self.convert or self.remove_deletes)
+
+
+def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig) -> RewritePlan:
+    """The files one compaction of this partition touches."""
+    small = [f for f in files.data if size_class(f.size, settings) is SizeClass.SMALL]
+    large = [f for f in files.data if size_class(f.size, settings) is SizeClass.LARGE]
+    deletes_by_path = {d.path: d for d in files.deletes}
+
+    def deleted_share(f: DataFileFacts) -> float:
+        # Our position-delete files are one per data file, so their record count is exact; a
+        # foreign one covering several files makes this an upper bound (rewrite sooner).
+        deleted = sum(deletes_by_path[p].records for p in f.position_deletes if p in deletes_by_path)
+        return deleted / f.records if f.records else 1.0
+
+    rewrite: list[DataFileFacts] = []
+    convert: list[DataFileFacts] = []
+    if work is Work.MINOR:
+        if len(small) >= max(2, settings.min_small_files):
+            rewrite = small
+    elif work is Work.DELETE_MERGE:
+        large_paths = {f.path for f in large}
+        for f in files.data:
+            has_deletes = bool(f.equality_deletes or f.position_deletes)
+            if f.path not in large_paths:
+                # Small files are packed along with the files deletes force us to rewrite.
+                if has_deletes or (size_class(f.size, settings) is SizeClass.SMALL and len(small) > 1):
+                    rewrite.append(f)
+            elif f.position_deletes and deleted_share(f) >= settings.position_delete_rewrite_ratio:
+                rewrite.append(f)
+            elif f.equality_deletes:
+                convert.append(f)
+    touched = {f.path for f in rewrite} | {f.path for f in convert}
+    still_needed = {p for f in files.data if f.path not in touched for p in (*f.equality_deletes, *f.position_deletes)}
+    remove = tuple(sorted(d.path for d in files.deletes if d.path not in still_needed))
+    plan = RewritePlan(work, tuple(f.path for f in rewrite), tuple(f.path for f in convert), remove)
+    if not plan.rewrite and not plan.convert and plan.remove_deletes:
+        return RewritePlan(Work.REMOVE_DANGLING_DELETES, remove_deletes=plan.remove_deletes)
+    return plan
+
+
+def plan_conversion(files: PartitionFiles) -> RewritePlan:
+    """Equality deletes become position deletes, without rewriting any data (``Work.CONVERT``).
+
+    Each data file that an equality delete applies to gets one file-scoped position-delete file
+    (or deletion vector) holding the rows those deletes match and the rows its earlier
+    file-scoped position deletes removed, which it replaces. An equality delete is removed once
+    every data file it applies to is converted: it can apply to nothing else, because every data
+    file the writer adds later has a higher sequence number. Deletes that name no single file
+    (someone else's) are left as they are."""
+    convert = tuple(f.path for f in files.data if f.equality_deletes)
+    converted = set(convert)
+    by_path = {d.path: d for d in files.deletes}
+    replaced = {
+        p for f in files.data if f.path in converted for p in f.position_deletes if by_path[p].referenced_data_file == f.path
+    }
+    removable = tuple(
+        sorted(
+            d.path
+            for d in files.deletes
+            if d.is_equality and all(f.path in converted for f in files.data if f.data_sequence_number < d.data_sequence_number)
+        )
+    )
+    return RewritePlan(Work.CONVERT, convert=convert, remove_deletes=tuple(sorted(replaced)) + removable)
+
+
+def keep_deletes_of_unchanged(plan: RewritePlan, files: PartitionFiles, unchanged: Iterable[str]) -> RewritePlan:
+    """The plan once its conversions have run: a converted file whose equality deletes matched
+    no row it still held got no new position-delete file, so the position deletes that apply to
+    it stay (its equality deletes may go all the same: they delete nothing from it)."""
+    unchanged = set(unchanged)
+    needed = {p for f in files.data if f.path in unchanged for p in f.position_deletes}
+    return RewritePlan(plan.work, plan.rewrite, plan.convert, tuple(p for p in plan.remove_deletes if p not in needed))
+
+
+# A data file under this share of the partition's largest is one the writer added since the
+# partition was last packed: packing those, and never the large ones, rewrites each row only a
+# few times (each pack makes a file at least four times larger than what it packed).
+FRESH_SHARE = 0.25
+
+
+def read_cost_after(files: PartitionFiles, plan: RewritePlan, settings: CompactorConfig) -> int:
+    """The partition's read cost once ``plan`` has committed (every converted file counted with
+    one position-delete file: an upper bound)."""
+    rewritten, converted, removed = set(plan.rewrite), set(plan.convert), set(plan.remove_deletes)
+    packed = sum(f.size for f in files.data if f.path in rewritten)
+    data = len(files.data) - len(rewritten) + (math.ceil(packed / settings.target_file_size_bytes) if rewritten else 0)
+    kept = [d for d in files.deletes if d.path not in removed]
+    equality = sum(1 for d in kept if d.is_equality)
+    still_positions = {d.referenced_data_file for d in kept if not d.is_equality}
+    positions = len(kept) - equality + len(converted - still_positions)
+    return data + positions + EQUALITY_DELETE_WEIGHT * equality
+
+
+def plan_fresh_pack(files: PartitionFiles, settings: CompactorConfig) -> RewritePlan | None:
+    """Rewrite the files the writer added since the last pack (their deletes applied) into one,
+    and convert the equality deletes of the rest, in one commit; None when fewer than two."""
+    largest = max((f.size for f in files.data), default=0)
+    fresh = [f for f in files.data if f.size < FRESH_SHARE * largest and size_class(f.size, settings) is not SizeClass.LARGE]
+    if len(fresh) < 2:
+        return None
+    rewrite = {f.path for f in fresh}
+    convert = [f.path for f in files.data if f.path not in rewrite and f.equality_deletes]
+    touched = rewrite | set(convert)
+    by_path = {d.path: d for d in files.deletes}
+    still_needed = {p for f in files.data if f.path not in touched for p in (*f.equality_deletes, *f.position_deletes)}
+    # Position deletes of converted files are merged into their new ones only when file-scoped.
+    still_needed |= {
+        p for f in files.data if f.path in convert for p in f.position_deletes if by_path[p].referenced_data_file != f.path
+    }
+    remove = tuple(sorted(d.path for d in files.deletes if d.path not in still_needed))
+    return RewritePlan(Work.DELETE_MERGE, tuple(f.path for f in fresh), tuple(convert), remove)
+
+
+def plan_hot(files: PartitionFiles, settings: CompactorConfig) -> RewritePlan:
+    """The cheapest work that brings a partition still being written back within its read
+    budget (``policy.read_budget``): converting its equality deletes (no data rewritten); else
+    packing the writer's fresh files and converting the rest; else a full delete merge."""
+    budget = budget_for_bytes(sum(f.size for f in files.data), settings)
+    conversion = plan_conversion(files)
+    if not conversion.empty and read_cost_after(files, conversion, settings) <= budget:
+        return conversion
+    packed = plan_fresh_pack(files, settings)
+    if packed is not None and read_cost_after(files, packed, settings) <= budget:
+        return packed
+    return plan_rewrite(files, Work.DELETE_MERGE, settings)
+
+
+def plan_for(work: Work, files: PartitionFiles, settings: CompactorConfig, hot: bool = False) -> RewritePlan:
+    """The plan of a candidate: against its read budget for a partition still being written,
+    else the plan of its kind of work."""
+    if hot:
+        return plan_hot(files, settings)
+    return plan_conversion(files) if work is Work.CONVERT else plan_rewrite(files, work, settings)

@@ -1,0 +1,191 @@
+"""Hot-partition maintenance on the real stack: equality-to-position conversions, packs of the
+writer's fresh files and delete merges, interleaved at random points between and during the
+writer's commits, on format v2 (Parquet position deletes) and v3 (deletion vectors).
+
+The rows are checked against the independent CDC model (tests/cdc.py) at every writer snapshot,
+and every maintenance snapshot must hold exactly its parent's rows (time travel)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, event, example, given, settings
+
+from icecdc.catalog import pyiceberg_catalog
+from icecdc.compactor.metadata import load_table_partitions
+from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_conversion, plan_hot, plan_rewrite
+from icecdc.compactor.policy import Work
+from icecdc.compactor.sidecar import create_sidecar
+from icecdc.config import CompactorConfig, Config, TableConfig
+from icecdc.events import CompactionOutcome
+from icecdc.jvm.bridge import JavaBridge
+from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
+from tests.cdc import SourceDatabase, orders_table, table_rows
+from tests.integration.test_compactor import EQUALITY_DELETES, POSITION_DELETES, Stream, compaction_of, compactor_config
+from tests.integration.test_ingest_writer import batch_writer, qualified
+
+REGIONS = ("eu", "us")
+KB = 1024
+
+
+def region_table(config: Config, format_version: int) -> Config:
+    """The test's orders table partitioned by region only, in the given format version."""
+    table = config.tables[0]
+    spec = {**orders_table(table.name, table.topic), "partition_by": ["region"], "format_version": format_version}
+    return config.model_copy(update={"tables": [TableConfig.model_validate(spec)]})
+
+
+# One micro-batch: (key, region or None for a delete, amount in cents). Keys move between regions.
+changes = st.lists(
+    st.tuples(st.integers(1, 30), st.one_of(st.none(), st.sampled_from(REGIONS)), st.integers(0, 9_999)), min_size=1, max_size=20
+)
+maintenance = st.tuples(
+    st.sampled_from(["convert", "convert", "hot", "merge"]),
+    st.sampled_from(REGIONS),
+    st.one_of(st.none(), changes),  # a writer batch that commits while the maintenance runs
+)
+# Rounds of a writer batch and maybe maintenance after it: repeated conversions of the same files,
+# with new deletes between them, are where merged positions could be lost.
+history = st.lists(st.tuples(changes, st.one_of(st.none(), maintenance)), min_size=3, max_size=6)
+
+
+def apply(source: SourceDatabase, batch: list[tuple[int, str | None, int]]) -> list[tuple[bytes, bytes]]:
+    pairs = []
+    for key, region, cents in batch:
+        if region is not None:
+            pairs.append(source.upsert(key, region, cents, 0))
+        elif key in source.rows:
+            pairs.append(source.delete(key))
+    return pairs
+
+
+def plan(kind: str, files: PartitionFiles, compactor: CompactorConfig) -> RewritePlan:
+    if kind == "convert":
+        return plan_conversion(files)
+    if kind == "hot":
+        return plan_hot(files, compactor)
+    return plan_rewrite(files, Work.DELETE_MERGE, compactor)
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=history, format_version=st.sampled_from([2, 3]))
+# A file converted twice, with new deletes between: the second conversion must keep the first's positions.
+@example(steps=[([(2, "eu", 1)], ("convert", "eu", None)), ([(4, "eu", 2)], ("convert", "eu", None))], format_version=2)
+@example(steps=[([(2, "eu", 1)], ("convert", "eu", None)), ([(4, "eu", 2)], ("convert", "eu", [(6, "eu", 3)]))], format_version=3)
+def test_random_histories_with_maintenance_between_and_during_commits_keep_every_row(spark, stack_config, steps, format_version):
+    unique = f"prop{time.monotonic_ns()}"
+    # Small targets and a tight budget make every kind of plan reachable with a few rows.
+    config = region_table(
+        compactor_config(stack_config, unique, target_file_size_bytes=64 * KB, hot_read_budget=2), format_version
+    )
+    name = qualified(config)
+    writer_snapshots: dict[int, list] = {}  # snapshot -> the model's rows after that batch
+    maintenance_snapshots: list[CommittedSnapshot] = []
+    with batch_writer(spark, config) as write:
+        table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+        stream = Stream(spark, config, write)
+
+        def write_batch(batch: list[tuple[int, str | None, int]]) -> None:
+            pairs = apply(stream.source, batch)
+            if pairs:
+                stream(pairs)
+                table.refresh()
+                writer_snapshots[table.current_snapshot().snapshot_id] = stream.source.expected_rows()
+
+        write_batch([(k, REGIONS[k % 2], k) for k in range(1, 31)])
+        for batch, maintain in steps:
+            write_batch(batch)
+            if maintain is None:
+                continue
+            kind, region, during = maintain
+            loaded = load_table_partitions(
+                pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
+            )
+            compaction = compaction_of(spark, config, loaded.layout, (region,), config.compactor.target_file_size_bytes)
+            files = compaction.files()
+            if files is None:
+                continue
+            chosen = plan(kind, files, config.compactor)
+
+            def commit(attempt: Callable[[], CommittedSnapshot], during=during) -> CommittedSnapshot:
+                if during:
+                    write_batch(during)  # the writer commits after the maintenance's starting snapshot
+                return attempt()
+
+            # Neither side may fail the other: the writer only adds files, and every plan keeps
+            # the starting sequence number or writes positions only.
+            result = compaction.run(chosen, {"icecdc.compactor": "property-test"}, commit=commit)
+            if result.committed is not None:
+                maintenance_snapshots.append(result.committed)
+                event(f"committed {result.work.value}{' during a writer commit' if during else ''}")
+
+    assert table_rows(spark, name) == stream.source.expected_rows()
+    for snapshot_id, expected in writer_snapshots.items():
+        assert rows_at(spark, name, snapshot_id) == expected, f"writer snapshot {snapshot_id}"
+    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
+    for committed in maintenance_snapshots:
+        assert rows_at(spark, name, committed.snapshot_id) == rows_at(spark, name, parents[committed.snapshot_id]), committed
+    if format_version == 3:
+        positions = spark.sql(f"SELECT file_format FROM {name}.delete_files WHERE content = {POSITION_DELETES}").collect()
+        assert {r.file_format for r in positions} <= {"PUFFIN"}
+
+
+def rows_at(spark, name: str, snapshot_id: int) -> list:
+    return sorted(
+        tuple(r) for r in spark.sql(f"SELECT id, region, amount, updated_at FROM {name} VERSION AS OF {snapshot_id}").collect()
+    )
+
+
+@pytest.mark.parametrize("format_version", [3])
+def test_the_sidecar_keeps_a_partition_under_constant_writes_within_its_read_budget(spark, stack_config, unique, format_version):
+    """A partition that never settles: the writer updates it every batch while the sidecar runs
+    beside it. The sidecar converts and packs it; the writer never fails, and the table ends as
+    the change stream implies, with the partition's read cost within its budget."""
+    # Settle windows far longer than the test: nothing here ever settles.
+    settle = {"cadence_multiple": 100, "min_seconds": 3600, "initial_seconds": 3600, "max_seconds": 7200}
+    config = region_table(
+        compactor_config(stack_config, unique, target_file_size_bytes=256 * KB, hot_read_budget=4, settle=settle), format_version
+    )
+    name = qualified(config)
+    stop = threading.Event()
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, "eu", k, 0) for k in range(1, 400)])
+        sidecar = create_sidecar(config, spark)
+        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
+        worker.start()
+        try:
+            # Write until the sidecar has answered the partition a few times, bounded in batches.
+            for n in range(1, 41):
+                changes = [src.upsert(k, "eu", 1000 * n + k, 0) for k in range(n % 5 + 1, 400, 5) if k in src.rows]
+                changes += [src.delete(k) for k in range(n, 400, 97) if k in src.rows]
+                changes += [src.upsert(k, "eu", n, 0) for k in range(400 + 3 * n, 403 + 3 * n)]
+                stream(changes)  # any writer failure raises here
+                committed = [e for e in sidecar.stats.results if e.outcome is CompactionOutcome.COMMITTED]
+                if len(committed) >= 3 and n >= 12:
+                    break
+            # The sidecar answers the last batches; the partition is still hot (it never settles).
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline and not sidecar.idle(2.0):
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            worker.join(120)
+            sidecar.close()
+
+    events = sidecar.stats.results
+    kinds = {e.kind for e in events if e.outcome is CompactionOutcome.COMMITTED}
+    assert "equality-to-position" in kinds, events
+    assert not [e for e in events if e.outcome in (CompactionOutcome.FAILED, CompactionOutcome.CONFLICT)], events
+    assert table_rows(spark, name) == src.expected_rows()
+    files = spark.sql(f"SELECT content, file_format FROM {name}.files").collect()
+    assert {r.file_format for r in files if r.content == POSITION_DELETES} <= {"PUFFIN"}
+    data, positions, equality = (sum(r.content == c for r in files) for c in (0, POSITION_DELETES, EQUALITY_DELETES))
+    # The sidecar answered the last batch too (it went idle): the partition is within its budget
+    # of 4 x one target-sized file.
+    assert data + positions + 3 * equality <= 4, (data, positions, equality)
