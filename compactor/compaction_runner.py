@@ -84,7 +84,7 @@ class CompactionRunner:
     def run(self, candidate: Candidate, state: PartitionState, layout: TableLayout) -> CompactionEvent:
         table = candidate.table
         started = self._clock()
-        outcomes.begin(state)
+        outcomes.begin(state, hot=candidate.hot)
         self._on_start()
         metrics.STARTED.labels(table, candidate.work.value).inc()
         attempt = state.failures + 1

@@ -3,7 +3,8 @@
 and the outcome its event reports.
 
 - committed, skipped: the partition's last write is answered (nothing is planned again until
-  it is written again), failures are forgotten;
+  it is written again, except that work done while it was hot leaves the settled partition's
+  work to do once it settles), failures are forgotten;
 - conflict, failed: retried after ``retry_base_seconds * 2^(n-1)``, jittered between half and
   full, capped at ``retry_max_seconds``; after ``max_attempts`` the partition is given up until
   it is written again, and the outcome becomes ``abandoned``;
@@ -52,10 +53,11 @@ def outcome_of(error: Exception) -> CompactionOutcome:
     return Outcome.FAILED
 
 
-def begin(state: PartitionState) -> None:
+def begin(state: PartitionState, hot: bool = False) -> None:
     state.compacting = True
     # The write it answers: one that lands while it runs is not in its starting snapshot.
     state.compacting_after_write = state.cadence.last_write
+    state.compacting_hot = hot
 
 
 def resolve(
@@ -94,3 +96,4 @@ def _answer(state: PartitionState) -> None:
     state.failures = 0
     state.retry_at = None
     state.answered_write = state.compacting_after_write
+    state.answered_hot = state.compacting_hot

@@ -61,17 +61,24 @@ class PartitionState:
     # The last write a compaction already answered (done, found nothing to do, or given up):
     # no new work until the partition is written again. This is what makes the policy stop.
     answered_write: float | None = None
+    # Whether that answer was work on a hot partition (what keeps it within its read budget):
+    # it leaves the settled partition's work (one file per target size, no deletes) to do.
+    answered_hot: bool = False
     # The last write known when the running compaction started: the one it answers (a write
-    # that lands while it runs is not in its starting snapshot).
+    # that lands while it runs is not in its starting snapshot), and whether it is hot work.
     compacting_after_write: float | None = None
+    compacting_hot: bool = False
     settled_at: float | None = None
 
     @property
     def key(self) -> tuple[str, str]:
         return self.table, self.path
 
-    def answered(self) -> bool:
-        return self.answered_write is not None and self.answered_write == self.cadence.last_write
+    def answered(self, settled: bool) -> bool:
+        """Whether its last write has had the work its phase calls for."""
+        if self.answered_write is None or self.answered_write != self.cadence.last_write:
+            return False
+        return not (settled and self.answered_hot)
 
 
 @dataclass(frozen=True)
@@ -171,9 +178,10 @@ class PartitionTracker:
     def _due(self, state: PartitionState, now: float) -> tuple[Work, str, bool] | None:
         """(work, reason, hot) for a partition that needs work now. A settled partition gets
         what it needs; one still being written only what keeps it within its read budget."""
-        if state.compacting or state.answered() or (state.retry_at is not None and now < state.retry_at):
+        settled = phase(state.cadence, now, self.settings.settle) is Phase.SETTLED
+        if state.compacting or state.answered(settled) or (state.retry_at is not None and now < state.retry_at):
             return None
-        if phase(state.cadence, now, self.settings.settle) is Phase.SETTLED:
+        if settled:
             work = needed_work(state.stats, self.settings)
             return None if work is None else (*work, False)
         hot = hot_work(state.stats, self.settings)
@@ -195,7 +203,7 @@ class PartitionTracker:
             s
             for s in self._partitions.values()
             if not s.compacting
-            and not s.answered()
+            and not s.answered(phase(s.cadence, now, self.settings.settle) is Phase.SETTLED)
             and needed_work(s.stats, self.settings) is not None
             and self._due(s, now) is None
         ]

@@ -155,7 +155,7 @@ def test_a_commit_is_announced_then_reported_and_answers_the_partition():
     assert [e.outcome for e in published] == [Outcome.STARTED, Outcome.COMMITTED]
     assert published[0].starting_snapshot_id == 8 and published[0].snapshot_id is None
     assert (event.snapshot_id, event.sequence_number, event.data_files_rewritten, event.kind) == (9, 5, 3, "minor")
-    assert not s.compacting and s.answered() and s.last_compaction == 1000.0 and s.failures == 0
+    assert not s.compacting and s.answered(settled=True) and s.last_compaction == 1000.0 and s.failures == 0
 
 
 @pytest.mark.parametrize("files", [None, PartitionFiles((), ())], ids=["empty table", "nothing to rewrite"])
@@ -164,7 +164,7 @@ def test_nothing_to_rewrite_is_skipped_and_answered_without_an_announcement(file
     run, published = runner(FakeCompaction(files))
     event = run.run(CANDIDATE, s, LAYOUT)
     assert [e.outcome for e in published] == [Outcome.SKIPPED] and event.outcome is Outcome.SKIPPED
-    assert "nothing to rewrite" in (event.reason or "") and s.answered() and s.last_compaction is None
+    assert "nothing to rewrite" in (event.reason or "") and s.answered(settled=True) and s.last_compaction is None
 
 
 @pytest.mark.parametrize("error", [CommitConflict("files changed"), CompareAndSetLost("lost"), CommitGaveUp("gave up")])
@@ -173,7 +173,7 @@ def test_losing_to_a_concurrent_change_is_a_conflict_retried_with_backoff(error)
     run, _ = runner(FakeCompaction(SMALL_FILES), gate=FakeGate(error))
     event = run.run(CANDIDATE, s, LAYOUT)
     assert event.outcome is Outcome.CONFLICT
-    assert s.failures == 1 and 1005 <= (s.retry_at or 0) <= 1010 and not s.answered()
+    assert s.failures == 1 and 1005 <= (s.retry_at or 0) <= 1010 and not s.answered(settled=True)
 
 
 def test_any_other_error_fails_and_is_retried_then_abandoned_until_the_next_write():
@@ -184,7 +184,7 @@ def test_any_other_error_fails_and_is_retried_then_abandoned_until_the_next_writ
     assert run.run(CANDIDATE, s, LAYOUT).outcome is Outcome.FAILED
     last = run.run(CANDIDATE, s, LAYOUT)
     assert last.outcome is Outcome.ABANDONED and "gave up after 3 attempts" in (last.reason or "")
-    assert last.attempt == 3 and s.failures == 0 and s.answered() and s.retry_at is None
+    assert last.attempt == 3 and s.failures == 0 and s.answered(settled=True) and s.retry_at is None
 
 
 def test_a_lost_lease_fences_the_attempt_without_backoff_or_answer():
@@ -194,7 +194,7 @@ def test_a_lost_lease_fences_the_attempt_without_backoff_or_answer():
     event = run.run(CANDIDATE, s, LAYOUT)
     assert event.outcome is Outcome.FENCED and gate.leases_lost == ["db.t"]
     assert [e.outcome for e in published] == [Outcome.FENCED]
-    assert not s.compacting and s.failures == 0 and s.retry_at is None and not s.answered()
+    assert not s.compacting and s.failures == 0 and s.retry_at is None and not s.answered(settled=True)
 
 
 def test_a_catalog_outage_stops_the_command_instead_of_counting_as_a_failure():

@@ -204,6 +204,22 @@ def test_work_is_answered_until_the_next_write():
     assert t.waiting(3001) and t.candidates(4000)
 
 
+def test_work_done_while_hot_leaves_the_settled_work_to_do_once_it_settles():
+    t = tracker(hot_read_budget=2)
+    for second in range(0, 100, 10):
+        t.on_commit(event("db.t", "p=a", second * 1000))
+    [hot] = t.candidates(100)
+    state = t.get("db.t", "p=a")
+    outcomes.begin(state, hot=hot.hot)
+    finish(t, state, Outcome.COMMITTED, 101)
+    assert t.candidates(101) == []  # answered while it is still hot
+    [settled] = t.candidates(5000)  # no write since, and it has settled: the full delete merge
+    assert (settled.work, settled.hot) == (Work.DELETE_MERGE, False)
+    outcomes.begin(state, hot=settled.hot)
+    finish(t, state, Outcome.COMMITTED, 5001)
+    assert t.candidates(6000) == []
+
+
 def test_a_write_during_a_compaction_is_not_answered_by_it():
     t = tracker()
     t.on_commit(event("db.t", "p=a", 0))
