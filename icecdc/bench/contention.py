@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, FeedWriter, bench_stack, clone, progress
-from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
 from icecdc.config import Config
 from icecdc.workload import OrdersWorkload, orders_table
 
@@ -57,11 +57,6 @@ class ContentionResults:
     changes_per_batch: int
     interval_seconds: float
     modes: dict[str, ModeResult] = field(default_factory=dict)
-
-
-def percentile(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))]
 
 
 def workload_batches(batches: int, changes: int, seed: int = 5) -> tuple[list[list[tuple[bytes, bytes]]], OrdersWorkload]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, progress
-from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
 from icecdc.bench.strategies import (
     ICECDC,
     THRESHOLD,
@@ -139,6 +139,7 @@ class StrategyResult:
     compaction_commits: int
     maintenance: StrategyCounts
     writer_commit_p50: float
+    writer_commit_p99: float
     writer_commit_max: float
     settle_to_compacted: SettleToCompacted
     settled_partitions_with_equality_deletes: int
@@ -546,6 +547,7 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
             compaction_commits=log.compaction_commits,
             maintenance=counts[strategy],
             writer_commit_p50=statistics.median(latencies),
+            writer_commit_p99=percentile(latencies, 0.99),
             writer_commit_max=max(latencies),
             settle_to_compacted=settle_to_compacted(log, writes_ended, settle_seconds),
             settled_partitions_with_equality_deletes=len(log.live_equality_deletes & settled_keys),
@@ -664,8 +666,8 @@ def summary(results: E2EResults) -> str:
                 f"{m.rewritten_bytes / 1e6:.1f}",
                 f"{m.write_amplification:.2f}",
                 m.compaction_commits,
-                m.maintenance.conflicts,
-                f"{m.writer_commit_p50 * 1000:.0f}",
+                f"{m.maintenance.conflicts}/{m.maintenance.runs}",
+                f"{m.writer_commit_p50 * 1000:.0f} / {m.writer_commit_p99 * 1000:.0f}",
                 len(m.writer_failures),
                 f"{settled.compacted}/{settled.settled_partitions}",
                 "-" if settled.median_seconds is None else f"{settled.median_seconds:.0f}",
@@ -696,8 +698,8 @@ def summary(results: E2EResults) -> str:
                 "MB rewritten",
                 "write amplification",
                 "compaction commits",
-                "conflicts",
-                "writer commit p50 ms",
+                "conflicts / attempts",
+                "writer commit p50 / p99 ms",
                 "writer failures",
                 "settled partitions compacted",
                 "last write to compacted, median s",

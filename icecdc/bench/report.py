@@ -17,6 +17,12 @@ def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
+def percentile(values: list[float], share: float) -> float:
+    """The nearest-rank percentile (``share`` 0.99: p99); of 60 samples, p99 is the second-slowest."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * (len(ordered) - 1))))]
+
+
 def write_json(path: Path, document: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     data = dataclasses.asdict(document) if dataclasses.is_dataclass(document) and not isinstance(document, type) else document
