@@ -54,7 +54,8 @@ class Publisher(Protocol):
     def compaction(self, event: CompactionEvent) -> None: ...
 
 
-CompactionFactory = Callable[[str, TableLayout, PartitionKey], Compaction]
+# (table, layout, partition) -> one compaction; partition None: the table's global deletes.
+CompactionFactory = Callable[[str, TableLayout, PartitionKey | None], Compaction]
 
 
 class CompactionRunner:
@@ -110,7 +111,8 @@ class CompactionRunner:
 
         try:
             self._leases.confirm(slot, what)
-            compaction = self._compactions(table, layout, tuple(state.partition.get(term.name) for term in layout.partition))
+            partition = None if state.is_global else tuple(state.partition.get(term.name) for term in layout.partition)
+            compaction = self._compactions(table, layout, partition)
             files = compaction.files()
             plan = plan_for(candidate.work, files, self._settings, hot=candidate.hot) if files is not None else None
             if plan is None or plan.empty:

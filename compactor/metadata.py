@@ -12,7 +12,7 @@ from icecdc import summary
 from icecdc.catalog import load_metadata_table
 from icecdc.compactor.policy import PartitionStats
 from icecdc.compactor.sizes import SizeClass, size_class
-from icecdc.compactor.tracker import PartitionMetadata
+from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata
 from icecdc.config import CompactorConfig, TableConfig
 from icecdc.files import DataFileContent
 from icecdc.layout import TableLayout, layout_from_pyiceberg
@@ -68,6 +68,9 @@ def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) 
     else:
         last_updated[""] = table.current_snapshot().snapshot_id
     out = {}
+    global_deletes = read_global_deletes(table, layout)
+    if global_deletes is not None:
+        out[GLOBAL_DELETES_PATH] = global_deletes
     for path, counts in counters.items():
         when, ours = _snapshot_time_and_owner(table, last_updated.get(path))
         out[path] = PartitionMetadata(
@@ -77,6 +80,39 @@ def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) 
             last_compaction=when if ours else None,
         )
     return out
+
+
+def read_global_deletes(table: Any, layout: TableLayout) -> PartitionMetadata | None:
+    """The table's live global equality deletes (under its unpartitioned spec), with when the
+    newest and the oldest were committed; None when there are none. Only the delete manifests of
+    that spec are read."""
+    from pyiceberg.manifest import ManifestContent
+
+    snapshot = table.current_snapshot()
+    if layout.global_spec_id is None or snapshot is None:
+        return None
+    files = records = 0
+    times: list[float] = []
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DELETES or manifest.partition_spec_id != layout.global_spec_id:
+            continue
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            if DataFileContent(entry.data_file.content) is not DataFileContent.EQUALITY_DELETES:
+                continue
+            files += 1
+            records += entry.data_file.record_count
+            added = table.snapshot_by_id(entry.snapshot_id) if entry.snapshot_id is not None else None
+            if added is not None:
+                times.append(added.timestamp_ms / 1000)
+    if not files:
+        return None
+    return PartitionMetadata(
+        partition={},
+        stats=PartitionStats(equality_delete_files=files, equality_delete_records=records),
+        last_write=max(times, default=None),
+        last_compaction=None,
+        oldest_write=min(times, default=None),
+    )
 
 
 @dataclass(frozen=True)

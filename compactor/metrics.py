@@ -28,3 +28,11 @@ SETTLE_TO_COMPACTED = Histogram(
     ["table"],
     buckets=(1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600),
 )
+GLOBAL_DELETE_FILES = Gauge(
+    "icecdc_compactor_global_delete_files",
+    "Live global equality-delete files (keys whose old partition was unknown; they apply to every partition)",
+    ["table"],
+)
+GLOBAL_DELETE_AGE = Gauge(
+    "icecdc_compactor_global_delete_age_seconds", "Age of the oldest live global equality-delete file (0: none)", ["table"]
+)

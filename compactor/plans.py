@@ -10,6 +10,7 @@ applies to the data file it names when ``d <= x``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -29,6 +30,9 @@ class DataFileFacts:
     # Paths of the delete files that apply to this file (same partition, higher sequence number).
     equality_deletes: tuple[str, ...] = ()
     position_deletes: tuple[str, ...] = ()
+    # False when the file's key bounds rule out every key its equality deletes name (a global
+    # delete resolution reads no key column of such a file).
+    may_match: bool = True
 
 
 def applying_deletes(
@@ -57,14 +61,23 @@ class PartitionFiles:
     deletes: tuple[LiveDeleteFile, ...]
 
     @classmethod
-    def of(cls, data: Iterable[LiveDataFile], deletes: Iterable[LiveDeleteFile]) -> PartitionFiles:
+    def of(
+        cls, data: Iterable[LiveDataFile], deletes: Iterable[LiveDeleteFile], may_match: Iterable[str] | None = None
+    ) -> PartitionFiles:
         """From a listing: which deletes apply to which file is computed from sequence numbers,
-        not read from each scan task (one call per file instead of one per (file, delete) pair)."""
+        not read from each scan task (one call per file instead of one per (file, delete) pair).
+        ``may_match``: the files whose key bounds admit a deleted key (None: every file)."""
         deletes = tuple(deletes)
+        matching = None if may_match is None else set(may_match)
         return cls(
             tuple(
                 DataFileFacts(
-                    f.path, f.size, f.records, f.data_sequence_number, *applying_deletes(f.path, f.data_sequence_number, deletes)
+                    f.path,
+                    f.size,
+                    f.records,
+                    f.data_sequence_number,
+                    *applying_deletes(f.path, f.data_sequence_number, deletes),
+                    may_match=matching is None or f.path in matching,
                 )
                 for f in data
             ),
@@ -78,6 +91,9 @@ class RewritePlan:
     rewrite: tuple[str, ...] = ()  # data files rewritten with their deletes applied
     convert: tuple[str, ...] = ()  # data files whose equality deletes become position deletes
     remove_deletes: tuple[str, ...] = ()  # delete files that apply to nothing once this commits
+    # Data files the plan relies on being unchanged when it commits, beyond those it converts: a
+    # removed equality delete applied to them (validated to still exist).
+    examined: tuple[str, ...] = ()
 
     @property
     def empty(self) -> bool:
@@ -147,13 +163,40 @@ def plan_conversion(files: PartitionFiles) -> RewritePlan:
     return RewritePlan(Work.CONVERT, convert=convert, remove_deletes=tuple(sorted(replaced)) + removable)
 
 
+def plan_resolution(files: PartitionFiles) -> RewritePlan:
+    """Global equality deletes become position deletes on the files they hit, in every partition,
+    and are removed (``Work.RESOLVE_GLOBAL_DELETES``); ``files`` lists every data file of the table
+    and, as deletes, the global deletes and the file-scoped position deletes.
+
+    A global delete of sequence number ``g`` applies to the data files with ``d < g``, whatever
+    their partition: each such file whose key bounds admit a deleted key is converted (its
+    earlier file-scoped positions merged in, as ``plan_conversion`` does), the others are only
+    examined. Once all of them are, nothing is left for the global deletes to apply to (files the
+    writer adds later have higher sequence numbers), so they are removed in the same commit,
+    which validates that every examined file still exists."""
+    by_path = {d.path: d for d in files.deletes}
+    applied = [f for f in files.data if f.equality_deletes]
+    convert = tuple(f.path for f in applied if f.may_match)
+    converted = set(convert)
+    replaced = {
+        p for f in files.data if f.path in converted for p in f.position_deletes if by_path[p].referenced_data_file == f.path
+    }
+    resolved = {d.path for d in files.deletes if d.is_equality}
+    return RewritePlan(
+        Work.RESOLVE_GLOBAL_DELETES,
+        convert=convert,
+        remove_deletes=tuple(sorted(resolved | replaced)),
+        examined=tuple(f.path for f in applied),
+    )
+
+
 def keep_deletes_of_unchanged(plan: RewritePlan, files: PartitionFiles, unchanged: Iterable[str]) -> RewritePlan:
     """The plan once its conversions have run: a converted file whose equality deletes matched
     no row it still held got no new position-delete file, so the position deletes that apply to
     it stay (its equality deletes may go all the same: they delete nothing from it)."""
     unchanged = set(unchanged)
     needed = {p for f in files.data if f.path in unchanged for p in f.position_deletes}
-    return RewritePlan(plan.work, plan.rewrite, plan.convert, tuple(p for p in plan.remove_deletes if p not in needed))
+    return dataclasses.replace(plan, remove_deletes=tuple(p for p in plan.remove_deletes if p not in needed))
 
 
 # A data file under this share of the partition's largest is one the writer added since the
@@ -212,6 +255,8 @@ def plan_hot(files: PartitionFiles, settings: CompactorConfig) -> RewritePlan:
 def plan_for(work: Work, files: PartitionFiles, settings: CompactorConfig, hot: bool = False) -> RewritePlan:
     """The plan of a candidate: against its read budget for a partition still being written,
     else the plan of its kind of work."""
+    if work is Work.RESOLVE_GLOBAL_DELETES:
+        return plan_resolution(files)
     if hot:
         return plan_hot(files, settings)
     return plan_conversion(files) if work is Work.CONVERT else plan_rewrite(files, work, settings)

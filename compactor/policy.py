@@ -38,6 +38,9 @@ class Work(enum.Enum):
     DELETE_MERGE = "delete-merge"  # apply every delete: rewrite small and medium files, convert large ones
     CONVERT = "equality-to-position"  # equality deletes become position deletes; no data rewritten
     REMOVE_DANGLING_DELETES = "remove-dangling-deletes"
+    # Global equality deletes (keys whose old partition was unknown) become position deletes on
+    # the files they hit, in every partition, and are removed; no data rewritten.
+    RESOLVE_GLOBAL_DELETES = "resolve-global-deletes"
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,17 @@ def hot_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, st
     return Work.CONVERT, f"read cost {cost} over its budget {budget:g} (hot partition)"
 
 
+def global_work(stats: PartitionStats, oldest_write: float | None, now: float) -> tuple[Work, str] | None:
+    """What a table's global equality deletes need: resolving, as soon as there are any."""
+    if not stats.equality_delete_files:
+        return None
+    age = "" if oldest_write is None else f", the oldest {max(0.0, now - oldest_write):.0f}s old"
+    return (
+        Work.RESOLVE_GLOBAL_DELETES,
+        f"{stats.equality_delete_files} global equality-delete files ({stats.equality_delete_records} keys){age}",
+    )
+
+
 def needed_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, str] | None:
     """What a partition needs, with the reason, or None when it is healthy."""
     if stats.equality_delete_files:
@@ -120,6 +134,9 @@ def benefit_and_cost(stats: PartitionStats, work: Work, settings: CompactorConfi
     """Read cost removed (file reads) and bytes rewritten, both estimated from the statistics."""
     target = settings.target_file_size_bytes
     large_files = stats.data_files - stats.small_files - stats.medium_files
+    if work is Work.RESOLVE_GLOBAL_DELETES:
+        # No data rewritten; every read of every partition stops opening them.
+        return float(EQUALITY_DELETE_WEIGHT * stats.equality_delete_files), float(FIXED_COST_BYTES)
     if work is Work.CONVERT:
         # No data rewritten; every data file may end with one position-delete file.
         after = stats.data_files + min(stats.data_files, stats.position_delete_files + stats.equality_delete_records)
@@ -153,5 +170,10 @@ class Candidate:
 
 
 def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Most read cost removed per byte rewritten first; ties go to the bigger benefit."""
-    return sorted(candidates, key=lambda c: (-c.priority, -c.benefit, c.table, c.partition_path))
+    """Global deletes first (every read of every partition pays for them, and resolving them
+    rewrites no data), then most read cost removed per byte rewritten; ties go to the bigger
+    benefit."""
+    return sorted(
+        candidates,
+        key=lambda c: (c.work is not Work.RESOLVE_GLOBAL_DELETES, -c.priority, -c.benefit, c.table, c.partition_path),
+    )

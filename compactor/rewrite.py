@@ -1,14 +1,16 @@
 """One compaction of one partition, as ONE Iceberg commit, through the Java adapter:
 
-1. list the partition's live files at the starting snapshot (``icecdc.jvm.listing``) and plan
-   from them (``policy.plan_rewrite``);
+1. list the partition's live files at the starting snapshot (``icecdc.jvm.listing``; for the
+   table's global deletes, the files of every partition they apply to) and plan from them
+   (``plans``);
 2. rewrite the chosen data files with their deletes applied, as target-sized files (Spark);
 3. compute position deletes (deletion vectors on format v3) for the files whose equality deletes
    are converted, on executors (``positions.convert``);
 4. commit one ``RewriteFiles`` that validates from the starting snapshot and gives the new data
    files the starting sequence number, so that equality deletes the writer commits meanwhile
    still apply to them (docs/compactor.md), tagged in the snapshot summary; or, for a conversion
-   alone (``Work.CONVERT``), one ``RowDelta`` (``PartitionRewrite.commit_conversion``).
+   alone (``Work.CONVERT``, ``Work.RESOLVE_GLOBAL_DELETES``), one ``RowDelta``
+   (``PartitionRewrite.commit_conversion``).
 
 Files written by a compaction that does not commit are deleted, unless the commit's outcome is
 unknown (then orphan-file removal takes them, since they may be referenced).
@@ -27,7 +29,7 @@ from icecdc.compactor.plans import PartitionFiles, RewritePlan, keep_deletes_of_
 from icecdc.compactor.policy import Work
 from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, PositionDeletes, convert_all
 from icecdc.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
-from icecdc.jvm.listing import PartitionListing, list_partition
+from icecdc.jvm.listing import PartitionListing, list_global_deletes, list_partition
 from icecdc.jvm.rewrites import PartitionRewrite, PositionDeleteFile
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, Snapshot
 from icecdc.layout import PartitionKey, TableLayout
@@ -67,14 +69,15 @@ class CompactionResult:
 
 
 class PartitionCompaction:
-    """One compaction of one partition of one table."""
+    """One compaction of one partition of one table, or (``partition`` None) the resolution of the
+    table's global equality deletes, which works on the files of every partition they apply to."""
 
     def __init__(
         self,
         spark: SparkSession,
         table: IcebergTable,
         layout: TableLayout,
-        partition: PartitionKey,
+        partition: PartitionKey | None,
         io_properties: Mapping[str, str],
         target_file_size: int,
     ) -> None:
@@ -89,8 +92,12 @@ class PartitionCompaction:
 
     def files(self) -> PartitionFiles | None:
         """The partition's live files at the table's current snapshot (None: empty table)."""
-        self._listing = list_partition(self.table, self._layout, self._partition)
-        self._files = None if self._listing is None else PartitionFiles.of(self._listing.data, self._listing.deletes)
+        if self._partition is None:
+            self._listing = list_global_deletes(self.table, self._layout, self._io_properties)
+        else:
+            self._listing = list_partition(self.table, self._layout, self._partition)
+        listing = self._listing
+        self._files = None if listing is None else PartitionFiles.of(listing.data, listing.deletes, listing.may_match)
         return self._files
 
     @property
@@ -120,8 +127,9 @@ class PartitionCompaction:
                 plan = keep_deletes_of_unchanged(plan, files, {c.data_file for c in converted if not c.path})
             failpoints.hit("compactor-before-commit")
             summary_tags = {**tags, summary.COMPACTION: plan.work.value}
-            if plan.work is Work.CONVERT:
-                committed = commit(lambda: rewrite.commit_conversion(plan.convert, plan.remove_deletes, summary_tags))
+            if plan.work in (Work.CONVERT, Work.RESOLVE_GLOBAL_DELETES):
+                examined = tuple(dict.fromkeys((*plan.convert, *plan.examined)))
+                committed = commit(lambda: rewrite.commit_conversion(examined, plan.remove_deletes, summary_tags))
             else:
                 committed = commit(lambda: rewrite.commit(plan.rewrite, plan.remove_deletes, summary_tags))
         except OUTCOME_UNKNOWN:
@@ -148,7 +156,6 @@ class PartitionCompaction:
         a file with nothing new deleted comes back without a path."""
         data = {f.path: f for f in files.data}
         deletes = {d.path: d for d in listing.deletes}
-        location = "/".join(x for x in (self._layout.data_location, listing.partition_path) if x)
         dv = self._layout.format_version >= 3  # v3 refuses Parquet position deletes
         suffix = "deletion-vector.puffin" if dv else "position-deletes.parquet"
         jobs = [
@@ -156,7 +163,8 @@ class PartitionCompaction:
                 path,
                 tuple(EqualityDeletes(p, deletes[p].equality_field_ids) for p in data[path].equality_deletes),
                 tuple(PositionDeletes(p, deletes[p].is_deletion_vector) for p in data[path].position_deletes),
-                f"{location}/{uuid.uuid4().hex}-{suffix}",
+                # Beside the data file it deletes from, in its partition's directory.
+                f"{path.rsplit('/', 1)[0]}/{uuid.uuid4().hex}-{suffix}",
                 deletion_vector=dv,
             )
             for path in plan.convert

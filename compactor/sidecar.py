@@ -206,7 +206,7 @@ def create_sidecar(
             tables[name] = IcebergTable(bridge, config.table_ref(name), retry)
         return tables[name]
 
-    def compaction(name: str, layout: TableLayout, partition: PartitionKey) -> PartitionCompaction:
+    def compaction(name: str, layout: TableLayout, partition: PartitionKey | None) -> PartitionCompaction:
         return PartitionCompaction(
             spark, table(name), layout, partition, config.catalog.properties, settings.target_file_size_bytes
         )

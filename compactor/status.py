@@ -1,4 +1,6 @@
-"""``icecdc status``: every partition's state, files, deletes and read cost. A running sidecar
+"""``icecdc status``: every partition's state, files, deletes and read cost, and each table's
+unresolved global deletes (a "(global deletes)" row: its "last write" is when the oldest was
+committed). A running sidecar
 writes its own view (hot, settling, settled, compacting as it sees them) to a status file and
 refreshes its partition gauges; ``icecdc status`` shows that view while it is fresh, and
 otherwise one computed from table metadata alone (no Spark, no Kafka)."""
@@ -17,7 +19,7 @@ import orjson
 from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor import metrics
 from icecdc.compactor.metadata import load_table_partitions
-from icecdc.compactor.tracker import PartitionStatus, PartitionTracker
+from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionStatus, PartitionTracker
 from icecdc.config import Config
 
 STATUS_FILE = "compactor-status.json"
@@ -72,11 +74,18 @@ class StatusWriter:
         rows = self._tracker.report(now, owned=self._owned)
         for table in self._config.tables:
             counts = dict.fromkeys(STATES, 0)
+            global_files, oldest = 0, None
             for row in rows:
-                if row.table == table.name:
+                if row.table != table.name:
+                    continue
+                if row.partition == GLOBAL_DELETES_PATH:
+                    global_files, oldest = row.equality_delete_files, row.oldest_write
+                else:
                     counts[row.state] += 1
             for state, count in counts.items():
                 metrics.PARTITIONS.labels(table.name, state).set(count)
+            metrics.GLOBAL_DELETE_FILES.labels(table.name).set(global_files)
+            metrics.GLOBAL_DELETE_AGE.labels(table.name).set(max(0.0, now - oldest) if global_files and oldest else 0.0)
         path = status_path(self._config)
         path.parent.mkdir(parents=True, exist_ok=True)
         report = StatusReport(f"compactor {self._replica}", now, rows)
@@ -141,7 +150,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
                 str(p.equality_delete_records),
                 str(p.position_delete_files),
                 str(p.position_delete_records),
-                _age(p.last_write, now),
+                _age(p.last_write if p.partition != GLOBAL_DELETES_PATH else p.oldest_write, now),
                 _age(p.last_compaction, now),
                 f"{p.read_cost} (ideal {p.ideal_read_cost})",
                 f"{p.read_budget:g}" + (" OVER" if p.state == "hot" and p.read_cost > p.read_budget else ""),

@@ -21,6 +21,7 @@ from icecdc.compactor.policy import (
     PartitionStats,
     Work,
     benefit_and_cost,
+    global_work,
     hot_work,
     ideal_read_cost,
     needed_work,
@@ -34,6 +35,10 @@ from icecdc.config import CompactorConfig
 from icecdc.events import CommitEvent, PartitionDelta
 
 COMPACTING = "compacting"
+# A table's global equality deletes (keys whose old partition was unknown; they apply to every
+# partition) are tracked, leased and resolved as one pseudo-partition of the table, by this path.
+GLOBAL_DELETES_PATH = "(global deletes)"
+GLOBAL = "global"  # its state in the status: unresolved global deletes
 
 
 @dataclass(frozen=True)
@@ -45,6 +50,8 @@ class PartitionMetadata:
     # The last commit that touched the partition, unless it was one of ours.
     last_write: float | None
     last_compaction: float | None
+    # The global deletes only: when the oldest live one was committed.
+    oldest_write: float | None = None
 
 
 @dataclass
@@ -69,6 +76,12 @@ class PartitionState:
     compacting_after_write: float | None = None
     compacting_hot: bool = False
     settled_at: float | None = None
+    # The global deletes only: when the oldest live one was committed (their age in the status).
+    oldest_write: float | None = None
+
+    @property
+    def is_global(self) -> bool:
+        return self.path == GLOBAL_DELETES_PATH
 
     @property
     def key(self) -> tuple[str, str]:
@@ -104,6 +117,7 @@ class PartitionStatus:
     # What the partition may cost while it is still written (``policy.read_budget``).
     read_budget: float = 0.0
     owned: bool | None = None  # whether this replica holds the partition's lease (None: not asked)
+    oldest_write: float | None = None  # the global deletes only: when the oldest live one was committed
 
 
 def _add(stats: PartitionStats, delta: PartitionDelta, settings: CompactorConfig) -> PartitionStats:
@@ -151,6 +165,16 @@ class PartitionTracker:
                 state.stats = _add(state.stats, delta, self.settings)
             state.cadence.record(at)
             state.settled_at = None
+        if event.global_delete_files:
+            state = self._state(event.table, GLOBAL_DELETES_PATH, {})
+            if not counted:
+                state.stats = dataclasses.replace(
+                    state.stats,
+                    equality_delete_files=state.stats.equality_delete_files + event.global_delete_files,
+                    equality_delete_records=state.stats.equality_delete_records + event.global_delete_records,
+                )
+                state.oldest_write = state.oldest_write or at
+            state.cadence.record(at)
 
     def on_metadata(self, table: str, sequence_number: int, partitions: Mapping[str, PartitionMetadata]) -> None:
         """Replace a table's statistics with what its metadata says at ``sequence_number``;
@@ -163,6 +187,8 @@ class PartitionTracker:
                 state.cadence.record(meta.last_write)
             if meta.last_compaction is not None:
                 state.last_compaction = max(state.last_compaction or 0.0, meta.last_compaction)
+            if state.is_global:
+                state.oldest_write = meta.oldest_write
         for key in [k for k in self._partitions if k[0] == table and k[1] not in partitions]:
             if not self._partitions[key].compacting:
                 del self._partitions[key]
@@ -170,6 +196,8 @@ class PartitionTracker:
     def phase_of(self, state: PartitionState, now: float) -> str:
         if state.compacting:
             return COMPACTING
+        if state.is_global:
+            return GLOBAL
         current = phase(state.cadence, now, self.settings.settle)
         if current is Phase.SETTLED and state.settled_at is None:
             state.settled_at = settles_at(state.cadence, self.settings.settle) or now
@@ -181,6 +209,9 @@ class PartitionTracker:
         settled = phase(state.cadence, now, self.settings.settle) is Phase.SETTLED
         if state.compacting or state.answered(settled) or (state.retry_at is not None and now < state.retry_at):
             return None
+        if state.is_global:  # resolved at once, written or not: every read of every partition pays for them
+            work = global_work(state.stats, state.oldest_write, now)
+            return None if work is None else (*work, False)
         if settled:
             work = needed_work(state.stats, self.settings)
             return None if work is None else (*work, False)
@@ -204,7 +235,7 @@ class PartitionTracker:
             for s in self._partitions.values()
             if not s.compacting
             and not s.answered(phase(s.cadence, now, self.settings.settle) is Phase.SETTLED)
-            and needed_work(s.stats, self.settings) is not None
+            and (global_work(s.stats, s.oldest_write, now) if s.is_global else needed_work(s.stats, self.settings)) is not None
             and self._due(s, now) is None
         ]
 
@@ -238,6 +269,7 @@ class PartitionTracker:
                     ideal_read_cost=ideal_read_cost(stats, self.settings),
                     read_budget=read_budget(stats, self.settings),
                     owned=owned(state.table, state.path) if owned is not None else None,
+                    oldest_write=state.oldest_write,
                 )
             )
         return rows

@@ -26,6 +26,7 @@ from pydantic import (
 
 from icecdc.errors import UserError
 from icecdc.logs import register_secrets
+from icecdc.sourcespec import BeforeImage, SourceRules, TruncateMode, UnknownPartition
 from icecdc.tableref import TableRef
 from icecdc.tablespec import (
     PartitionField,
@@ -115,6 +116,15 @@ class TableConfig(_Strict):
     # before Iceberg 1.8, most query engines of 2025) cannot read such a table at all, and no
     # table goes back from 3 to 2. Set, it is also checked against an existing table.
     format_version: Literal[2, 3] | None = None
+    # What the source's before-images hold (icecdc/sourcespec.py, docs/ingest.md "Sources as they
+    # are"). The default trusts them for the key only, which is never wrong; ``full`` saves the
+    # global deletes of updates and deletes whose old partition the key does not determine.
+    before_image: BeforeImage = BeforeImage.KEY
+    # An update or delete whose row's old partition is unknown: deleted in every partition (exact),
+    # or dead-lettered, or taken not to have moved.
+    unknown_partition: UnknownPartition = UnknownPartition.GLOBAL_DELETE
+    # A truncate (op t) empties the table at its offset, or goes to the dead-letter topic.
+    truncate: TruncateMode = TruncateMode.APPLY
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -160,6 +170,10 @@ class TableConfig(_Strict):
     @property
     def partition_fields(self) -> tuple[PartitionField, ...]:
         return tuple(parse_partition_field(t, self.schema_) for t in self.partition_by)
+
+    @property
+    def source_rules(self) -> SourceRules:
+        return SourceRules(self.before_image, self.unknown_partition, self.truncate)
 
     @property
     def shape(self) -> TableShape | None:

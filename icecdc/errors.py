@@ -45,6 +45,15 @@ class NoSuchTable(IcebergError):
     pass
 
 
+class MissingPartitionSpec(IcebergError):
+    """A file names a partition spec the table no longer has (snapshot expiry with metadata
+    clean-up removes specs no live file uses): the spec must be added again before committing."""
+
+    def __init__(self, spec_id: int, table: str) -> None:
+        super().__init__(f"table {table} has no partition spec {spec_id}")
+        self.spec_id = spec_id
+
+
 class CatalogUnavailable(IcebergError):
     """The catalog or the table's storage did not answer for now: a lock held past the busy
     timeout, a refused or dropped connection, a 5xx, throttling. Worth retrying after a pause."""

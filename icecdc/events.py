@@ -79,6 +79,9 @@ class CommitEvent:
     batch_id: str | None
     source_offsets: dict[str, dict[str, int]]
     partitions: list[PartitionDelta] = field(default_factory=list)
+    # Equality deletes of keys whose old partition was unknown: they apply to every partition.
+    global_delete_files: int = 0
+    global_delete_records: int = 0
     version: int = EVENT_VERSION
 
     def to_json(self) -> bytes:

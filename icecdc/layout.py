@@ -171,6 +171,9 @@ class TableLayout:
     data_location: str  # where data and delete files are written
     schema_json: str = ""  # the table schema, as pyiceberg serialises it (for file statistics)
     format_version: int = 2  # 3: position deletes are deletion vectors
+    # A partition spec of the table without fields, where global equality deletes (applying to
+    # every partition) are registered; None when the table has none yet, or is unpartitioned.
+    global_spec_id: int | None = None
 
     @property
     def key_field_ids(self) -> list[int]:
@@ -196,6 +199,11 @@ class TableLayout:
         if any(term.source not in row for term in self.partition):
             return None
         return tuple(term.apply(row[term.source]) for term in self.partition)
+
+    @property
+    def key_determines_partition(self) -> bool:
+        """Whether every partition source column is a key column (a row never changes partition)."""
+        return all(term.source in self.primary_key for term in self.partition)
 
     def partition_from_key(self, key: Sequence[Any]) -> PartitionKey | None:
         """The partition, when every partition source column is part of the primary key."""
@@ -264,6 +272,7 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         for f in spec.fields
     )
     location = table.properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
+    unpartitioned = sorted(i for i, s in table.specs().items() if s.is_unpartitioned()) if spec.fields else []
     return TableLayout(
         table=table_name,
         topic=topic,
@@ -275,4 +284,5 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         data_location=location,
         schema_json=schema.model_dump_json(),
         format_version=int(table.metadata.format_version),
+        global_spec_id=unpartitioned[0] if unpartitioned else None,
     )

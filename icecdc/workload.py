@@ -22,7 +22,15 @@ _EPOCH = dt.datetime(1970, 1, 1)
 
 
 def orders_table(name: str, topic: str) -> dict[str, Any]:
-    return {"name": name, "topic": topic, "primary_key": ["id"], "partition_by": ORDERS_PARTITIONING, "schema": ORDERS_SCHEMA}
+    # This source sends every column of the old row with each update and delete.
+    return {
+        "name": name,
+        "topic": topic,
+        "primary_key": ["id"],
+        "partition_by": ORDERS_PARTITIONING,
+        "schema": ORDERS_SCHEMA,
+        "before_image": "full",
+    }
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,14 @@ batch never hits that batch's own data files, and a key that did not exist costs
 delete row (the compactor drops it). In exchange, upserts are idempotent: a re-delivered insert
 or a Debezium re-snapshot (op ``r``) of an existing key replaces the row instead of duplicating it.
 
-Where an earlier version of a key may live: the partition of every before-image seen for it in the
-batch (the first one is the state before the batch; later ones are harmless), and the partition of
-its final after-image. An update without a before-image (e.g. PostgreSQL without REPLICA IDENTITY
-FULL) is assumed not to have moved partitions; a delete whose before-image lacks the partition
-columns is rejected unless those columns are part of the primary key.
+Where an earlier version of a key may live: the partition of its final after-image, and the
+partition the row had before each update or delete in the batch (the first one is the state
+before the batch; later ones are harmless). That old partition comes from the before-image when
+the source's before-images are full (``SourceRules.before_image``), from the key alone when the
+partition source columns are all key columns, and is otherwise unknown: then, by
+``SourceRules.unknown_partition``, the key is deleted in every partition (a global equality
+delete in the batch's own commit; it never hits the batch's own files, which share its sequence
+number), or the change is dead-lettered, or the row is taken not to have moved.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent
 from icecdc.layout import PartitionKey, TableLayout
+from icecdc.sourcespec import DEFAULT_RULES, BeforeImage, SourceRules, UnknownPartition
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class KeyChange:
     op: str
     after: dict[str, Any] | None
     prior_partitions: tuple[PartitionKey, ...]
+    global_delete: bool = False  # the row's old partition is unknown: delete the key everywhere
 
 
 @dataclass(frozen=True)
@@ -38,7 +43,8 @@ class KeyResult:
     """What a batch leaves behind for one key."""
 
     row: dict[str, Any] | None  # the after-image to write; None when the key ends deleted
-    delete_partitions: frozenset[PartitionKey]
+    delete_partitions: frozenset[PartitionKey]  # empty when ``global_delete``: it covers them all
+    global_delete: bool = False
 
 
 def complete_row(layout: TableLayout, after: dict[str, Any]) -> dict[str, Any]:
@@ -46,30 +52,50 @@ def complete_row(layout: TableLayout, after: dict[str, Any]) -> dict[str, Any]:
     return {c.name: after.get(c.name) for c in layout.columns}
 
 
-def to_key_change(event: ChangeEvent, layout: TableLayout) -> KeyChange:
+def old_partition(event: ChangeEvent, layout: TableLayout, before_image: BeforeImage) -> PartitionKey | None:
+    """The partition the row lived in before an update or delete, or None when it cannot be known."""
+    if before_image is BeforeImage.FULL and event.before is not None:
+        partition = layout.partition_of(event.before)
+        if partition is not None:
+            return partition
+    return layout.partition_from_key(event.key)
+
+
+def to_key_change(event: ChangeEvent, layout: TableLayout, rules: SourceRules = DEFAULT_RULES) -> KeyChange:
     """Attach to a parsed event the partitions where an earlier version of its key may live."""
-    partitions: list[PartitionKey] = []
-    if event.before is not None:
-        before = layout.partition_of(event.before)
-        if before is None:
-            before = layout.partition_from_key(event.key)
-        if before is not None:
-            partitions.append(before)
     after = complete_row(layout, event.after) if event.after is not None else None
-    if after is not None:
-        partitions.append(layout.partition_of(after))  # type: ignore[arg-type]  # complete row
-    if not partitions:
-        missing = [t.source for t in layout.partition if event.before is None or t.source not in event.before]
-        raise RejectedEvent(
-            Reason.MISSING_PARTITION_VALUE,
-            f"delete of key {list(event.key)} has no before-image value for partition column(s) {missing}; "
-            "enable full before-images (PostgreSQL: REPLICA IDENTITY FULL) or partition by key columns",
-        )
-    return KeyChange(event.op, after, tuple(dict.fromkeys(partitions)))
+    new_partition = layout.partition_of(after) if after is not None else None
+    if event.op in ("c", "r"):  # no earlier version but a replayed one, in the same partition
+        return KeyChange(event.op, after, (new_partition,) if new_partition is not None else ())
+    old = old_partition(event, layout, rules.before_image)
+    if old is not None:
+        partitions = (old,) if new_partition is None or new_partition == old else (old, new_partition)
+        return KeyChange(event.op, after, partitions)
+    if rules.unknown_partition is UnknownPartition.GLOBAL_DELETE:
+        return KeyChange(event.op, after, (), global_delete=True)
+    if rules.unknown_partition is UnknownPartition.SAME_PARTITION and new_partition is not None:
+        return KeyChange(event.op, after, (new_partition,))
+    raise RejectedEvent(Reason.MISSING_PARTITION_VALUE, _unknown_partition_detail(event, layout, rules))
+
+
+def _unknown_partition_detail(event: ChangeEvent, layout: TableLayout, rules: SourceRules) -> str:
+    what = "delete" if event.op == "d" else "update"
+    sources = [t.source for t in layout.partition if t.source not in layout.primary_key]
+    if rules.before_image is BeforeImage.KEY:
+        why = f"before_image is key, and the key does not determine partition column(s) {sources}"
+    else:
+        missing = [s for s in sources if event.before is None or s not in event.before]
+        why = f"its before-image has no value for partition column(s) {missing}"
+    return (
+        f"{what} of key {list(event.key)}: its old partition is unknown ({why}) and unknown_partition is "
+        f"{rules.unknown_partition.value}; unknown_partition: global-delete deletes the key in every partition"
+    )
 
 
 def reduce_key(changes: Sequence[KeyChange]) -> KeyResult:
     """Collapse one key's changes, given in source order, to what the batch commits."""
     last = changes[-1]
-    deletes = frozenset(p for change in changes for p in change.prior_partitions)
-    return KeyResult(None if last.op == "d" else last.after, deletes)
+    row = None if last.op == "d" else last.after
+    if any(change.global_delete for change in changes):
+        return KeyResult(row, frozenset(), global_delete=True)
+    return KeyResult(row, frozenset(p for change in changes for p in change.prior_partitions))

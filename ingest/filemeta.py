@@ -19,6 +19,9 @@ import pyarrow.parquet as pq
 from icecdc.layout import PartitionKey, TableLayout
 
 DATA_CONTENT, EQUALITY_DELETE_CONTENT = "DATA", "EQUALITY_DELETES"
+# The kinds of file a batch writes: data, equality deletes of keys in one partition, and global
+# equality deletes (under the table's unpartitioned spec: they apply to every partition).
+DATA, DELETE, GLOBAL_DELETE = "data", "delete", "global-delete"
 
 
 @functools.lru_cache(maxsize=32)
@@ -38,15 +41,19 @@ def _map(values: dict[int, Any], encode: Any = None) -> dict[str, list[Any]]:
 
 
 def describe(layout: TableLayout, kind: str, path: str, partition: PartitionKey, size: int, metadata: pq.FileMetaData) -> str:
-    """The content-file JSON of one written file; ``kind`` is "data" or "delete" (equality
-    deletes on the primary key)."""
+    """The content-file JSON of one written file; ``kind`` is "data", "delete" (equality deletes
+    on the primary key, in the file's partition) or "global-delete" (the same, under the table's
+    unpartitioned spec: they apply to every partition)."""
     from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
 
-    deletes = kind != "data"
+    deletes = kind != DATA
+    global_delete = kind == GLOBAL_DELETE
+    if global_delete and layout.global_spec_id is None:
+        raise ValueError(f"table {layout.table} has no unpartitioned spec for its global deletes")
     plan, mapping = _statistics_plan(layout.schema_json, layout.primary_key if deletes else None)
     stats = data_file_statistics_from_parquet_metadata(metadata, plan, mapping).to_serialized_dict()
     document: dict[str, Any] = {
-        "spec-id": layout.spec_id,
+        "spec-id": layout.global_spec_id if global_delete else layout.spec_id,
         "content": EQUALITY_DELETE_CONTENT if deletes else DATA_CONTENT,
         "file-path": path,
         "file-format": "PARQUET",
@@ -62,7 +69,7 @@ def describe(layout: TableLayout, kind: str, path: str, partition: PartitionKey,
         document["nan-value-counts"] = _map(stats["nan_value_counts"])
     if stats["split_offsets"]:
         document["split-offsets"] = stats["split_offsets"]
-    if layout.partition:
+    if layout.partition and not global_delete:
         document["partition"] = layout.partition_json(partition)
     if deletes:
         document["equality-ids"] = layout.key_field_ids

@@ -24,8 +24,9 @@ import pyarrow as pa
 from icecdc.fileio import write_parquet_with_footer
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import Reason, RejectedEvent, parse_change
-from icecdc.ingest.filemeta import describe
+from icecdc.ingest.filemeta import DATA, DELETE, GLOBAL_DELETE, describe
 from icecdc.layout import TableLayout
+from icecdc.sourcespec import SourceRules
 
 _DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
 
@@ -67,7 +68,7 @@ RESULT = pa.schema(
 )
 PARSED_SCHEMA, RESULT_SCHEMA = _ddl(PARSED), _ddl(RESULT)
 
-DATA, DELETE = "data", "delete"
+GLOBAL_PARTITION = "[]"  # a global delete file has no partition
 # Not changes: MARK rows carry, per (table, topic, partition) and input batch, the highest offset
 # read and how many records; tombstones (SKIP) advance offsets and nothing else.
 MARK, SKIP = "mark", "skip"
@@ -75,7 +76,11 @@ MARK, SKIP = "mark", "skip"
 ArrowStage = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
 
-def parse_stage(layouts_by_topic: Mapping[str, TableLayout], committed: Mapping[tuple[str, int], int]) -> ArrowStage:
+def parse_stage(
+    layouts_by_topic: Mapping[str, TableLayout],
+    committed: Mapping[tuple[str, int], int],
+    rules_by_table: Mapping[str, SourceRules],
+) -> ArrowStage:
     """Kafka records -> one parsed row each, plus offset marks. Records below the table's committed offset (a
     replayed batch, or the replayed part of one) are dropped here: that is the exactly-once filter."""
 
@@ -101,11 +106,13 @@ def parse_stage(layouts_by_topic: Mapping[str, TableLayout], committed: Mapping[
                         row["op"] = SKIP
                     else:
                         event = parse_change(record["key"], record["value"], layout.columns, layout.primary_key)
-                        change = to_key_change(event, layout)
+                        change = to_key_change(event, layout, rules_by_table[layout.table])
                         row.update(
                             op=event.op,
                             key=orjson.dumps(list(event.key)).decode(),
-                            change=orjson.dumps({"after": change.after, "prior": change.prior_partitions}),
+                            change=orjson.dumps(
+                                {"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}
+                            ),
                         )
                 except RejectedEvent as rejected:
                     row.update(
@@ -158,20 +165,24 @@ def reduce_and_write_stage(
             key_changes = []
             for r in group:
                 change = orjson.loads(r["change"])
-                key_changes.append(KeyChange(r["op"], change["after"], tuple(tuple(p) for p in change["prior"])))
+                key_changes.append(
+                    KeyChange(r["op"], change["after"], tuple(tuple(p) for p in change["prior"]), change["global"])
+                )
             result = reduce_key(key_changes)
             if result.row is not None:
                 partition = orjson.dumps(layout.partition_of(result.row)).decode()
                 outputs.setdefault((table, partition, DATA), []).append(result.row)
             key_row = dict(zip(layout.primary_key, orjson.loads(key), strict=True))
+            if result.global_delete:
+                outputs.setdefault((table, GLOBAL_PARTITION, GLOBAL_DELETE), []).append(key_row)
             for p in result.delete_partitions:
                 outputs.setdefault((table, orjson.dumps(p).decode(), DELETE), []).append(key_row)
 
         facts = []
         for (table, partition, kind), records in outputs.items():
             layout = layouts_by_table[table]
-            arrow = layout.to_arrow(records, key_only=kind == DELETE)
-            partition_path = layout.partition_path(tuple(orjson.loads(partition)))
+            arrow = layout.to_arrow(records, key_only=kind != DATA)
+            partition_path = "" if kind == GLOBAL_DELETE else layout.partition_path(tuple(orjson.loads(partition)))
             name = f"{batch_tag}-{uuid.uuid4().hex}-{kind}.parquet"
             path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
             size, footer = write_parquet_with_footer(arrow, path, io_properties)

@@ -15,6 +15,7 @@ make the replay a no-op.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import time
@@ -28,7 +29,7 @@ import orjson
 from icecdc import failpoints, summary
 from icecdc.catalog import load_metadata_table, metadata_call, pyiceberg_catalog
 from icecdc.config import Config
-from icecdc.errors import NoSuchTable
+from icecdc.errors import MissingPartitionSpec, NoSuchTable
 from icecdc.events import CommitEvent, PartitionDelta
 from icecdc.ingest import metrics
 from icecdc.ingest import offsets as offset_log
@@ -37,11 +38,21 @@ from icecdc.ingest.publish import (
     dead_letters_from_rows,
     send_dead_letters,
 )
-from icecdc.ingest.stages import DATA, DELETE, MARK, PARSED_SCHEMA, RESULT_SCHEMA, parse_stage, reduce_and_write_stage
+from icecdc.ingest.stages import (
+    DATA,
+    DELETE,
+    GLOBAL_DELETE,
+    MARK,
+    PARSED_SCHEMA,
+    RESULT_SCHEMA,
+    parse_stage,
+    reduce_and_write_stage,
+)
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from icecdc.layout import PartitionKey, TableLayout, layout_from_pyiceberg
 from icecdc.outages import CatalogRetry
+from icecdc.sourcespec import UnknownPartition
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -74,7 +85,7 @@ class IngestStats:
 
 @dataclass(frozen=True)
 class WrittenFile:
-    kind: str  # DATA or DELETE (equality deletes on the primary key)
+    kind: str  # DATA, DELETE (equality deletes on the primary key) or GLOBAL_DELETE (the same, in every partition)
     path: str
     partition: PartitionKey
     record_count: int
@@ -96,6 +107,8 @@ class BatchResult:
 def _partition_deltas(layout: TableLayout, files: list[WrittenFile]) -> list[PartitionDelta]:
     by_partition: dict[tuple[Any, ...], dict[str, int]] = {}
     for f in files:
+        if f.kind == GLOBAL_DELETE:
+            continue  # in no partition: the event counts them apart
         counts = by_partition.setdefault(f.partition, defaultdict(int))
         prefix = "data" if f.kind == DATA else "equality_delete"
         counts[f"{prefix}_files"] += 1
@@ -106,6 +119,13 @@ def _partition_deltas(layout: TableLayout, files: list[WrittenFile]) -> list[Par
         PartitionDelta(layout.partition_record(p), layout.partition_path(p), layout.spec_id, **counts)
         for p, counts in by_partition.items()
     ]
+
+
+def _with_spec_id(description: str, old: int, new: int) -> str:
+    document = orjson.loads(description)
+    if document.get("spec-id") == old:
+        document["spec-id"] = new
+    return orjson.dumps(document).decode()
 
 
 class BatchWriter:
@@ -136,11 +156,20 @@ class BatchWriter:
             self.layouts[table.name] = layout_from_pyiceberg(table.name, table.topic, table.primary_key, metadata)
         bridge = JavaBridge(spark)
         self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in self.layouts}
+        self.rules = {table.name: table.source_rules for table in config.tables}
+        for name, layout in self.layouts.items():
+            if self._may_delete_globally(name) and layout.global_spec_id is None:
+                self.layouts[name] = dataclasses.replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
         self._io_properties = dict(config.catalog.properties)
         # Sized from the largest batch the source can deliver, since the job cannot count its
         # input before it runs: one write task (one file per partition and kind) for up to
         # ROWS_PER_WRITE_TASK records.
         self._write_tasks = max(1, -(-config.ingest.max_batch_records // ROWS_PER_WRITE_TASK))
+
+    def _may_delete_globally(self, table: str) -> bool:
+        layout = self.layouts[table]
+        unknown = self.rules[table].unknown_partition is UnknownPartition.GLOBAL_DELETE
+        return unknown and bool(layout.partition) and not layout.key_determines_partition
 
     def committed_offsets(self) -> dict[str, offset_log.Offsets]:
         """table -> its committed offsets, read from the table (the source of truth)."""
@@ -161,7 +190,7 @@ class BatchWriter:
         committed = self.committed_offsets()
         filter_offsets = self.topic_positions(committed)
         by_topic = {layout.topic: layout for layout in self.layouts.values()}
-        parsed = df.mapInArrow(parse_stage(by_topic, filter_offsets), PARSED_SCHEMA)
+        parsed = df.mapInArrow(parse_stage(by_topic, filter_offsets, self.rules), PARSED_SCHEMA)
         result = self._write(parsed, tag, committed, started)
         metrics.BATCH_SECONDS.observe(result.seconds)
         self._log(result)
@@ -204,7 +233,7 @@ class BatchWriter:
         failpoints.hit("after-dead-letters")
 
         files_by_table: dict[str, list[WrittenFile]] = defaultdict(list)
-        for row in (r for r in result if r.op in (DATA, DELETE)):
+        for row in (r for r in result if r.op in (DATA, DELETE, GLOBAL_DELETE)):
             files_by_table[row.table].append(
                 WrittenFile(
                     row.op, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size, row.description
@@ -226,25 +255,31 @@ class BatchWriter:
     def _commit(self, table: str, files: list[WrittenFile], offsets: offset_log.Offsets, tag: str) -> CommittedSnapshot:
         layout = self.layouts[table]
         commit_started = time.monotonic()
-        snapshot = self.tables[table].commit_files(
-            f"committing batch {tag} to {table}",
-            [f.description for f in files if f.kind == DATA],
-            [f.description for f in files if f.kind == DELETE],
-            layout.spec_id,
-            offset_log.batch_summary(offsets, tag),
-        )
+        data = [f.description for f in files if f.kind == DATA]
+        deletes = [f.description for f in files if f.kind != DATA]
+        what, tags = f"committing batch {tag} to {table}", offset_log.batch_summary(offsets, tag)
+        try:
+            snapshot = self.tables[table].commit_files(what, data, deletes, tags)
+        except MissingPartitionSpec as missing:
+            # The unpartitioned spec of the global deletes was expired with the metadata that
+            # no live file used any more: add it again and name it in this batch's files.
+            spec_id = self.tables[table].ensure_unpartitioned_spec()
+            self.layouts[table] = dataclasses.replace(layout, global_spec_id=spec_id)
+            deletes = [_with_spec_id(d, missing.spec_id, spec_id) for d in deletes]
+            snapshot = self.tables[table].commit_files(what, data, deletes, tags)
         self.stats.last_commit_seconds = time.monotonic() - commit_started
         self.stats.commits += 1
         self.stats.interleaved_commits += snapshot.interleaved
-        data_rows = sum(f.record_count for f in files if f.kind == DATA)
-        delete_rows = sum(f.record_count for f in files if f.kind != DATA)
-        self.stats.data_records += data_rows
-        self.stats.delete_records += delete_rows
+        rows = {kind: sum(f.record_count for f in files if f.kind == kind) for kind in (DATA, DELETE, GLOBAL_DELETE)}
+        global_files = sum(f.kind == GLOBAL_DELETE for f in files)
+        self.stats.data_records += rows[DATA]
+        self.stats.delete_records += rows[DELETE] + rows[GLOBAL_DELETE]
         metrics.COMMITS.labels(table).inc()
         metrics.COMMIT_SECONDS.labels(table).observe(self.stats.last_commit_seconds)
         metrics.COMMIT_INTERLEAVED.labels(table).inc(snapshot.interleaved)
-        metrics.ROWS_WRITTEN.labels(table, "data").inc(data_rows)
-        metrics.ROWS_WRITTEN.labels(table, "equality-delete").inc(delete_rows)
+        metrics.ROWS_WRITTEN.labels(table, "data").inc(rows[DATA])
+        metrics.ROWS_WRITTEN.labels(table, "equality-delete").inc(rows[DELETE])
+        metrics.ROWS_WRITTEN.labels(table, "global-equality-delete").inc(rows[GLOBAL_DELETE])
         self._publisher.publish(
             CommitEvent(
                 table=table,
@@ -257,6 +292,8 @@ class BatchWriter:
                 batch_id=tag,
                 source_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
                 partitions=_partition_deltas(layout, files),
+                global_delete_files=global_files,
+                global_delete_records=rows[GLOBAL_DELETE],
             )
         )
         return snapshot

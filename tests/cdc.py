@@ -38,12 +38,25 @@ _WRAPPER_SCHEMA = {
 
 
 def orders_table(name: str, topic: str) -> dict[str, Any]:
-    return {"name": name, "topic": topic, "primary_key": ["id"], "partition_by": ORDERS_PARTITIONING, "schema": ORDERS_SCHEMA}
+    # This source sends every column of the old row with each update and delete.
+    return {
+        "name": name,
+        "topic": topic,
+        "primary_key": ["id"],
+        "partition_by": ORDERS_PARTITIONING,
+        "schema": ORDERS_SCHEMA,
+        "before_image": "full",
+    }
 
 
 @dataclass
 class SourceDatabase:
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
+    # PostgreSQL's REPLICA IDENTITY DEFAULT, as Debezium's JSON shows it: updates carry no
+    # before-image; a delete's before-image has the key, and every other column as the converter
+    # prints it anyway: null, or Debezium's fallback value for a NOT NULL column ("", 0), which
+    # looks like a real partition value.
+    key_only_before: bool = False
 
     @staticmethod
     def row(key: int, region: str, cents: int, day: int, second: int = 0) -> dict[str, Any]:
@@ -70,6 +83,7 @@ class SourceDatabase:
         before = self.rows.get(key)
         op = "r" if snapshot_read else ("u" if before is not None else "c")
         self.rows[key] = after
+        omit_before = omit_before or self.key_only_before
         payload = {"op": op, "before": None if omit_before else before, "after": after, "source": {"lsn": 1}, "ts_ms": 0}
         if wrapped:
 
@@ -83,6 +97,8 @@ class SourceDatabase:
 
     def delete(self, key: int) -> tuple[bytes, bytes]:
         before = self.rows.pop(key)
+        if self.key_only_before:
+            before = {"id": key, "region": "", "amount": None, "updated_at": 0}
         return self._key(key), orjson.dumps({"op": "d", "before": before, "after": None, "source": {"lsn": 1}})
 
     @staticmethod

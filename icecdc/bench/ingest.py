@@ -179,6 +179,7 @@ def _table(name: str, topic: str, merge: bool) -> dict[str, Any]:
         "primary_key": ["id"],
         "partition_by": ORDERS_PARTITIONING,
         "schema": ORDERS_SCHEMA,
+        "before_image": "full",  # the workload's updates and deletes carry the whole old row
         "properties": MERGE_PROPERTIES if merge else {},
     }
 

@@ -37,6 +37,10 @@ NONE, THRESHOLD, ICECDC = "none", "threshold", "icecdc"
 CRON_PREFIX = "cron-"
 AMORO_MINOR_FILE_COUNT = 12
 THRESHOLD_EVALUATE_SECONDS = 10.0
+# What most users schedule. remove-dangling-deletes is safe here only because the whole table is
+# rewritten and every file a delete applies to is (delete-file-threshold=1); with a `where` it
+# would drop live global deletes (tests/integration/test_global_deletes.py), and the bench's
+# tables have none: their source sends full before-images.
 CRON_OPTIONS = {"delete-file-threshold": "1", "remove-dangling-deletes": "true"}
 
 

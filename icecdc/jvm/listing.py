@@ -10,8 +10,11 @@ the delete manifests, so that deletes which apply to nothing are found too.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from icecdc.fileio import read_parquet_fields
 from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
 from icecdc.jvm.bridge import JavaBridge, JavaObject, iterate
 from icecdc.jvm.tables import IcebergTable, Snapshot
@@ -30,9 +33,14 @@ class PartitionListing:
         self._tasks: dict[str, JavaObject] = {}  # data file path -> FileScanTask (for the adapter)
         self._delete_handles: dict[str, JavaObject] = {}  # delete file path -> DeleteFile (for the adapter)
 
+        # A global-delete listing: the data files whose key bounds admit a deleted key (None: a
+        # partition listing, where every file may match).
+        self.may_match: tuple[str, ...] | None = None
+        self._global = False
+
     @property
     def partition_path(self) -> str:
-        return self.layout.partition_path(self.partition)
+        return "(global deletes)" if self._global else self.layout.partition_path(self.partition)
 
 
 def java_partition(
@@ -122,25 +130,7 @@ def _list(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> 
         try:
             for delete in iterate(reader):
                 if in_partition(delete):
-                    path = str(delete.location())
-                    listing._delete_handles[path] = delete.copy()
-                    equality = delete.content().toString() == "EQUALITY_DELETES"
-                    ids = tuple(int(i) for i in delete.equalityFieldIds()) if equality else ()
-                    referenced = delete.referencedDataFile()
-                    offset, length = delete.contentOffset(), delete.contentSizeInBytes()  # deletion vectors only
-                    deletes.append(
-                        LiveDeleteFile(
-                            path,
-                            DataFileContent.EQUALITY_DELETES if equality else DataFileContent.POSITION_DELETES,
-                            int(delete.recordCount()),
-                            int(delete.fileSizeInBytes()),
-                            int(delete.dataSequenceNumber()),
-                            None if referenced is None else str(referenced),
-                            ids,
-                            None if offset is None else int(offset),
-                            None if length is None else int(length),
-                        )
-                    )
+                    deletes.append(_delete_file(listing, delete))
         finally:
             reader.close()
     data = []
@@ -158,3 +148,116 @@ def _list(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> 
         tasks.close()
     listing.data, listing.deletes = tuple(data), tuple(deletes)
     return listing
+
+
+def _delete_file(listing: PartitionListing, delete: JavaObject) -> LiveDeleteFile:
+    """The facts of a delete file; its Java handle is kept in the listing for the commit."""
+    path = str(delete.location())
+    listing._delete_handles[path] = delete.copy()
+    equality = delete.content().toString() == "EQUALITY_DELETES"
+    ids = tuple(int(i) for i in delete.equalityFieldIds()) if equality else ()
+    referenced = delete.referencedDataFile()
+    offset, length = delete.contentOffset(), delete.contentSizeInBytes()  # deletion vectors only
+    return LiveDeleteFile(
+        path,
+        DataFileContent.EQUALITY_DELETES if equality else DataFileContent.POSITION_DELETES,
+        int(delete.recordCount()),
+        int(delete.fileSizeInBytes()),
+        int(delete.dataSequenceNumber()),
+        None if referenced is None else str(referenced),
+        ids,
+        None if offset is None else int(offset),
+        None if length is None else int(length),
+    )
+
+
+# Key types whose Iceberg bounds and Parquet values compare as the same Python values.
+_PRUNABLE_KEY_TYPES = frozenset({"int", "long", "string"})
+
+
+def list_global_deletes(table: IcebergTable, layout: TableLayout, io_properties: Mapping[str, str]) -> PartitionListing | None:
+    """What resolving the table's global equality deletes needs, at its current snapshot: the
+    global deletes (under its unpartitioned spec), every data file of any partition one of them
+    applies to (data sequence number lower than the delete's), each with its file-scoped position
+    deletes, and which of those files' key bounds admit a deleted key (the deleted keys are read
+    from the global delete files, which hold one batch's keys each). None: an empty table."""
+    return table.call(f"listing the global deletes of {table.ref}", lambda: _list_global(table, layout, io_properties))
+
+
+def _list_global(table: IcebergTable, layout: TableLayout, io_properties: Mapping[str, str]) -> PartitionListing | None:
+    java = table._java
+    bridge = table.bridge
+    java.refresh()
+    snapshot = java.currentSnapshot()
+    if snapshot is None:
+        return None
+    listing = PartitionListing(table, layout, (), snapshot)
+    listing._global = True
+    if layout.global_spec_id is None:
+        return listing
+    specs, io = java.specs(), java.io()
+    global_deletes: list[LiveDeleteFile] = []
+    position_deletes: list[LiveDeleteFile] = []
+    for manifest in iterate(snapshot.deleteManifests(io)):
+        reader = bridge.iceberg.ManifestFiles.readDeleteManifest(manifest, io, specs)
+        try:
+            for delete in iterate(reader):
+                if delete.content().toString() == "EQUALITY_DELETES":
+                    if delete.specId() == layout.global_spec_id:
+                        global_deletes.append(_delete_file(listing, delete))
+                elif delete.referencedDataFile() is not None:
+                    position_deletes.append(_delete_file(listing, delete))
+        finally:
+            reader.close()
+    newest = max((d.data_sequence_number for d in global_deletes), default=0)
+    data = []
+    bounds: dict[str, tuple[Any, Any]] = {}
+    key_id = layout.key_field_ids[0]
+    key_type = java.schema().findType(key_id)
+    # Pruned by the first key column's bounds (a multi-column key's other columns are not used).
+    prune = next(c.type for c in layout.columns if c.name == layout.primary_key[0]) in _PRUNABLE_KEY_TYPES
+    tasks = java.newScan().useSnapshot(snapshot.snapshotId()).ignoreResiduals().planFiles()
+    try:
+        for task in iterate(tasks):
+            file = task.file()
+            sequence = int(file.dataSequenceNumber())
+            if sequence >= newest:
+                continue  # no global delete applies to it
+            path = str(file.location())
+            listing._tasks[path] = task
+            data.append(LiveDataFile(path, int(file.fileSizeInBytes()), int(file.recordCount()), sequence))
+            lower, upper = (file.lowerBounds(), file.upperBounds()) if prune else (None, None)
+            if lower is not None and upper is not None and lower.get(key_id) is not None and upper.get(key_id) is not None:
+                conversions = bridge.iceberg.types.Conversions
+                bounds[path] = (
+                    _python(conversions.fromByteBuffer(key_type, lower.get(key_id))),
+                    _python(conversions.fromByteBuffer(key_type, upper.get(key_id))),
+                )
+    finally:
+        tasks.close()
+    listing.data = tuple(data)
+    referenced = {f.path for f in data}
+    listing.deletes = (*global_deletes, *(d for d in position_deletes if d.referenced_data_file in referenced))
+    if prune:
+        keys = sorted(_first_key_values(global_deletes, key_id, io_properties))
+        listing.may_match = tuple(f.path for f in data if f.path not in bounds or _any_between(keys, *bounds[f.path]))
+    return listing
+
+
+def _python(value: Any) -> Any:
+    """A bound as Python compares it: py4j gives Java integers as ints, strings as CharSequences."""
+    return value if isinstance(value, (int, str)) else str(value.toString())
+
+
+def _first_key_values(deletes: Iterable[LiveDeleteFile], field_id: int, io_properties: Mapping[str, str]) -> set[Any]:
+    values: set[Any] = set()
+    for delete in deletes:
+        values.update(read_parquet_fields(delete.path, [field_id], io_properties).column(0).to_pylist())
+    values.discard(None)
+    return values
+
+
+def _any_between(keys: Sequence[Any], lower: Any, upper: Any) -> bool:
+    """Whether a sorted sequence holds a value within [lower, upper]."""
+    at = bisect.bisect_left(keys, lower)
+    return at < len(keys) and keys[at] <= upper

@@ -102,15 +102,18 @@ class PartitionRewrite:
         iceberg, table = self._table.bridge.iceberg, self._table._java
         added = []
         with java_errors():
-            spec = table.specs().get(self._listing.layout.spec_id)
+            specs = table.specs()
             metrics_config = iceberg.MetricsConfig.forPositionDelete(table)
             for file in written:
+                data_file = self._listing._tasks[file.data_file].file()
+                # In the data file's own spec and partition: a global-delete resolution writes
+                # them across partitions, of older specs too.
                 builder = (
-                    iceberg.FileMetadata.deleteFileBuilder(spec)
+                    iceberg.FileMetadata.deleteFileBuilder(specs.get(data_file.specId()))
                     .ofPositionDeletes()
                     .withPath(file.path)
                     .withFileSizeInBytes(file.size)
-                    .withPartition(self._listing._tasks[file.data_file].file().partition())
+                    .withPartition(data_file.partition())
                     .withReferencedDataFile(file.data_file)
                 )
                 if file.content_offset is not None:  # a deletion vector: a blob in a Puffin file
@@ -154,11 +157,12 @@ class PartitionRewrite:
     def commit_conversion(
         self, examined: Sequence[str], removed_deletes: Sequence[str], summary: Mapping[str, str]
     ) -> CommittedSnapshot:
-        """One ``RowDelta`` for an equality-to-position conversion: add the new position deletes,
-        remove the position deletes they replace and the equality deletes nothing needs any
-        more. Validated from the starting snapshot: every data file examined must still exist (a
-        compaction that rewrote one meanwhile would be carrying the removed equality deletes'
-        rows) and every delete file removed must still be live. No "no conflicting data or delete
+        """One ``RowDelta`` for an equality-to-position conversion (of a partition's equality
+        deletes, or of a table's global ones): add the new position deletes, remove the position
+        deletes they replace and the equality deletes nothing needs any more. Validated from the
+        starting snapshot: every data file examined must still exist (a compaction that rewrote
+        one meanwhile would be carrying the removed equality deletes' rows) and every delete file
+        removed must still be live. No "no conflicting data or delete
         files" validation: the writer adds both every batch, and a conversion waiting for a
         batch-free moment would never commit (Flink's ConvertEqualityDeletes committer says the
         same). The writer never fails because of it: its commits remove nothing."""

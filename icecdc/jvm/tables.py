@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from icecdc import summary as summary_keys
-from icecdc.errors import CatalogUnavailable, CommitStateUnknown
+from icecdc.errors import CatalogUnavailable, CommitStateUnknown, MissingPartitionSpec
 from icecdc.jvm.bridge import JavaBridge, JavaObject, iterate, java_errors, translate
 from icecdc.outages import CatalogRetry
 from icecdc.tableref import TableRef
@@ -138,6 +138,37 @@ class IcebergTable:
             found = next((s for s in self._java_history() if s.summary().get(key) is not None), None)
             return None if found is None else Snapshot.of(found)
 
+    def unpartitioned_spec_id(self) -> int | None:
+        """The id of a partition spec of the table without fields (as of the last refresh)."""
+        with java_errors():
+            found = [int(spec.specId()) for spec in self._java.specs().values() if spec.isUnpartitioned()]
+            return min(found) if found else None
+
+    def ensure_unpartitioned_spec(self) -> int:
+        """A spec without fields among the table's specs, added in one metadata commit if missing,
+        the default spec unchanged (``UpdatePartitionSpec.addNonDefaultSpec``). Equality deletes
+        registered under it apply to every partition (Iceberg's global deletes); registered under
+        spec 0 of a table whose spec 0 is partitioned they would silently apply to nothing
+        (apache/iceberg#14678). Idempotent: Iceberg reuses an equal spec's id."""
+        self.refresh()
+        existing = self.unpartitioned_spec_id()
+        if existing is not None:
+            return existing
+
+        def add() -> None:
+            update = self._java.updateSpec()
+            for field in iterate(self._java.spec().fields()):
+                update = update.removeField(field.name())
+            update.addNonDefaultSpec().commit()
+
+        self.call(f"adding an unpartitioned spec to {self.ref} for its global deletes", add)
+        self.refresh()
+        added = self.unpartitioned_spec_id()
+        if added is None:
+            raise RuntimeError(f"{self.ref} has no unpartitioned spec after adding one")
+        log.info("%s: added unpartitioned partition spec %d for global equality deletes", self.ref, added)
+        return added
+
     def properties(self) -> dict[str, str]:
         with java_errors():
             return dict(self._java.properties())
@@ -216,23 +247,31 @@ class IcebergTable:
         return ours
 
     def commit_files(
-        self, what: str, data: Sequence[str], deletes: Sequence[str], spec_id: int, summary: Mapping[str, str]
+        self, what: str, data: Sequence[str], deletes: Sequence[str], summary: Mapping[str, str]
     ) -> CommittedSnapshot:
         """The ingester's commit: one ``RowDelta`` adding data and equality-delete files, each
         given as Iceberg's content-file JSON (made where it was written, so no footer is read
-        again), validating nothing, as Flink's writer does: a concurrent compaction carries
-        older sequence numbers, so these deletes still apply to what it rewrote, and Iceberg's
-        own retry re-applies the delta on top of whatever committed meanwhile."""
+        again; it names its partition spec), validating nothing, as Flink's writer does: a
+        concurrent compaction carries older sequence numbers, so these deletes still apply to
+        what it rewrote, and Iceberg's own retry re-applies the delta on top of whatever
+        committed meanwhile. Raises ``MissingPartitionSpec`` when a file's spec is gone."""
         iceberg = self.bridge.iceberg
         mapper = iceberg.util.JsonUtil.mapper()
 
-        def build() -> JavaObject:
+        def parse(description: str) -> JavaObject:
+            node = mapper.readTree(description)
+            spec_id = int(node.get("spec-id").asInt())
             spec = self._java.specs().get(spec_id)
+            if spec is None:
+                raise MissingPartitionSpec(spec_id, str(self.ref))
+            return iceberg.ContentFileParser.fromJson(node, spec)
+
+        def build() -> JavaObject:
             delta = self._java.newRowDelta()
             for description in data:
-                delta = delta.addRows(iceberg.ContentFileParser.fromJson(mapper.readTree(description), spec))
+                delta = delta.addRows(parse(description))
             for description in deletes:
-                delta = delta.addDeletes(iceberg.ContentFileParser.fromJson(mapper.readTree(description), spec))
+                delta = delta.addDeletes(parse(description))
             return delta
 
         return self.commit(what, build, summary)

@@ -5,6 +5,7 @@ import pytest
 from icecdc.ingest.batch import KeyChange, complete_row, reduce_key, to_key_change
 from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent
 from icecdc.layout import Column, PartitionTerm, TableLayout
+from icecdc.sourcespec import BeforeImage, SourceRules, UnknownPartition
 
 REGION = (PartitionTerm("region", "region", "identity", "string"),)
 
@@ -23,24 +24,41 @@ def test_insert_deletes_in_its_own_partition():
     assert change.prior_partitions == (("eu",),)
 
 
-def test_partition_moving_update_deletes_in_both():
+FULL = SourceRules(BeforeImage.FULL)
+
+
+def test_partition_moving_update_deletes_in_both_when_before_images_are_full():
+    change = to_key_change(ChangeEvent("u", (1,), row(1, "eu"), row(1, "us")), layout(), FULL)
+    assert change.prior_partitions == (("eu",), ("us",)) and not change.global_delete
+
+
+def test_by_default_a_before_image_is_trusted_for_its_key_only():
+    # PostgreSQL's REPLICA IDENTITY DEFAULT through the schema wrapper: the other columns are
+    # there, as nulls or fallback values; "eu" may not be where the row was.
     change = to_key_change(ChangeEvent("u", (1,), row(1, "eu"), row(1, "us")), layout())
-    assert change.prior_partitions == (("eu",), ("us",))
+    assert change.global_delete and change.prior_partitions == ()
+    delete = to_key_change(ChangeEvent("d", (1,), row(1, ""), None), layout())
+    assert delete.global_delete
 
 
-def test_update_without_before_image_is_assumed_in_place():
-    assert to_key_change(ChangeEvent("u", (1,), None, row(1, "us")), layout()).prior_partitions == (("us",),)
+def test_an_update_without_before_image_has_an_unknown_old_partition():
+    assert to_key_change(ChangeEvent("u", (1,), None, row(1, "us")), layout(), FULL).global_delete
+    same = SourceRules(BeforeImage.FULL, UnknownPartition.SAME_PARTITION)
+    assert to_key_change(ChangeEvent("u", (1,), None, row(1, "us")), layout(), same).prior_partitions == (("us",),)
 
 
 def test_missing_columns_of_after_image_become_null():
     assert complete_row(layout(), {"id": 1}) == {"id": 1, "region": None, "n": None}
 
 
-def test_delete_without_partition_values_is_rejected():
+@pytest.mark.parametrize("unknown", [UnknownPartition.DEAD_LETTER, UnknownPartition.SAME_PARTITION])
+def test_a_delete_whose_old_partition_is_unknown_is_dead_lettered_unless_deleted_globally(unknown):
+    rules = SourceRules(BeforeImage.FULL, unknown)
     with pytest.raises(RejectedEvent) as info:
-        to_key_change(ChangeEvent("d", (1,), {"id": 1}, None), layout())
+        to_key_change(ChangeEvent("d", (1,), {"id": 1}, None), layout(), rules)
     assert info.value.rejection.reason == Reason.MISSING_PARTITION_VALUE
-    assert "['region']" in info.value.rejection.detail
+    assert "['region']" in info.value.rejection.detail and unknown.value in info.value.rejection.detail
+    assert to_key_change(ChangeEvent("d", (1,), {"id": 1}, None), layout(), SourceRules(BeforeImage.FULL)).global_delete
 
 
 def test_delete_partition_from_key_when_partitioned_by_key():
@@ -73,3 +91,8 @@ def test_delete_last_leaves_no_row():
 def test_reinsert_after_delete_in_same_batch():
     result = reduce_key([KeyChange("d", None, (("eu",),)), KeyChange("c", row(1, "eu", 5), (("eu",),))])
     assert result.row == row(1, "eu", 5) and result.delete_partitions == {("eu",)}
+
+
+def test_a_global_delete_covers_every_partition_of_the_key():
+    result = reduce_key([KeyChange("u", row(1, "us"), (), global_delete=True), KeyChange("u", row(1, "eu"), (("us",), ("eu",)))])
+    assert result.global_delete and result.delete_partitions == frozenset() and result.row == row(1, "eu")

@@ -12,6 +12,7 @@ from icecdc.compactor.plans import (
     plan_conversion,
     plan_fresh_pack,
     plan_hot,
+    plan_resolution,
     read_cost_after,
 )
 from icecdc.compactor.policy import Work
@@ -120,3 +121,24 @@ def test_a_deletion_vector_round_trips_through_pyiceberg():
     [vector] = deletion_vectors_from_puffin_file(PuffinFile(content))
     assert vector.referenced_data_file == "s3://b/d1.parquet"
     assert vector.to_vector().to_pylist() == positions
+
+
+def test_a_resolution_converts_the_files_global_deletes_hit_and_removes_them_all():
+    # Three data files in any partitions (sequence numbers 1, 2, 5), global deletes of batches 3
+    # and 4, and the file-scoped position deletes of d1.
+    data = [LiveDataFile("d1", MB, 1000, 1), LiveDataFile("d2", MB, 1000, 2), LiveDataFile("d5", MB, 1000, 5)]
+    deletes = [eq("g3", 3), eq("g4", 4), pos("p-d1", 2, "d1")]
+    files = PartitionFiles.of(data, deletes, may_match=["d1", "d5"])  # d2's key bounds admit no deleted key
+    plan = plan_resolution(files)
+    assert plan.work is Work.RESOLVE_GLOBAL_DELETES
+    assert plan.convert == ("d1",)  # d5 is newer than every global delete
+    assert plan.examined == ("d1", "d2")  # d2 must still exist when the deletes that applied to it go
+    assert set(plan.remove_deletes) == {"g3", "g4", "p-d1"}
+    # d1 held none of the keys: its own position deletes stay, the global deletes go all the same.
+    assert set(keep_deletes_of_unchanged(plan, files, {"d1"}).remove_deletes) == {"g3", "g4"}
+
+
+def test_a_resolution_with_nothing_to_convert_still_removes_the_global_deletes():
+    files = PartitionFiles.of([LiveDataFile("d1", MB, 1000, 1)], [eq("g2", 2)], may_match=[])
+    plan = plan_resolution(files)
+    assert plan.convert == () and plan.examined == ("d1",) and plan.remove_deletes == ("g2",) and not plan.empty

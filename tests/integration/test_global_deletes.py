@@ -1,0 +1,252 @@
+"""Sources without full before-images on the real stack: PostgreSQL's REPLICA IDENTITY DEFAULT
+(updates without a before-image, deletes whose before-image has the key and fallback values),
+on tables partitioned by what the key does not determine. Updates and deletes then delete their
+key in every partition (global equality deletes), and the compactor resolves those into
+partition-scoped position deletes. Checked against the independent model of the rows
+(tests/cdc.py), at every writer snapshot and across every resolution (time travel)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import HealthCheck, event, example, given, settings
+
+from icecdc.catalog import pyiceberg_catalog
+from icecdc.compactor.metadata import load_table_partitions
+from icecdc.compactor.plans import plan_hot, plan_resolution
+from icecdc.compactor.sidecar import create_sidecar
+from icecdc.compactor.tracker import GLOBAL_DELETES_PATH
+from icecdc.config import Config, TableConfig
+from icecdc.events import CompactionOutcome
+from icecdc.jvm.bridge import JavaBridge
+from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
+from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
+from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compaction_of, compactor_config
+from tests.integration.test_hot_partitions import rows_at
+from tests.integration.test_ingest_writer import batch_writer, qualified
+
+KB = 1024
+
+
+def key_only_table(config: Config, partition_by: list[str], **options: str) -> Config:
+    """The test's orders table with the source's default before-images (the key only)."""
+    table = config.tables[0]
+    spec = {**orders_table(table.name, table.topic), "partition_by": partition_by, **options}
+    del spec["before_image"]  # the default: never silently wrong
+    return config.model_copy(update={"tables": [TableConfig.model_validate(spec)]})
+
+
+def global_delete_files(spark, config: Config) -> int:
+    """Live equality-delete files under the table's unpartitioned spec."""
+    spec = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0])).unpartitioned_spec_id()
+    if spec is None:
+        return 0
+    name = qualified(config)
+    spark.sql(f"REFRESH TABLE {name}")
+    query = f"SELECT count(*) FROM {name}.delete_files WHERE content = {EQUALITY_DELETES} AND spec_id = {spec}"
+    return int(spark.sql(query).first()[0])
+
+
+def moving_changes(source: SourceDatabase, n: int) -> list:
+    """Updates that move rows to another region and day, deletes, and inserts."""
+    changes = [source.upsert(k, REGIONS[(k + n) % 3], 100 * n + k, (k + n) % 3) for k in range(n % 4, 60, 4) if k in source.rows]
+    changes += [source.delete(k) for k in range(n % 7, 60, 11) if k in source.rows]
+    changes += [source.upsert(k, REGIONS[k % 3], k, n % 3) for k in range(60 + 3 * n, 63 + 3 * n)]
+    return changes
+
+
+@pytest.mark.parametrize("partition_by", [["region"], ["days(updated_at)"]], ids=["region", "days"])
+def test_key_only_before_images_stay_exact_and_the_compactor_resolves_their_global_deletes(
+    spark, stack_config, unique, partition_by
+):
+    settle = {"cadence_multiple": 3, "min_seconds": 1, "initial_seconds": 2, "max_seconds": 4}
+    config = key_only_table(compactor_config(stack_config, unique, target_file_size_bytes=256 * KB, settle=settle), partition_by)
+    name = qualified(config)
+    stop = threading.Event()
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        stream.source = source = SourceDatabase(key_only_before=True)
+        stream([source.upsert(k, REGIONS[k % 3], k, k % 3) for k in range(60)])
+        sidecar = create_sidecar(config, spark)
+        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
+        worker.start()
+        try:
+            for n in range(1, 13):
+                stream(moving_changes(source, n))  # a writer failure raises here
+                assert table_rows(spark, name) == source.expected_rows(), f"after batch {n}"
+            assert write.stats.dead_letters == 0
+            # The sidecar resolves the last batches' global deletes and settles the partitions.
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline and not (sidecar.idle(2.0) and global_delete_files(spark, config) == 0):
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            worker.join(120)
+            sidecar.close()
+    events = sidecar.stats.results
+    resolutions = [e for e in events if e.kind == "resolve-global-deletes" and e.outcome is CompactionOutcome.COMMITTED]
+    assert resolutions, events
+    assert all(e.partition_path == GLOBAL_DELETES_PATH for e in resolutions)
+    assert not [e for e in events if e.outcome is CompactionOutcome.FAILED], events
+    spark.sql(f"REFRESH TABLE {name}")
+    assert global_delete_files(spark, config) == 0
+    assert table_rows(spark, name) == source.expected_rows()
+    for resolution in resolutions:  # each one kept exactly its parent's rows
+        parent = spark.sql(f"SELECT parent_id FROM {name}.snapshots WHERE snapshot_id = {resolution.snapshot_id}").first()
+        assert rows_at(spark, name, resolution.snapshot_id) == rows_at(spark, name, parent.parent_id), resolution
+
+
+def test_global_deletes_can_be_dead_lettered_or_taken_in_place_instead(spark, stack_config, unique):
+    config = key_only_table(compactor_config(stack_config, unique), ["region"], unknown_partition="dead-letter")
+    name = qualified(config)
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        stream.source = source = SourceDatabase(key_only_before=True)
+        stream([source.upsert(k, REGIONS[k % 3], k, 0) for k in range(10)])
+        kept = dict(source.rows)
+        stream([source.upsert(1, "us", 5, 0), source.delete(2)])
+    assert write.stats.dead_letters_by_reason == {"missing-partition-value": 2}
+    assert global_delete_files(spark, config) == 0
+    # Both changes were set aside, nothing already committed was touched.
+    expected = SourceDatabase(rows=kept).expected_rows()
+    assert table_rows(spark, name) == expected
+
+
+# One micro-batch of a key-only source: (key, region or None for a delete, day, cents).
+changes = st.lists(
+    st.tuples(st.integers(1, 24), st.one_of(st.none(), st.sampled_from(REGIONS)), st.integers(0, 2), st.integers(0, 9_999)),
+    min_size=1,
+    max_size=16,
+)
+# After a batch: maybe a resolution of the global deletes or a hot conversion of a partition, with
+# maybe a writer batch committing while it runs.
+maintenance = st.tuples(
+    st.sampled_from(["resolve", "resolve", "convert"]), st.sampled_from(REGIONS), st.one_of(st.none(), changes)
+)
+history = st.lists(st.tuples(changes, st.one_of(st.none(), maintenance)), min_size=3, max_size=6)
+
+
+def apply(source: SourceDatabase, batch: list[tuple[int, str | None, int, int]]) -> list[tuple[bytes, bytes]]:
+    pairs = []
+    for key, region, day, cents in batch:
+        if region is not None:
+            pairs.append(source.upsert(key, region, cents, day))
+        elif key in source.rows:
+            pairs.append(source.delete(key))
+    return pairs
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=history, format_version=st.sampled_from([2, 3]))
+# A resolution while a writer batch adds global deletes for keys it is converting.
+@example(
+    steps=[([(2, "us", 0, 1)], ("resolve", "eu", [(2, "eu", 1, 2), (3, None, 0, 0)])), ([(2, None, 0, 0)], None)],
+    format_version=2,
+)
+@example(
+    steps=[([(5, "us", 1, 1)], ("convert", "us", None)), ([(5, "eu", 0, 3)], ("resolve", "eu", [(5, "apac", 2, 4)]))],
+    format_version=3,
+)
+def test_random_histories_with_resolutions_between_and_during_commits_keep_every_row(spark, stack_config, steps, format_version):
+    unique = f"glob{time.monotonic_ns()}"
+    base = compactor_config(stack_config, unique, target_file_size_bytes=64 * KB, hot_read_budget=2)
+    config = key_only_table(base, ["region", "days(updated_at)"], format_version=format_version)  # type: ignore[arg-type]
+    name = qualified(config)
+    writer_snapshots: dict[int, list] = {}
+    resolutions: list[CommittedSnapshot] = []
+    with batch_writer(spark, config) as write:
+        table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+        stream = Stream(spark, config, write)
+        stream.source = source = SourceDatabase(key_only_before=True)
+
+        def write_batch(batch: list[tuple[int, str | None, int, int]]) -> None:
+            pairs = apply(source, batch)
+            if pairs:
+                stream(pairs)
+                table.refresh()
+                writer_snapshots[table.current_snapshot().snapshot_id] = source.expected_rows()
+
+        write_batch([(k, REGIONS[k % 3], k % 3, k) for k in range(1, 25)])
+        for batch, maintain in steps:
+            write_batch(batch)
+            if maintain is None:
+                continue
+            kind, region, during = maintain
+            loaded = load_table_partitions(
+                pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
+            )
+            if kind == "resolve":
+                compaction = compaction_of(spark, config, loaded.layout, None, config.compactor.target_file_size_bytes)
+            else:
+                key = next((p.partition for p in loaded.partitions.values() if p.partition.get("region") == region), None)
+                if key is None:
+                    continue
+                partition = tuple(key[t.name] for t in loaded.layout.partition)
+                compaction = compaction_of(spark, config, loaded.layout, partition, config.compactor.target_file_size_bytes)
+            files = compaction.files()
+            if files is None:
+                continue
+            chosen = plan_resolution(files) if kind == "resolve" else plan_hot(files, config.compactor)
+
+            def commit(attempt: Callable[[], CommittedSnapshot], during=during) -> CommittedSnapshot:
+                if during:
+                    write_batch(during)  # commits after the resolution's starting snapshot
+                return attempt()
+
+            result = compaction.run(chosen, {"icecdc.compactor": "property-test"}, commit=commit)
+            if result.committed is not None:
+                resolutions.append(result.committed)
+                event(f"committed {result.work.value}{' during a writer commit' if during else ''}")
+
+    assert table_rows(spark, name) == source.expected_rows()
+    for snapshot_id, expected in writer_snapshots.items():
+        assert rows_at(spark, name, snapshot_id) == expected, f"writer snapshot {snapshot_id}"
+    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
+    for committed in resolutions:
+        assert rows_at(spark, name, committed.snapshot_id) == rows_at(spark, name, parents[committed.snapshot_id]), committed
+
+
+def test_icebergs_remove_dangling_deletes_drops_a_live_global_delete_so_resolve_first(spark, stack_config, unique):
+    """Iceberg 1.10's ``RemoveDanglingDeletes`` (``rewrite_data_files`` with
+    ``remove-dangling-deletes=true``) groups delete files by spec and partition, and a global delete
+    lives in the unpartitioned spec, where no data file lives: after a rewrite of one partition it
+    takes the global delete for dangling and drops it, and the rows it deleted in the other
+    partitions come back. This is why icecdc never runs that action on a table with live global
+    deletes (docs/compactor.md), and why they are resolved first: after icecdc's resolution the
+    same call is harmless."""
+    config = key_only_table(compactor_config(stack_config, unique), ["region"])
+    name = qualified(config)
+    rewrite_one_partition = (
+        f"CALL {config.catalog.name}.system.rewrite_data_files(table => '{config.tables[0].name}', "
+        "where => \"region = 'eu'\", options => map('remove-dangling-deletes', 'true', 'rewrite-all', 'true'))"
+    )
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        stream.source = source = SourceDatabase(key_only_before=True)
+        stream([source.upsert(k, REGIONS[k % 3], k, 0) for k in range(12)])
+        snapshot = dict(source.rows)
+        stream([source.delete(1), source.delete(2)])  # key-only deletes: a global delete (keys in us, apac)
+    assert global_delete_files(spark, config) == 1
+    expected = source.expected_rows()
+    table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+    before_rewrite = table.current_snapshot().snapshot_id
+
+    spark.sql(rewrite_one_partition)
+    spark.sql(f"REFRESH TABLE {name}")
+    assert global_delete_files(spark, config) == 0  # dropped while it still applied to us and apac
+    assert table_rows(spark, name) == SourceDatabase(rows=snapshot).expected_rows()  # rows 1 and 2 are back
+
+    spark.sql(f"CALL {config.catalog.name}.system.rollback_to_snapshot('{config.tables[0].name}', {before_rewrite})")
+    loaded = load_table_partitions(
+        pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
+    )
+    resolution = compaction_of(spark, config, loaded.layout, None, config.compactor.target_file_size_bytes)
+    files = resolution.files()
+    assert files is not None and resolution.run(plan_resolution(files), {"icecdc.compactor": "test"}).committed
+    spark.sql(rewrite_one_partition)
+    spark.sql(f"REFRESH TABLE {name}")
+    assert global_delete_files(spark, config) == 0 and table_rows(spark, name) == expected
