@@ -157,6 +157,7 @@ class BatchWriter:
         bridge = JavaBridge(spark)
         self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in self.layouts}
         self.rules = {table.name: table.source_rules for table in config.tables}
+        self._told_global: set[str] = set()  # tables whose first global deletes were explained in the log
         for name, layout in self.layouts.items():
             if self._may_delete_globally(name) and layout.global_spec_id is None:
                 self.layouts[name] = dataclasses.replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
@@ -280,6 +281,17 @@ class BatchWriter:
         metrics.ROWS_WRITTEN.labels(table, "data").inc(rows[DATA])
         metrics.ROWS_WRITTEN.labels(table, "equality-delete").inc(rows[DELETE])
         metrics.ROWS_WRITTEN.labels(table, "global-equality-delete").inc(rows[GLOBAL_DELETE])
+        if global_files and table not in self._told_global:
+            self._told_global.add(table)
+            log.info(
+                "%s: %d keys whose old partition is unknown (before_image: %s) were deleted in every partition; the "
+                "compactor resolves such global deletes. A source that sends the whole old row (MySQL's default, "
+                "PostgreSQL with REPLICA IDENTITY FULL) needs none: set before_image: full (docs/ingest.md)",
+                table,
+                rows[GLOBAL_DELETE],
+                self.rules[table].before_image.value,
+                extra={"table": table},
+            )
         self._publisher.publish(
             CommitEvent(
                 table=table,

@@ -250,3 +250,36 @@ def test_icebergs_remove_dangling_deletes_drops_a_live_global_delete_so_resolve_
     spark.sql(rewrite_one_partition)
     spark.sql(f"REFRESH TABLE {name}")
     assert global_delete_files(spark, config) == 0 and table_rows(spark, name) == expected
+
+
+def test_an_unpartitioned_spec_removed_by_expiry_is_added_again(spark, stack_config, unique):
+    """Snapshot expiry with metadata clean-up removes partition specs no live file uses: once the
+    global deletes are resolved and their snapshots expired, the writer's next global delete
+    finds its spec gone, adds it again and commits."""
+    config = key_only_table(compactor_config(stack_config, unique), ["region"])
+    name = qualified(config)
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        stream.source = source = SourceDatabase(key_only_before=True)
+        stream([source.upsert(k, REGIONS[k % 3], k, 0) for k in range(9)])
+        stream([source.delete(1)])
+        loaded = load_table_partitions(
+            pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
+        )
+        resolution = compaction_of(spark, config, loaded.layout, None, config.compactor.target_file_size_bytes)
+        files = resolution.files()
+        assert files is not None and resolution.run(plan_resolution(files), {"icecdc.compactor": "test"}).committed
+        stream([source.upsert(20, "eu", 1, 0)])  # an insert: its manifests no longer list the resolved delete
+        table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+        removed = table.unpartitioned_spec_id()
+        spark.sql(
+            f"CALL {config.catalog.name}.system.expire_snapshots(table => '{config.tables[0].name}', "
+            f"older_than => TIMESTAMP '2999-01-01 00:00:00', retain_last => 1, clean_expired_metadata => true)"
+        )
+        table.refresh()
+        assert removed is not None and table.unpartitioned_spec_id() is None
+        stream([source.delete(2), source.upsert(3, "us", 7, 1)])  # the writer still names the removed spec
+    assert write.stats.dead_letters == 0
+    assert IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0])).unpartitioned_spec_id() is not None
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == source.expected_rows()
