@@ -159,6 +159,11 @@ class PartitionTracker:
         # A commit the last metadata read already saw (events lag, or were replayed) only
         # tells the cadence; its files are counted.
         counted = event.sequence_number <= self._counted_up_to.get(event.table, -1)
+        if event.truncated and not counted:
+            # Every file of the table is gone: only what this commit adds is left.
+            for state in self._partitions.values():
+                if state.table == event.table:
+                    state.stats = PartitionStats()
         for delta in event.partitions:
             state = self._state(event.table, delta.partition_path, delta.partition)
             if not counted:

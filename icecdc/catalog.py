@@ -192,7 +192,7 @@ def ensure_tables(spark: SparkSession, config: Config, retry: CatalogRetry | Non
             sql(f"setting the primary key of {ref}", f"ALTER TABLE {ref.qualified} SET IDENTIFIER FIELDS {keys}")
             created.append(table.name)
             continue
-        problems.extend(f"{table.name}: {p}" for p in shape.differences(live_shape(existing)))
+        problems.extend(f"{table.name}: {p}" for p in shape.differences(live_shape(existing), evolved=table.evolve_schema))
     if problems:
         raise TableMismatchError("tables disagree with the configuration:\n  " + "\n  ".join(problems))
     return created

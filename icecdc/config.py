@@ -125,6 +125,13 @@ class TableConfig(_Strict):
     unknown_partition: UnknownPartition = UnknownPartition.GLOBAL_DELETE
     # A truncate (op t) empties the table at its offset, or goes to the dead-letter topic.
     truncate: TruncateMode = TruncateMode.APPLY
+    # The table follows the source's columns, as the Connect schema wrapper tells them: a new
+    # field becomes a new optional column, a widening Iceberg allows is made, one commit each
+    # before the batch's data. Off: new fields are counted and logged, never written.
+    evolve_schema: bool = True
+    # Without the schema wrapper, a new field's column type is taken from its JSON values (number
+    # -> long or double, text -> string, true/false -> boolean). Off: counted and logged.
+    infer_new_columns: bool = False
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -173,7 +180,7 @@ class TableConfig(_Strict):
 
     @property
     def source_rules(self) -> SourceRules:
-        return SourceRules(self.before_image, self.unknown_partition, self.truncate)
+        return SourceRules(self.before_image, self.unknown_partition, self.truncate, self.evolve_schema, self.infer_new_columns)
 
     @property
     def shape(self) -> TableShape | None:

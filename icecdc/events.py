@@ -82,6 +82,10 @@ class CommitEvent:
     # Equality deletes of keys whose old partition was unknown: they apply to every partition.
     global_delete_files: int = 0
     global_delete_records: int = 0
+    # The commit emptied the table first (a truncate in the source): its earlier files are gone.
+    truncated: bool = False
+    # Source fields the table has no column for, with how many of the batch's records had them.
+    unknown_columns: dict[str, int] = field(default_factory=dict)
     version: int = EVENT_VERSION
 
     def to_json(self) -> bytes:

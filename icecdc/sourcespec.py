@@ -55,6 +55,11 @@ class SourceRules:
     before_image: BeforeImage = BeforeImage.KEY
     unknown_partition: UnknownPartition = UnknownPartition.GLOBAL_DELETE
     truncate: TruncateMode = TruncateMode.APPLY
+    # The table follows the source's columns (new ones added, types widened as Iceberg allows);
+    # off, they are counted and logged only.
+    evolve_schema: bool = True
+    # Without the Connect schema wrapper, a new field's column type is taken from its JSON value.
+    infer_new_columns: bool = False
 
 
 DEFAULT_RULES = SourceRules()

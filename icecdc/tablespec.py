@@ -30,6 +30,16 @@ _PRIMITIVES: dict[str, str] = {
 _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 SUPPORTED_TYPES = (*_PRIMITIVES, "decimal(P, S)")
 
+
+def widens_to(narrow: str, wide: str) -> bool:
+    """Whether Iceberg may change a column of type ``narrow`` to ``wide`` (spec, "Schema
+    Evolution"): int to long, float to double, a decimal's precision up at the same scale."""
+    if (narrow, wide) in {("int", "long"), ("float", "double")}:
+        return True
+    a, b = _DECIMAL.match(narrow), _DECIMAL.match(wide)
+    return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) > int(a.group(1)))
+
+
 _TEMPORAL = {"date", "timestamp", "timestamptz"}
 # Which source types each transform accepts (Iceberg spec, "Partition Transforms").
 _TRANSFORM_SOURCES: dict[str, set[str] | None] = {
@@ -200,20 +210,20 @@ class TableShape:
         rendered = ", ".join(f"'{k}'='{v}'" for k, v in props.items())
         return sql + f"\nTBLPROPERTIES ({rendered})"
 
-    def differences(self, actual: TableShape) -> list[str]:
+    def differences(self, actual: TableShape, evolved: bool = False) -> list[str]:
         """How ``actual`` (an existing table) disagrees with this configured shape; empty if it fits.
 
-        Extra columns in the table are tolerated only when the configuration does not pin a schema;
-        callers compare only configured tables, so every difference is reported.
+        ``evolved``: the table follows its source's schema (``evolve_schema``), so the configured
+        columns are what it started with: columns added since and types widened since are fine.
         """
         problems: list[str] = []
         for name, kind in self.columns.items():
             if name not in actual.columns:
                 problems.append(f"column {name!r} ({kind}) is in the config but not in the table")
-            elif actual.columns[name] != kind:
+            elif actual.columns[name] != kind and not (evolved and widens_to(kind, actual.columns[name])):
                 problems.append(f"column {name!r} is {actual.columns[name]} in the table but {kind} in the config")
         for name, kind in actual.columns.items():
-            if name not in self.columns:
+            if name not in self.columns and not evolved:
                 problems.append(f"column {name!r} ({kind}) is in the table but not in the config")
         if set(actual.identifier_fields) != set(self.identifier_fields):
             problems.append(

@@ -15,11 +15,17 @@ form per Iceberg type (so they survive Spark's shuffle as JSON and compare exact
 | timestamp(tz)         | int, microseconds since 1970-01-01T00:00:00 UTC   |
 | binary                | str, base64                                       |
 
-Integers for timestamps are read in the unit the envelope's Connect schema names
-(``io.debezium.time.Timestamp`` millis, ``MicroTimestamp`` micros, ``NanoTimestamp`` nanos,
-truncated to micros) and as microseconds when there is no schema to say; ISO-8601 strings
-(``ZonedTimestamp`` and plain) are accepted for dates and timestamps. A zone-less ISO string for a
-``timestamptz`` column is taken as UTC; a zoned one for a ``timestamp`` column is converted to UTC.
+Which Debezium encoding goes into which column type is the table in docs/ingest.md ("Values");
+the Connect schema's logical type names the unit of an integer (``io.debezium.time.Timestamp``
+millis, ``MicroTimestamp`` micros, ``NanoTimestamp`` nanos, truncated to micros; a time of day
+``Time`` millis, ``MicroTime`` micros, ``NanoTime`` nanos, into a ``long`` column as microseconds
+of the day) and integers are taken as microseconds when there is no schema to say. ISO-8601
+strings (``ZonedTimestamp``, ``ZonedTime``, ``IsoDate``...) are accepted for dates, timestamps and
+times; a zone-less ISO string for a ``timestamptz`` column is taken as UTC, a zoned one for a
+``timestamp`` column is converted to UTC.
+
+Records that are not row changes are told apart, not rejected (``Control``): truncates
+(``op: t``), logical decoding messages (``op: m``), heartbeats and transaction metadata.
 """
 
 from __future__ import annotations
@@ -28,18 +34,22 @@ import base64
 import binascii
 import datetime as dt
 import decimal
+import enum
 import functools
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
 
+from icecdc.ingest.evolution import source_fields
 from icecdc.layout import EPOCH_DATE, Column
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
 
-OPS = frozenset({"c", "r", "u", "d"})
+ROW_OPS = frozenset({"c", "r", "u", "d"})
+TRUNCATE, MESSAGE = "t", "m"
+OPS = ROW_OPS | {TRUNCATE, MESSAGE}
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 _INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 # Connect logical type -> how many of its integer units make one microsecond (negative: divide).
@@ -49,7 +59,19 @@ _TIMESTAMP_UNITS = {
     "io.debezium.time.MicroTimestamp": 1,
     "io.debezium.time.NanoTimestamp": -1000,
 }
+# A time of day: how many of the logical type's integer units make one microsecond (negative:
+# divide). Into a ``long`` column, as microseconds since midnight.
+_TIME_UNITS = {
+    "io.debezium.time.Time": 1000,
+    "org.apache.kafka.connect.data.Time": 1000,
+    "io.debezium.time.MicroTime": 1,
+    "io.debezium.time.NanoTime": -1000,
+}
+_ISO_TIMES = frozenset({"io.debezium.time.ZonedTime", "io.debezium.time.IsoTime"})
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
+TRANSACTION_SCHEMA = "io.debezium.connector.common.TransactionMetadataValue"
+HEARTBEAT_SCHEMA_SUFFIX = "Heartbeat"  # io.debezium.connector.common.Heartbeat, <prefix>.Heartbeat
 
 
 class Reason:
@@ -63,6 +85,8 @@ class Reason:
     BAD_VALUE = "bad-value"
     MISSING_PARTITION_VALUE = "missing-partition-value"
     UNKNOWN_TABLE = "unknown-table"
+    TRUNCATE = "truncate"  # a truncate, dead-lettered because the table's truncate option says so
+    INCOMPATIBLE_SCHEMA = "incompatible-schema-change"  # a source type Iceberg cannot change the column to
 
 
 @dataclass(frozen=True)
@@ -80,6 +104,20 @@ class RejectedEvent(Exception):
         self.rejection = Rejection(reason, detail)
 
 
+class ControlKind(str, enum.Enum):
+    """Records on a change topic that are not row changes."""
+
+    TRUNCATE = "truncate"  # op t: the table was emptied
+    MESSAGE = "message"  # op m: a logical decoding message (pg_logical_emit_message)
+    HEARTBEAT = "heartbeat"  # the connector's heartbeat: {"ts_ms": ...}
+    TRANSACTION = "transaction"  # transaction metadata: {"status": "BEGIN" | "END", "id": ...}
+
+
+@dataclass(frozen=True)
+class Control:
+    kind: ControlKind
+
+
 @dataclass(frozen=True)
 class ChangeEvent:
     """One change to one row, values in canonical form."""
@@ -88,11 +126,22 @@ class ChangeEvent:
     key: tuple[Any, ...]
     before: dict[str, Any] | None
     after: dict[str, Any] | None
+    # The row struct's fields and their Iceberg types, from the Connect schema wrapper (empty
+    # without one): what the source's columns are now (``evolution``).
+    schema_fields: tuple[tuple[str, str | None], ...] = ()
+    # Without a wrapper: the after-image's fields the table has no column for, with their values.
+    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 def _bad(column: Column, value: Any, why: str) -> RejectedEvent:
     shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
     return RejectedEvent(Reason.BAD_VALUE, f"column {column.name!r} ({column.type}): {shown} {why}")
+
+
+def _iso_time_micros(text: str) -> int:
+    """Microseconds since midnight of an ISO-8601 time (``ZonedTime`` "10:15:30.123456Z" is UTC)."""
+    parsed = dt.time.fromisoformat(text.strip().removesuffix("Z"))
+    return ((parsed.hour * 60 + parsed.minute) * 60 + parsed.second) * 1_000_000 + parsed.microsecond
 
 
 def _iso_micros(text: str) -> int:
@@ -113,6 +162,12 @@ def _decimal_shape(iceberg_type: str) -> tuple[int, int, re.Pattern[str]]:
     return precision, scale, re.compile(f"^-?{integer}{fraction}$")
 
 
+def _variable_scale(value: Mapping[str, Any]) -> decimal.Decimal:
+    """A VariableScaleDecimal: {"scale": 2, "value": base64 of the unscaled big-endian integer}."""
+    unscaled = int.from_bytes(base64.b64decode(value["value"], validate=True), "big", signed=True)
+    return decimal.Decimal(unscaled).scaleb(-int(value["scale"]))
+
+
 def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> str:
     precision, scale, canonical = _decimal_shape(column.type)
     if type(value) is str and canonical.match(value):
@@ -120,7 +175,9 @@ def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> s
     try:
         if isinstance(value, bool):
             raise TypeError
-        if isinstance(value, str) and logical is not None and logical.get("name") == CONNECT_DECIMAL:
+        if isinstance(value, Mapping):
+            number = _variable_scale(value)
+        elif isinstance(value, str) and logical is not None and logical.get("name") == CONNECT_DECIMAL:
             # precise mode: base64 big-endian two's-complement unscaled value, scale in parameters
             unscaled = int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
             number = decimal.Decimal(unscaled).scaleb(-int(logical.get("parameters", {}).get("scale", 0)))
@@ -130,7 +187,7 @@ def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> s
             number = decimal.Decimal(repr(value))
         else:
             raise TypeError
-    except (TypeError, ValueError, decimal.InvalidOperation, binascii.Error):
+    except (TypeError, ValueError, KeyError, decimal.InvalidOperation, binascii.Error):
         raise _bad(column, value, "is not a decimal") from None
     if not number.is_finite():
         raise _bad(column, value, "is not a finite decimal")
@@ -150,6 +207,9 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
     if value is None:
         return None
     kind = column.type
+    name = logical.get("name", "") if logical else ""
+    if kind == "long" and (name in _TIME_UNITS or name in _ISO_TIMES):
+        value = _time_of_day(column, value, name)  # a string column takes the ISO text as it came
     if kind in _INT_RANGE:
         if isinstance(value, bool) or not isinstance(value, int):
             raise _bad(column, value, "is not an integer")
@@ -158,6 +218,11 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
             raise _bad(column, value, f"is out of range for {kind}")
         return value
     if kind in ("float", "double"):
+        if isinstance(value, Mapping) and name == VARIABLE_SCALE_DECIMAL:
+            try:
+                return float(_variable_scale(value))
+            except (TypeError, ValueError, KeyError, decimal.InvalidOperation, binascii.Error):
+                raise _bad(column, value, "is not a decimal") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(column, value, "is not a number")
         return float(value)
@@ -166,6 +231,11 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
             raise _bad(column, value, "is not a boolean")
         return value
     if kind == "string":
+        if isinstance(value, Mapping) and name == VARIABLE_SCALE_DECIMAL:
+            try:
+                return str(_variable_scale(value))
+            except (TypeError, ValueError, KeyError, decimal.InvalidOperation, binascii.Error):
+                raise _bad(column, value, "is not a decimal") from None
         if not isinstance(value, str):
             raise _bad(column, value, "is not a string")
         return value
@@ -203,6 +273,19 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
             raise _bad(column, value, "is not base64 bytes") from None
         return value
     raise _bad(column, value, f"has an unsupported column type {kind}")
+
+
+def _time_of_day(column: Column, value: Any, name: str) -> int:
+    """Microseconds since midnight of a Debezium time of day."""
+    if isinstance(value, str):
+        try:
+            return _iso_time_micros(value)
+        except ValueError:
+            raise _bad(column, value, "is not a time of day (ISO-8601)") from None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _bad(column, value, "is not a time of day")
+    unit = _TIME_UNITS.get(name, 1)
+    return value * unit if unit > 0 else value // -unit
 
 
 def _logical_types(schema: Any) -> dict[str, Mapping[str, Any]]:
@@ -255,15 +338,40 @@ def _looks_like_payload(payload: Any, op: Any) -> bool:
         value = payload.get(stamp)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
             return False
+    if op not in ROW_OPS:
+        return True  # a truncate or a message: no row image
     return isinstance(before, Mapping) if op == "d" else isinstance(after, Mapping)
 
 
-def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], primary_key: Sequence[str]) -> ChangeEvent:
-    """Parse one Debezium record (the value must not be a tombstone). Raises RejectedEvent."""
+def control_kind(payload: Any, schema: Any) -> ControlKind | None:
+    """What a record that is not a row change is, or None for a row change (or garbage)."""
+    if not isinstance(payload, Mapping):
+        return None
+    op = payload.get("op")
+    if op == TRUNCATE:
+        return ControlKind.TRUNCATE
+    if op == MESSAGE:
+        return ControlKind.MESSAGE
+    if "op" in payload:
+        return None
+    name = schema.get("name") if isinstance(schema, Mapping) else None
+    if (payload.get("status") in ("BEGIN", "END") and "id" in payload) or name == TRANSACTION_SCHEMA:
+        return ControlKind.TRANSACTION
+    if (payload and set(payload) <= {"ts_ms"}) or (isinstance(name, str) and name.endswith(HEARTBEAT_SCHEMA_SUFFIX)):
+        return ControlKind.HEARTBEAT
+    return None
+
+
+def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], primary_key: Sequence[str]) -> ChangeEvent | Control:
+    """Parse one Debezium record (the value must not be a tombstone): a row change, or what
+    else it is. Raises RejectedEvent."""
     payload, schema = _unwrap(parse_json(value))
+    control = control_kind(payload, schema)
+    if control is not None:
+        return Control(control)
     op = payload.get("op") if isinstance(payload, Mapping) else None
     if isinstance(payload, Mapping) and "op" in payload and not (isinstance(op, str) and op in OPS):
-        raise RejectedEvent(Reason.UNKNOWN_OP, f"op {op!r} is not one of c, r, u, d")
+        raise RejectedEvent(Reason.UNKNOWN_OP, f"op {op!r} is not one of c, r, u, d, t, m")
     if not _looks_like_payload(payload, op):
         # Only a record that fails the quick check pays for the schema, which says what is wrong.
         try:
@@ -276,10 +384,18 @@ def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], pri
     image = before if op == "d" else after
     if image is None:  # unreachable past the envelope check; kept so a bad record can never crash a batch
         raise RejectedEvent(Reason.NOT_AN_ENVELOPE, f"op {op!r} without its row image")
-    key_values = _primary_key(key, image, columns, primary_key)
+    # An after-image always carries the key (Debezium never sends one without it): one that does
+    # not is malformed, and taking the key from the record key would overwrite the real row with
+    # nulls. A delete's before-image may lack it (REPLICA IDENTITY NOTHING), the record key may not.
+    key_values = _primary_key(key if op == "d" else None, image, columns, primary_key)
     if after is not None:
         after = {**after, **dict(zip(primary_key, key_values, strict=True))}
-    return ChangeEvent(str(op), key_values, before, after)
+    fields = source_fields(schema)
+    extra: dict[str, Any] = {}
+    if not fields and payload.get("after") is not None:
+        names = {c.name for c in columns}
+        extra = {k: v for k, v in payload["after"].items() if k not in names}
+    return ChangeEvent(str(op), key_values, before, after, fields, extra)
 
 
 def _primary_key(
@@ -301,9 +417,8 @@ def _primary_key(
                     payload = {}
                 kafka_key = payload if isinstance(payload, Mapping) else {}
             if name not in kafka_key:
-                raise RejectedEvent(
-                    Reason.MISSING_KEY, f"primary key column {name!r} is in neither the row image nor the record key"
-                )
+                where = "the row image nor the record key" if key is not None else "the after-image"
+                raise RejectedEvent(Reason.MISSING_KEY, f"primary key column {name!r} is not in {where}")
             value = decode_value(by_name[name], kafka_key[name])
         if value is None:
             raise RejectedEvent(Reason.NULL_KEY, f"primary key column {name!r} is null")

@@ -29,3 +29,11 @@ LAG = Gauge(
     "icecdc_ingest_lag_records",
     "Records behind the high watermarks (approximate; the embedded broker's watermarks are off by a few)",
 )
+SKIPPED = Counter("icecdc_ingest_skipped_records_total", "Records that are not row changes, skipped", ["table", "kind"])
+UNKNOWN_COLUMNS = Counter(
+    "icecdc_ingest_unknown_column_values_total",
+    "Values of source fields the table has no column for (not written)",
+    ["table", "column"],
+)
+SCHEMA_CHANGES = Counter("icecdc_ingest_schema_changes_total", "Columns added or widened to follow the source", ["table", "kind"])
+TRUNCATES = Counter("icecdc_ingest_truncates_total", "Truncates applied (the table emptied in one commit)", ["table"])

@@ -14,6 +14,7 @@ Rows travel between stages with JSON payloads (orjson), so one plan serves table
 from __future__ import annotations
 
 import uuid
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import groupby
 from typing import Any
@@ -23,10 +24,11 @@ import pyarrow as pa
 
 from icecdc.fileio import write_parquet_with_footer
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
-from icecdc.ingest.debezium import Reason, RejectedEvent, parse_change
+from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, parse_change
+from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.filemeta import DATA, DELETE, GLOBAL_DELETE, describe
 from icecdc.layout import TableLayout
-from icecdc.sourcespec import SourceRules
+from icecdc.sourcespec import SourceRules, TruncateMode
 
 _DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
 
@@ -69,11 +71,71 @@ RESULT = pa.schema(
 PARSED_SCHEMA, RESULT_SCHEMA = _ddl(PARSED), _ddl(RESULT)
 
 GLOBAL_PARTITION = "[]"  # a global delete file has no partition
-# Not changes: MARK rows carry, per (table, topic, partition) and input batch, the highest offset
-# read and how many records; tombstones (SKIP) advance offsets and nothing else.
-MARK, SKIP = "mark", "skip"
+# Not changes, passed through the write stage to the driver: MARK rows carry, per (table, topic,
+# partition) and input batch, the highest offset read and how many records; tombstones (SKIP)
+# advance offsets and nothing else; per (table, parse task), SCHEMA rows carry the column changes
+# the records' schemas ask for, COLUMNS rows the source fields the table lacks and will not get
+# (counted), CONTROL rows the records that are not row changes (counted by kind); a TRUNCATE row
+# per truncate record (its table, topic, partition and offset).
+MARK, SKIP, SCHEMA, COLUMNS, CONTROL, TRUNCATE = "mark", "skip", "schema", "columns", "control", "truncate"
+PASSED_THROUGH = frozenset({MARK, SCHEMA, COLUMNS, CONTROL, TRUNCATE})
 
 ArrowStage = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+
+
+class _TableTally:
+    """What one parse task saw of one table besides its changes."""
+
+    def __init__(self) -> None:
+        self.changes: set[ColumnChange] = set()
+        self.unknown: Counter[str] = Counter()
+        self.controls: Counter[str] = Counter()
+
+
+def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRules, tally: _TableTally) -> dict[str, Any]:
+    """The parsed row of one record of a mapped topic (a change, a skip, a truncate). Raises
+    RejectedEvent."""
+    if record["value"] is None:
+        return {"op": SKIP}
+    event = parse_change(record["key"], record["value"], layout.columns, layout.primary_key)
+    if isinstance(event, Control):
+        if event.kind is not ControlKind.TRUNCATE:
+            tally.controls[event.kind.value] += 1
+            return {"op": SKIP}
+        if rules.truncate is TruncateMode.DEAD_LETTER:
+            raise RejectedEvent(Reason.TRUNCATE, "a truncate of the table, dead-lettered (the table's truncate option)")
+        return {"op": TRUNCATE}
+    if event.schema_fields:
+        source = compare(layout.columns, event.schema_fields)
+        if source.incompatible:
+            raise RejectedEvent(Reason.INCOMPATIBLE_SCHEMA, "; ".join(source.incompatible))
+        if rules.evolve_schema:
+            tally.changes.update(source.changes)
+        else:
+            tally.unknown.update(c.column for c in source.changes if c.kind is ChangeKind.ADD)
+        tally.unknown.update(source.unknown)
+    elif event.extra:
+        inferred = inferred_changes(layout.columns, event.extra) if rules.evolve_schema and rules.infer_new_columns else ()
+        tally.changes.update(inferred)
+        tally.unknown.update(name for name in event.extra if name not in {c.column for c in inferred})
+    change = to_key_change(event, layout, rules)
+    return {
+        "op": event.op,
+        "key": orjson.dumps(list(event.key)).decode(),
+        "change": orjson.dumps({"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}),
+    }
+
+
+def _tally_rows(table: str, tally: _TableTally) -> list[dict[str, Any]]:
+    rows = []
+    if tally.changes:
+        changes = [[c.kind.value, c.column, c.iceberg_type] for c in sorted(tally.changes)]
+        rows.append({"table": table, "op": SCHEMA, "detail": orjson.dumps(changes).decode()})
+    if tally.unknown:
+        rows.append({"table": table, "op": COLUMNS, "detail": orjson.dumps(dict(tally.unknown)).decode()})
+    if tally.controls:
+        rows.append({"table": table, "op": CONTROL, "detail": orjson.dumps(dict(tally.controls)).decode()})
+    return rows
 
 
 def parse_stage(
@@ -81,10 +143,12 @@ def parse_stage(
     committed: Mapping[tuple[str, int], int],
     rules_by_table: Mapping[str, SourceRules],
 ) -> ArrowStage:
-    """Kafka records -> one parsed row each, plus offset marks. Records below the table's committed offset (a
-    replayed batch, or the replayed part of one) are dropped here: that is the exactly-once filter."""
+    """Kafka records -> one parsed row each, plus offset marks and what else the task saw. Records
+    below the table's committed offset (a replayed batch, or the replayed part of one) are dropped
+    here: that is the exactly-once filter."""
 
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        tallies: dict[str, _TableTally] = defaultdict(_TableTally)
         for batch in batches:
             out: list[dict[str, Any]] = []
             marks: dict[tuple[str, int], list[int]] = {}
@@ -102,18 +166,7 @@ def parse_stage(
                             Reason.UNKNOWN_TABLE, f"topic {topic!r} is not mapped to a table in the configuration"
                         )
                     row["table"] = layout.table
-                    if record["value"] is None:
-                        row["op"] = SKIP
-                    else:
-                        event = parse_change(record["key"], record["value"], layout.columns, layout.primary_key)
-                        change = to_key_change(event, layout, rules_by_table[layout.table])
-                        row.update(
-                            op=event.op,
-                            key=orjson.dumps(list(event.key)).decode(),
-                            change=orjson.dumps(
-                                {"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}
-                            ),
-                        )
+                    row.update(_parse_record(record, layout, rules_by_table[layout.table], tallies[layout.table]))
                 except RejectedEvent as rejected:
                     row.update(
                         reason=rejected.rejection.reason,
@@ -135,6 +188,9 @@ def parse_stage(
                     }
                 )
             yield pa.RecordBatch.from_pylist(out, schema=PARSED)
+        tallied = [row for table, tally in tallies.items() for row in _tally_rows(table, tally)]
+        if tallied:
+            yield pa.RecordBatch.from_pylist(tallied, schema=PARSED)
 
     return parse
 
@@ -155,7 +211,7 @@ def reduce_and_write_stage(
         def changes() -> Iterator[dict[str, Any]]:
             for batch in batches:
                 for row in batch.to_pylist():
-                    if row["op"] == MARK or row["reason"] is not None:
+                    if row["op"] in PASSED_THROUGH or row["reason"] is not None:
                         passed.append(row)
                     elif row["op"] != SKIP:
                         yield row

@@ -19,7 +19,7 @@ import dataclasses
 import functools
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -33,24 +33,17 @@ from icecdc.errors import MissingPartitionSpec, NoSuchTable
 from icecdc.events import CommitEvent, PartitionDelta
 from icecdc.ingest import metrics
 from icecdc.ingest import offsets as offset_log
+from icecdc.ingest.evolution import ChangeKind, ColumnChange
+from icecdc.ingest.job import BatchJob, JobResult, Position, WrittenFile
 from icecdc.ingest.publish import (
     CommitEventPublisher,
     dead_letters_from_rows,
     send_dead_letters,
 )
-from icecdc.ingest.stages import (
-    DATA,
-    DELETE,
-    GLOBAL_DELETE,
-    MARK,
-    PARSED_SCHEMA,
-    RESULT_SCHEMA,
-    parse_stage,
-    reduce_and_write_stage,
-)
+from icecdc.ingest.stages import DATA, DELETE, GLOBAL_DELETE
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
-from icecdc.layout import PartitionKey, TableLayout, layout_from_pyiceberg
+from icecdc.layout import TableLayout, layout_from_pyiceberg
 from icecdc.outages import CatalogRetry
 from icecdc.sourcespec import UnknownPartition
 
@@ -63,6 +56,9 @@ log = logging.getLogger(__name__)
 # A write task reduces and writes this many records at most; a batch of up to this size is
 # written by one task, so it adds one file per touched partition and kind.
 ROWS_PER_WRITE_TASK = 200_000
+# A batch is done again at most this many times as its tables change under it (a schema change
+# or a truncate each ask for one redo).
+MAX_REDOS = 4
 
 
 @dataclass
@@ -81,16 +77,7 @@ class IngestStats:
     # Commits by others (the compactor) that landed during one of ours and cost it a retry.
     interleaved_commits: int = 0
     last_job_seconds: float = 0.0  # the Spark job: parse, shuffle, reduce, write files
-
-
-@dataclass(frozen=True)
-class WrittenFile:
-    kind: str  # DATA, DELETE (equality deletes on the primary key) or GLOBAL_DELETE (the same, in every partition)
-    path: str
-    partition: PartitionKey
-    record_count: int
-    file_size: int
-    description: str  # Iceberg's content-file JSON, made where the file was written (filemeta.py)
+    skipped: Counter[str] = field(default_factory=Counter)  # records that are not row changes, by kind
 
 
 @dataclass(frozen=True)
@@ -119,6 +106,12 @@ def _partition_deltas(layout: TableLayout, files: list[WrittenFile]) -> list[Par
         PartitionDelta(layout.partition_record(p), layout.partition_path(p), layout.spec_id, **counts)
         for p, counts in by_partition.items()
     ]
+
+
+def _before_truncate(row: Mapping[str, Any], truncated: Mapping[str, Mapping[Position, int]]) -> bool:
+    """Whether a record came before its table's truncate in this batch (a redo skips it)."""
+    at = truncated.get(row.get("table") or "", {}).get((row["topic"], row["kafka_partition"]))
+    return at is not None and row["offset"] <= at
 
 
 def _with_spec_id(description: str, old: int, new: int) -> str:
@@ -161,11 +154,13 @@ class BatchWriter:
         for name, layout in self.layouts.items():
             if self._may_delete_globally(name) and layout.global_spec_id is None:
                 self.layouts[name] = dataclasses.replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
-        self._io_properties = dict(config.catalog.properties)
+        self._retry = retry
+        self._told_unknown: set[tuple[str, str]] = set()  # (table, field) named in the log already
         # Sized from the largest batch the source can deliver, since the job cannot count its
         # input before it runs: one write task (one file per partition and kind) for up to
         # ROWS_PER_WRITE_TASK records.
-        self._write_tasks = max(1, -(-config.ingest.max_batch_records // ROWS_PER_WRITE_TASK))
+        write_tasks = max(1, -(-config.ingest.max_batch_records // ROWS_PER_WRITE_TASK))
+        self._job = BatchJob(self.rules, config.catalog.properties, write_tasks)
 
     def _may_delete_globally(self, table: str) -> bool:
         layout = self.layouts[table]
@@ -189,32 +184,74 @@ class BatchWriter:
         started = time.monotonic()
         tag = f"{self.source_name}:{batch_id}"
         committed = self.committed_offsets()
-        filter_offsets = self.topic_positions(committed)
-        by_topic = {layout.topic: layout for layout in self.layouts.values()}
-        parsed = df.mapInArrow(parse_stage(by_topic, filter_offsets, self.rules), PARSED_SCHEMA)
-        result = self._write(parsed, tag, committed, started)
+        positions = self.topic_positions(committed)
+        first = job = self._job.run(df, self.layouts, positions, tag)
+        self.stats.last_job_seconds = job.seconds
+        truncated: dict[str, dict[Position, int]] = {}
+        # A batch whose records ask for new columns, or hold a truncate, is done again once the
+        # tables are ready for it (rare: a schema change, a truncate): its files are discarded.
+        for _ in range(MAX_REDOS):
+            new_truncates = {t: p for t, p in job.truncates.items() if t not in truncated}
+            if not job.schema_changes and not new_truncates:
+                break
+            self._discard(job)
+            for table, changes in job.schema_changes.items():
+                self._evolve(table, changes)
+            truncated.update(new_truncates)
+            redo_positions = dict(positions)
+            for at in truncated.values():  # what precedes a truncate is emptied with the table
+                redo_positions.update({position: offset + 1 for position, offset in at.items()})
+            job = self._job.run(df, self.layouts, redo_positions, tag)
+            self.stats.last_job_seconds += job.seconds
+        else:
+            raise RuntimeError(f"batch {tag}: the tables kept changing under it ({MAX_REDOS} attempts)")
+        result = self._finish(tag, committed, first, job, truncated, started)
         metrics.BATCH_SECONDS.observe(result.seconds)
         self._log(result)
         return result
 
-    def _write(self, parsed: DataFrame, tag: str, committed: Mapping[str, offset_log.Offsets], started: float) -> BatchResult:
-        # One Spark job: parse, shuffle by key, reduce and write; the marks and rejects of the
-        # parse stage pass through the write stage to the driver in the same result.
-        job_started = time.monotonic()
-        result = (
-            parsed.repartition(self._write_tasks, "table", "key")
-            .sortWithinPartitions("table", "key", "kafka_partition", "offset")
-            .mapInArrow(reduce_and_write_stage(self.layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)
-            .collect()
+    def _discard(self, job: JobResult) -> None:
+        for table in job.files:
+            self.tables[table].delete_files(job.written_paths(table))
+
+    def _evolve(self, table: str, changes: list[ColumnChange]) -> None:
+        """Each change its own metadata commit, before the batch's data commit; a crash between
+        them leaves the change made, and the batch, done again, finds nothing to change."""
+        iceberg = self.tables[table]
+        for change in changes:
+            made = (
+                iceberg.add_column(change.column, change.iceberg_type)
+                if change.kind is ChangeKind.ADD
+                else iceberg.widen_column(change.column, change.iceberg_type)
+            )
+            if made:
+                metrics.SCHEMA_CHANGES.labels(table, change.kind.value).inc()
+                log.info("%s: %s (the source's schema changed)", table, change, extra={"table": table})
+            failpoints.hit("after-schema-change")
+        catalog = metadata_call(self._retry, "opening the catalog", lambda: pyiceberg_catalog(self.config))
+        metadata = metadata_call(
+            self._retry, f"loading {iceberg.ref}", functools.partial(load_metadata_table, catalog, iceberg.ref)
         )
-        self.stats.last_job_seconds = time.monotonic() - job_started
-        consumed_by_table: dict[str, dict[tuple[str, int], int]] = defaultdict(dict)
-        records = 0
-        for mark in (r for r in result if r.op == MARK):
-            records += mark.records
-            if mark.table is not None:
-                position = (mark.topic, mark.kafka_partition)
-                consumed_by_table[mark.table][position] = max(mark.offset, consumed_by_table[mark.table].get(position, -1))
+        if metadata is None:
+            raise NoSuchTable(f"table {iceberg.ref} disappeared while its schema was changed")
+        table_config = self.config.table(table)
+        layout = layout_from_pyiceberg(table, table_config.topic, table_config.primary_key, metadata)
+        self.layouts[table] = dataclasses.replace(
+            layout, global_spec_id=layout.global_spec_id or self.layouts[table].global_spec_id
+        )
+
+    def _finish(
+        self,
+        tag: str,
+        committed: Mapping[str, offset_log.Offsets],
+        first: JobResult,
+        job: JobResult,
+        truncated: Mapping[str, Mapping[Position, int]],
+        started: float,
+    ) -> BatchResult:
+        # Offsets and counts come from the first run, which read every new record; the records
+        # a redo did not parse again (before a truncate) keep the first run's rejections.
+        records = first.records
         self.stats.batches += 1
         self.stats.records += records
         metrics.BATCHES.inc()
@@ -224,7 +261,8 @@ class BatchWriter:
             return BatchResult(tag, 0, 0, {}, time.monotonic() - started)
         failpoints.hit("after-files")
 
-        letters = dead_letters_from_rows(r.asDict() for r in result if r.reason is not None)
+        rejected = job.rejected if job is first else job.rejected + [r for r in first.rejected if _before_truncate(r, truncated)]
+        letters = dead_letters_from_rows(rejected)
         if letters:
             send_dead_letters(self._dead_letter_producer, self.config.dead_letter_topic, letters)
             self.stats.dead_letters += len(letters)
@@ -232,42 +270,68 @@ class BatchWriter:
                 self.stats.dead_letters_by_reason[letter.reason] += 1
                 metrics.DEAD_LETTERS.labels(letter.reason).inc()
         failpoints.hit("after-dead-letters")
+        self._count_not_written(job)
 
-        files_by_table: dict[str, list[WrittenFile]] = defaultdict(list)
-        for row in (r for r in result if r.op in (DATA, DELETE, GLOBAL_DELETE)):
-            files_by_table[row.table].append(
-                WrittenFile(
-                    row.op, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size, row.description
-                )
-            )
         rejected_tables = {letter.table for letter in letters}
         commits: dict[str, CommittedSnapshot] = {}
         commit_seconds: dict[str, float] = {}
-        for table, consumed in consumed_by_table.items():
-            files = files_by_table.get(table, [])
+        for table, consumed in first.consumed.items():
+            files = job.files.get(table, [])
             # A batch of tombstones only is not worth a snapshot: replaying it changes nothing.
-            if not files and table not in rejected_tables:
+            if not files and table not in rejected_tables and table not in truncated:
                 continue
-            commits[table] = self._commit(table, files, offset_log.advance(committed.get(table, {}), consumed), tag)
+            offsets = offset_log.advance(committed.get(table, {}), consumed)
+            commits[table] = self._commit(table, files, offsets, tag, truncate=table in truncated, job=job)
             commit_seconds[table] = self.stats.last_commit_seconds
             failpoints.hit("after-commit")
         return BatchResult(tag, records, len(letters), commits, time.monotonic() - started, commit_seconds)
 
-    def _commit(self, table: str, files: list[WrittenFile], offsets: offset_log.Offsets, tag: str) -> CommittedSnapshot:
+    def _count_not_written(self, job: JobResult) -> None:
+        """Fields the tables lack and records that are not changes: counted, and each unknown
+        field named once in the log."""
+        for table, columns in job.unknown_columns.items():
+            for column, count in columns.items():
+                metrics.UNKNOWN_COLUMNS.labels(table, column).inc(count)
+                if (table, column) not in self._told_unknown:
+                    self._told_unknown.add((table, column))
+                    log.warning(
+                        "%s: the source sends a field %r the table has no column for; its values are not written "
+                        "(evolve_schema adds columns from the schema wrapper, infer_new_columns without one)",
+                        table,
+                        column,
+                        extra={"table": table},
+                    )
+        for table, kinds in job.skipped.items():
+            for kind, count in kinds.items():
+                metrics.SKIPPED.labels(table, kind).inc(count)
+                self.stats.skipped[kind] += count
+
+    def _commit(
+        self, table: str, files: list[WrittenFile], offsets: offset_log.Offsets, tag: str, truncate: bool, job: JobResult
+    ) -> CommittedSnapshot:
         layout = self.layouts[table]
         commit_started = time.monotonic()
         data = [f.description for f in files if f.kind == DATA]
         deletes = [f.description for f in files if f.kind != DATA]
         what, tags = f"committing batch {tag} to {table}", offset_log.batch_summary(offsets, tag)
-        try:
-            snapshot = self.tables[table].commit_files(what, data, deletes, tags)
-        except MissingPartitionSpec as missing:
-            # The unpartitioned spec of the global deletes was expired with the metadata that
-            # no live file used any more: add it again and name it in this batch's files.
-            spec_id = self.tables[table].ensure_unpartitioned_spec()
-            self.layouts[table] = dataclasses.replace(layout, global_spec_id=spec_id)
-            deletes = [_with_spec_id(d, missing.spec_id, spec_id) for d in deletes]
-            snapshot = self.tables[table].commit_files(what, data, deletes, tags)
+        if truncate:
+            # After a truncate the batch's own rows are all there is: its delete files have
+            # nothing to apply to.
+            self.tables[table].delete_files([f.path for f in files if f.kind != DATA])
+            files = [f for f in files if f.kind == DATA]
+            snapshot = self.tables[table].commit_truncate(f"{what} (a truncate)", data, tags)
+            metrics.TRUNCATES.labels(table).inc()
+            log.info("%s: truncated by the source (batch %s)", table, tag, extra={"table": table})
+        else:
+            try:
+                snapshot = self.tables[table].commit_files(what, data, deletes, tags)
+            except MissingPartitionSpec as missing:
+                # The unpartitioned spec of the global deletes was expired with the metadata that
+                # no live file used any more: add it again and name it in this batch's files.
+                spec_id = self.tables[table].ensure_unpartitioned_spec()
+                self.layouts[table] = dataclasses.replace(layout, global_spec_id=spec_id)
+                deletes = [_with_spec_id(d, missing.spec_id, spec_id) for d in deletes]
+                snapshot = self.tables[table].commit_files(what, data, deletes, tags)
         self.stats.last_commit_seconds = time.monotonic() - commit_started
         self.stats.commits += 1
         self.stats.interleaved_commits += snapshot.interleaved
@@ -306,6 +370,8 @@ class BatchWriter:
                 partitions=_partition_deltas(layout, files),
                 global_delete_files=global_files,
                 global_delete_records=rows[GLOBAL_DELETE],
+                truncated=truncate,
+                unknown_columns=dict(job.unknown_columns.get(table, {})),
             )
         )
         return snapshot

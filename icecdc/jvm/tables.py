@@ -169,6 +169,38 @@ class IcebergTable:
         log.info("%s: added unpartitioned partition spec %d for global equality deletes", self.ref, added)
         return added
 
+    def column_types(self) -> dict[str, str]:
+        """Top-level column -> Iceberg type, as of the last refresh."""
+        with java_errors():
+            return {str(f.name()): str(f.type()) for f in iterate(self._java.schema().columns())}
+
+    def add_column(self, name: str, iceberg_type: str) -> bool:
+        """Add an optional column, in one metadata commit; False when it is already there."""
+        self.refresh()
+        if name in self.column_types():
+            return False
+        types = self.bridge.iceberg.types.Types
+
+        def add() -> None:
+            self._java.updateSchema().addColumn(name, types.fromPrimitiveString(iceberg_type)).commit()
+
+        self.call(f"adding column {name} {iceberg_type} to {self.ref}", add)
+        return True
+
+    def widen_column(self, name: str, iceberg_type: str) -> bool:
+        """Change a column to a wider type Iceberg allows, in one metadata commit; False when it
+        already has that type."""
+        self.refresh()
+        if self.column_types().get(name) == iceberg_type:
+            return False
+        types = self.bridge.iceberg.types.Types
+
+        def widen() -> None:
+            self._java.updateSchema().updateColumn(name, types.fromPrimitiveString(iceberg_type).asPrimitiveType()).commit()
+
+        self.call(f"widening column {name} of {self.ref} to {iceberg_type}", widen)
+        return True
+
     def properties(self) -> dict[str, str]:
         with java_errors():
             return dict(self._java.properties())
@@ -273,5 +305,22 @@ class IcebergTable:
             for description in deletes:
                 delta = delta.addDeletes(parse(description))
             return delta
+
+        return self.commit(what, build, summary)
+
+    def commit_truncate(self, what: str, data: Sequence[str], summary: Mapping[str, str]) -> CommittedSnapshot:
+        """A truncate and what the batch wrote after it, in one commit: an ``OverwriteFiles``
+        that removes every data and delete file of the table (a row filter that matches all) and
+        adds the batch's data files, given as content-file JSON."""
+        iceberg = self.bridge.iceberg
+        mapper = iceberg.util.JsonUtil.mapper()
+
+        def build() -> JavaObject:
+            update = self._java.newOverwrite().overwriteByRowFilter(iceberg.expressions.Expressions.alwaysTrue())
+            for description in data:
+                node = mapper.readTree(description)
+                spec = self._java.specs().get(int(node.get("spec-id").asInt()))
+                update = update.addFile(iceberg.ContentFileParser.fromJson(node, spec))
+            return update
 
         return self.commit(what, build, summary)

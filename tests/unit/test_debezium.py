@@ -5,7 +5,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from icecdc.ingest.debezium import Reason, RejectedEvent, _looks_like_payload, decode_value, parse_change
+from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, _looks_like_payload, decode_value, parse_change
 from icecdc.layout import Column
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
 
@@ -152,7 +152,7 @@ def test_bad_values_are_rejected_with_the_column(column, raw, why):
     ("value", "reason"),
     [
         (b"{not json", Reason.UNPARSEABLE),
-        (b'{"op": "t", "after": {"id": 1}}', Reason.UNKNOWN_OP),
+        (b'{"op": "x", "after": {"id": 1}}', Reason.UNKNOWN_OP),
         (b'{"op": "c"}', Reason.NOT_AN_ENVELOPE),
         (b'{"op": "c", "after": {"region": "eu"}}', Reason.MISSING_KEY),
         (b'{"op": "c", "after": {"id": null}}', Reason.NULL_KEY),
@@ -255,3 +255,182 @@ def test_decimal_strings_fast_and_full_paths_agree(kind, raw, expected):
             decode_value(column, raw)
     else:
         assert decode_value(column, raw) == expected
+
+
+# ---- records that are not row changes, and every Debezium type ------------------------------
+
+SOURCE = {"version": "2.7.0.Final", "connector": "postgresql", "name": "shop", "db": "shop", "schema": "public", "table": "t"}
+
+
+@pytest.mark.parametrize(
+    ("document", "kind"),
+    [
+        # A truncate: no before or after (PostgreSQL, skipped.operations=none).
+        ({"source": SOURCE, "op": "t", "ts_ms": 1559033904863, "transaction": None}, ControlKind.TRUNCATE),
+        # A logical decoding message (pg_logical_emit_message), routed to a table topic.
+        (
+            {"op": "m", "ts_ms": 1559033904961, "source": SOURCE, "message": {"prefix": "foo", "content": "Ymfy"}},
+            ControlKind.MESSAGE,
+        ),
+        # A heartbeat, with its schema wrapper.
+        (
+            {
+                "schema": {
+                    "type": "struct",
+                    "fields": [{"type": "int64", "optional": False, "field": "ts_ms"}],
+                    "optional": False,
+                    "name": "io.debezium.connector.common.Heartbeat",
+                },
+                "payload": {"ts_ms": 1588252618953},
+            },
+            ControlKind.HEARTBEAT,
+        ),
+        # Transaction metadata (provide.transaction.metadata=true).
+        (
+            {"status": "BEGIN", "id": "571:53195829", "ts_ms": 1486500577125, "event_count": None, "data_collections": None},
+            ControlKind.TRANSACTION,
+        ),
+    ],
+)
+def test_records_that_are_not_row_changes_are_told_apart(document, kind):
+    assert parse_change(None, dump(document), COLUMNS, KEY) == Control(kind)
+
+
+def test_an_after_image_without_its_key_is_malformed_even_with_a_record_key():
+    with pytest.raises(RejectedEvent) as info:
+        parse_change(b'{"id": 4}', dump({"op": "u", "before": None, "after": {"region": "eu"}}), COLUMNS, KEY)
+    assert info.value.rejection.reason == Reason.MISSING_KEY and "after-image" in info.value.rejection.detail
+
+
+def field(name: str, kind: str, logical: str | None = None, **parameters: str) -> dict:
+    document = {"type": kind, "optional": True, "field": name}
+    if logical:
+        document["name"] = logical
+        document["version"] = 1
+    if parameters:
+        document["parameters"] = parameters
+    return document
+
+
+TYPED = (
+    Column("id", "long", True),
+    Column("d", "date"),
+    Column("t_ms", "long"),
+    Column("t_us", "long"),
+    Column("t_ns", "long"),
+    Column("t_zoned", "long"),
+    Column("t_text", "string"),
+    Column("ts_ms", "timestamp"),
+    Column("ts_us", "timestamp"),
+    Column("ts_ns", "timestamp"),
+    Column("ts_zoned", "timestamptz"),
+    Column("price", "decimal(10, 2)"),
+    Column("ratio", "decimal(12, 4)"),
+    Column("ratio_text", "string"),
+    Column("ratio_double", "double"),
+    Column("uid", "string"),
+    Column("doc", "string"),
+    Column("mood", "string"),
+    Column("flags", "binary"),
+    Column("ok", "boolean"),
+    Column("raw", "binary"),
+)
+
+
+def test_every_debezium_encoding_lands_in_its_column_type():
+    """One PostgreSQL row in Debezium's default JSON encodings, schema wrapper and all, as its
+    documentation shows each type (time.precision.mode adaptive_time_microseconds, decimal
+    handling precise)."""
+    schema_fields = [
+        field("id", "int64"),
+        field("d", "int32", "io.debezium.time.Date"),
+        field("t_ms", "int32", "io.debezium.time.Time"),
+        field("t_us", "int64", "io.debezium.time.MicroTime"),
+        field("t_ns", "int64", "io.debezium.time.NanoTime"),
+        field("t_zoned", "string", "io.debezium.time.ZonedTime"),
+        field("t_text", "string", "io.debezium.time.ZonedTime"),
+        field("ts_ms", "int64", "io.debezium.time.Timestamp"),
+        field("ts_us", "int64", "io.debezium.time.MicroTimestamp"),
+        field("ts_ns", "int64", "io.debezium.time.NanoTimestamp"),
+        field("ts_zoned", "string", "io.debezium.time.ZonedTimestamp"),
+        field("price", "bytes", "org.apache.kafka.connect.data.Decimal", scale="2", **{"connect.decimal.precision": "10"}),
+        {
+            "type": "struct",
+            "fields": [
+                {"type": "int32", "optional": False, "field": "scale"},
+                {"type": "bytes", "optional": False, "field": "value"},
+            ],
+            "optional": True,
+            "name": "io.debezium.data.VariableScaleDecimal",
+            "version": 1,
+            "doc": "Variable scaled decimal",
+            "field": "ratio",
+        },
+        {**field("ratio_text", "struct", "io.debezium.data.VariableScaleDecimal"), "fields": []},
+        {**field("ratio_double", "struct", "io.debezium.data.VariableScaleDecimal"), "fields": []},
+        field("uid", "string", "io.debezium.data.Uuid"),
+        field("doc", "string", "io.debezium.data.Json"),
+        field("mood", "string", "io.debezium.data.Enum", allowed="happy,sad"),
+        field("flags", "bytes", "io.debezium.data.Bits", length="3"),
+        field("ok", "boolean"),
+        field("raw", "bytes"),
+    ]
+    envelope = {
+        "type": "struct",
+        "name": "shop.public.t.Envelope",
+        "fields": [
+            {"type": "struct", "fields": schema_fields, "optional": True, "field": "before"},
+            {"type": "struct", "fields": schema_fields, "optional": True, "field": "after"},
+        ],
+    }
+    scaled = {"scale": 3, "value": base64.b64encode((12345).to_bytes(2, "big", signed=True)).decode()}  # 12.345
+    after = {
+        "id": 1,
+        "d": 20090,  # 2025-01-02
+        "t_ms": 37_230_500,  # 10:20:30.5
+        "t_us": 37_230_500_000,
+        "t_ns": 37_230_500_000_123,
+        "t_zoned": "10:20:30.5Z",
+        "t_text": "10:20:30.5Z",
+        "ts_ms": 1_735_787_045_123,
+        "ts_us": 1_735_787_045_123_456,
+        "ts_ns": 1_735_787_045_123_456_789,
+        "ts_zoned": "2025-01-02T03:04:05.123456Z",
+        "price": base64.b64encode((12345).to_bytes(2, "big", signed=True)).decode(),  # 123.45
+        "ratio": scaled,
+        "ratio_text": scaled,
+        "ratio_double": scaled,
+        "uid": "a1b2c3d4-0000-4000-8000-000000000001",
+        "doc": '{"a": [1, 2]}',
+        "mood": "happy",
+        "flags": base64.b64encode(b"\x05\x00\x01").decode(),
+        "ok": True,
+        "raw": base64.b64encode(b"\x00\xff").decode(),
+    }
+    event = parse_change(None, dump({"schema": envelope, "payload": {"op": "c", "after": after, "source": SOURCE}}), TYPED, KEY)
+    micros_of_day = 37_230_500_000
+    assert event.after == {
+        "id": 1,
+        "d": 20090,
+        "t_ms": micros_of_day,
+        "t_us": micros_of_day,
+        "t_ns": micros_of_day,
+        "t_zoned": micros_of_day,
+        "t_text": "10:20:30.5Z",
+        "ts_ms": 1_735_787_045_123_000,
+        "ts_us": 1_735_787_045_123_456,
+        "ts_ns": 1_735_787_045_123_456,
+        "ts_zoned": 1_735_787_045_123_456,
+        "price": "123.45",
+        "ratio": "12.3450",
+        "ratio_text": "12.345",
+        "ratio_double": 12.345,
+        "uid": "a1b2c3d4-0000-4000-8000-000000000001",
+        "doc": '{"a": [1, 2]}',
+        "mood": "happy",
+        "flags": after["flags"],
+        "ok": True,
+        "raw": after["raw"],
+    }
+    # The wrapper's fields travel with the event, for schema changes.
+    assert dict(event.schema_fields)["ratio"] == "variable-decimal" and dict(event.schema_fields)["ts_zoned"] == "timestamptz"
