@@ -362,9 +362,19 @@ def control_kind(payload: Any, schema: Any) -> ControlKind | None:
     return None
 
 
-def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], primary_key: Sequence[str]) -> ChangeEvent | Control:
-    """Parse one Debezium record (the value must not be a tombstone): a row change, or what
-    else it is. Raises RejectedEvent."""
+@dataclass(frozen=True)
+class Envelope:
+    """A change record's JSON, unwrapped: its payload, its Connect schema (None without the
+    wrapper), and the row struct's fields with their Iceberg types (``evolution.source_fields``)."""
+
+    payload: Mapping[str, Any]
+    schema: Any
+    fields: tuple[tuple[str, str | None], ...] = ()
+
+
+def read_envelope(value: bytes) -> Envelope | Control:
+    """A record's value (not a tombstone) as an envelope to decode, or what else it is. Raises
+    RejectedEvent for what is no Debezium envelope."""
     payload, schema = _unwrap(parse_json(value))
     control = control_kind(payload, schema)
     if control is not None:
@@ -378,7 +388,14 @@ def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], pri
             validator(DEBEZIUM_ENVELOPE, "payload")(payload)
         except SchemaError as exc:
             raise RejectedEvent(Reason.NOT_AN_ENVELOPE, exc.message) from None
-    logical = _logical_types(schema)
+    return Envelope(payload, schema, source_fields(schema))
+
+
+def decode_change(key: bytes | None, envelope: Envelope, columns: Sequence[Column], primary_key: Sequence[str]) -> ChangeEvent:
+    """The row change an envelope holds, its values decoded for the table's columns. Raises
+    RejectedEvent."""
+    payload, op = envelope.payload, envelope.payload["op"]
+    logical = _logical_types(envelope.schema)
     before = _decode_row(payload["before"], columns, logical) if payload.get("before") is not None else None
     after = _decode_row(payload["after"], columns, logical) if payload.get("after") is not None else None
     image = before if op == "d" else after
@@ -390,12 +407,18 @@ def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], pri
     key_values = _primary_key(key if op == "d" else None, image, columns, primary_key)
     if after is not None:
         after = {**after, **dict(zip(primary_key, key_values, strict=True))}
-    fields = source_fields(schema)
     extra: dict[str, Any] = {}
-    if not fields and payload.get("after") is not None:
+    if not envelope.fields and payload.get("after") is not None:
         names = {c.name for c in columns}
         extra = {k: v for k, v in payload["after"].items() if k not in names}
-    return ChangeEvent(str(op), key_values, before, after, fields, extra)
+    return ChangeEvent(str(op), key_values, before, after, envelope.fields, extra)
+
+
+def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], primary_key: Sequence[str]) -> ChangeEvent | Control:
+    """Parse one Debezium record (the value must not be a tombstone): a row change, or what
+    else it is. Raises RejectedEvent."""
+    envelope = read_envelope(value)
+    return envelope if isinstance(envelope, Control) else decode_change(key, envelope, columns, primary_key)
 
 
 def _primary_key(

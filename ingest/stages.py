@@ -24,7 +24,7 @@ import pyarrow as pa
 
 from icecdc.fileio import write_parquet_with_footer
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
-from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, parse_change
+from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, decode_change, read_envelope
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.filemeta import DATA, DELETE, GLOBAL_DELETE, describe
 from icecdc.layout import TableLayout
@@ -94,30 +94,34 @@ class _TableTally:
 
 def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRules, tally: _TableTally) -> dict[str, Any]:
     """The parsed row of one record of a mapped topic (a change, a skip, a truncate). Raises
-    RejectedEvent."""
+    RejectedEvent. A record whose schema asks for column changes is not decoded: the batch is
+    done again once the table has them (``writer``)."""
     if record["value"] is None:
         return {"op": SKIP}
-    event = parse_change(record["key"], record["value"], layout.columns, layout.primary_key)
-    if isinstance(event, Control):
-        if event.kind is not ControlKind.TRUNCATE:
-            tally.controls[event.kind.value] += 1
+    envelope = read_envelope(record["value"])
+    if isinstance(envelope, Control):
+        if envelope.kind is not ControlKind.TRUNCATE:
+            tally.controls[envelope.kind.value] += 1
             return {"op": SKIP}
         if rules.truncate is TruncateMode.DEAD_LETTER:
             raise RejectedEvent(Reason.TRUNCATE, "a truncate of the table, dead-lettered (the table's truncate option)")
         return {"op": TRUNCATE}
-    if event.schema_fields:
-        source = compare(layout.columns, event.schema_fields)
+    if envelope.fields:
+        source = compare(layout.columns, envelope.fields)
         if source.incompatible:
             raise RejectedEvent(Reason.INCOMPATIBLE_SCHEMA, "; ".join(source.incompatible))
-        if rules.evolve_schema:
-            tally.changes.update(source.changes)
-        else:
-            tally.unknown.update(c.column for c in source.changes if c.kind is ChangeKind.ADD)
         tally.unknown.update(source.unknown)
-    elif event.extra:
+        if source.changes and rules.evolve_schema:
+            tally.changes.update(source.changes)
+            return {"op": SKIP}
+        tally.unknown.update(c.column for c in source.changes if c.kind is ChangeKind.ADD)
+    event = decode_change(record["key"], envelope, layout.columns, layout.primary_key)
+    if event.extra:
         inferred = inferred_changes(layout.columns, event.extra) if rules.evolve_schema and rules.infer_new_columns else ()
-        tally.changes.update(inferred)
-        tally.unknown.update(name for name in event.extra if name not in {c.column for c in inferred})
+        if inferred:
+            tally.changes.update(inferred)
+            return {"op": SKIP}
+        tally.unknown.update(list(event.extra))  # counted by name (a mapping would add its values)
     change = to_key_change(event, layout, rules)
     return {
         "op": event.op,
