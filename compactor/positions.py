@@ -11,7 +11,7 @@ position deletes stay as they are, and the equality deletes apply to it no more 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -52,6 +52,9 @@ class Conversion:
     position_deletes: tuple[PositionDeletes, ...]
     output: str  # where the new position-delete file goes
     deletion_vector: bool = False  # write a deletion vector (format v3) instead of Parquet
+
+
+KeyReader = Callable[[EqualityDeletes], pa.Table]
 
 
 @dataclass(frozen=True)
@@ -100,12 +103,11 @@ def _earlier_positions(task: Conversion, io_properties: Mapping[str, str]) -> pa
     return pc.unique(pa.chunked_array(found, pa.int64()).combine_chunks()) if found else pa.array([], pa.int64())
 
 
-def convert(task: Conversion, io_properties: Mapping[str, str]) -> ConvertedFile:
+def convert(task: Conversion, io_properties: Mapping[str, str], read_keys: KeyReader | None = None) -> ConvertedFile:
+    read = read_keys or (lambda deletes: read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties))
     keys_by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
     for deletes in task.equality_deletes:
-        keys_by_ids.setdefault(deletes.field_ids, []).append(
-            read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties)
-        )
+        keys_by_ids.setdefault(deletes.field_ids, []).append(read(deletes))
     matched = []
     for field_ids, tables in keys_by_ids.items():
         data = read_parquet_fields(task.data_file, list(field_ids), io_properties)
@@ -127,4 +129,13 @@ def convert(task: Conversion, io_properties: Mapping[str, str]) -> ConvertedFile
 
 
 def convert_all(tasks: Sequence[Conversion], io_properties: Mapping[str, str]) -> list[ConvertedFile]:
-    return [convert(task, io_properties) for task in tasks]
+    """Several data files' conversions in one executor task: an equality-delete file that applies
+    to several of them (a global delete applies to every file older than it) is read once."""
+    keys: dict[str, pa.Table] = {}
+
+    def read(deletes: EqualityDeletes) -> pa.Table:
+        if deletes.path not in keys:
+            keys[deletes.path] = read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties)
+        return keys[deletes.path]
+
+    return [convert(task, io_properties, read) for task in tasks]

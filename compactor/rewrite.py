@@ -169,8 +169,10 @@ class PartitionCompaction:
             )
             for path in plan.convert
         ]
+        # A few tasks per core, each converting several files (a task costs more than a file).
+        tasks = min(len(jobs), 2 * max(1, self._spark.sparkContext.defaultParallelism))
         converted: Iterable[ConvertedFile] = (
-            self._spark.sparkContext.parallelize(jobs, len(jobs))
+            self._spark.sparkContext.parallelize(jobs, tasks)
             .mapPartitions(functools.partial(_convert_partition, self._io_properties))
             .collect()
         )

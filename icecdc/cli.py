@@ -176,6 +176,17 @@ def _cmd_bench_manifests(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_global_deletes(args: argparse.Namespace) -> int:
+    from icecdc.bench import global_deletes
+
+    results = global_deletes.run(
+        args.rows, args.changes, args.batches, args.repeats, args.lookups, args.out, args.state_dir.resolve()
+    )
+    print(global_deletes.summary(results))
+    print(f"results: {args.out / 'global-deletes.json'}, plot: {args.out / 'global-deletes.png'}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import run_demo
 
@@ -363,6 +374,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_manifests.add_argument("--lookups", type=int, default=100, help="point lookups on each snapshot (default: 100)")
     bench_manifests.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
+
+    bench_global = benches.add_parser(
+        "global-deletes",
+        help="reads with unresolved global equality deletes (key-only before-images) against the same table resolved, "
+        "and what resolving costs",
+    )
+    bench_global.set_defaults(handler=_cmd_bench_global_deletes)
+    bench_global.add_argument(
+        "--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"local state directory (default: {DEFAULT_STATE_DIR})"
+    )
+    bench_global.add_argument("--rows", type=int, default=200_000, help="rows loaded first (default: 200000)")
+    bench_global.add_argument("--changes", type=int, default=2_000, help="key-only updates and deletes a batch (default: 2000)")
+    bench_global.add_argument(
+        "--batches", type=int, default=5, help="batches before the first resolution, and after (default: 5)"
+    )
+    bench_global.add_argument("--repeats", type=int, default=7, help="counts and aggregations on each snapshot (default: 7)")
+    bench_global.add_argument("--lookups", type=int, default=50, help="point lookups on each snapshot (default: 50)")
+    bench_global.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
 
     config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")
     _config_arg(config)
