@@ -141,7 +141,7 @@ def run(rows: int, changes: int, batches: int, repeats: int, lookups: int, out: 
             results.all_at_once = _resolve(spark, config)
             resolved = _snapshot(spark, name)
             say(f"resolved {batches} batches' global deletes in one commit in {results.all_at_once.seconds:.1f}s")
-            results.data_files = spark.sql(f"SELECT count(*) FROM {name}.data_files").first()[0]
+            results.data_files = int(spark.sql(f"SELECT count(*) FROM {name}.data_files").collect()[0][0])
             _compare(spark, name, unresolved, resolved, sorted(orders.rows), results)
             for number in range(1, batches + 1):
                 write_batch()
