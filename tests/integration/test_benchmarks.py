@@ -124,3 +124,21 @@ def test_manifests_benchmark_harness(tmp_path):
         assert point["merged_manifests"] == 1 and len(point["lookup_ms"]) == len(point["merged_lookup_ms"]) == 5
         assert point["data_files"] >= point["manifests"]
     assert (out / "manifests.png").stat().st_size > 0 and "| 6 |" in (out / "manifests.md").read_text()
+
+
+def test_global_deletes_benchmark_harness(tmp_path):
+    """Reads timed on both snapshots, resolutions timed, the table equal to the stream's final
+    state (the run fails otherwise), JSON, plot and summary written."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench",
+        "global-deletes",
+        *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
+        *("--rows", "3000", "--changes", "100", "--batches", "2", "--repeats", "1", "--lookups", "2"),
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = orjson.loads((out / "global-deletes.json").read_bytes())
+    assert results["all_at_once"]["global_delete_files"] == 2 and len(results["per_batch"]) == 2
+    assert all(len(results["unresolved_ms"][q]) == len(results["resolved_ms"][q]) > 0 for q in ("count", "aggregate", "lookup"))
+    assert (out / "global-deletes.png").stat().st_size > 0 and "unresolved / resolved" in (out / "global-deletes.md").read_text()
