@@ -23,7 +23,7 @@ import orjson
 from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import line_plot, machine, markdown_table, publish
 from icecdc.catalog import ensure_tables
-from icecdc.workload import ORDERS_PARTITIONING, ORDERS_SCHEMA, REGIONS, STATUSES
+from icecdc.workload import REGIONS, STATUSES, orders_table
 
 DAY_MICROS = 86_400_000_000
 START_MICROS = int((dt.datetime(2025, 1, 1) - dt.datetime(1970, 1, 1)).total_seconds()) * 1_000_000
@@ -173,15 +173,7 @@ WHEN NOT MATCHED AND s.op <> 'd' THEN INSERT (id, region, status, amount, update
 
 
 def _table(name: str, topic: str, merge: bool) -> dict[str, Any]:
-    return {
-        "name": name,
-        "topic": topic,
-        "primary_key": ["id"],
-        "partition_by": ORDERS_PARTITIONING,
-        "schema": ORDERS_SCHEMA,
-        "before_image": "full",  # the workload's updates and deletes carry the whole old row
-        "properties": MERGE_PROPERTIES if merge else {},
-    }
+    return {**orders_table(name, topic), "properties": MERGE_PROPERTIES if merge else {}}
 
 
 def run(

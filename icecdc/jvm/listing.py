@@ -104,14 +104,19 @@ def list_partition(table: IcebergTable, layout: TableLayout, partition: Partitio
     )
 
 
+def _at_current_snapshot(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> PartitionListing | None:
+    """An empty listing at the table's current snapshot, refreshed (None: the table has none)."""
+    table._java.refresh()
+    snapshot = table._java.currentSnapshot()
+    return None if snapshot is None else PartitionListing(table, layout, partition, snapshot)
+
+
 def _list(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> PartitionListing | None:
-    java = table._java
-    bridge = table.bridge
-    java.refresh()
-    snapshot = java.currentSnapshot()
-    if snapshot is None:
+    java, bridge = table._java, table.bridge
+    listing = _at_current_snapshot(table, layout, partition)
+    if listing is None:
         return None
-    listing = PartitionListing(table, layout, partition, snapshot)
+    snapshot = listing._java_snapshot
     specs = java.specs()
     spec = specs.get(layout.spec_id)
     # Compared as Iceberg itself renders them, from the typed Java partition tuple.
@@ -185,13 +190,11 @@ def list_global_deletes(table: IcebergTable, layout: TableLayout, io_properties:
 
 
 def _list_global(table: IcebergTable, layout: TableLayout, io_properties: Mapping[str, str]) -> PartitionListing | None:
-    java = table._java
-    bridge = table.bridge
-    java.refresh()
-    snapshot = java.currentSnapshot()
-    if snapshot is None:
+    java, bridge = table._java, table.bridge
+    listing = _at_current_snapshot(table, layout, ())
+    if listing is None:
         return None
-    listing = PartitionListing(table, layout, (), snapshot)
+    snapshot = listing._java_snapshot
     listing._global = True
     if layout.global_spec_id is None:
         return listing

@@ -138,7 +138,6 @@ class PartitionRewrite:
         commits meanwhile still apply to them (and Iceberg's validation ignores them)."""
         listing, table = self._listing, self._table
         start = listing.snapshot
-        tags = {**summary, summary_keys.PARTITION: listing.partition_path, summary_keys.STARTING_SNAPSHOT: str(start.snapshot_id)}
 
         def build() -> JavaObject:
             update = table._java.newRewrite().validateFromSnapshot(start.snapshot_id)
@@ -152,7 +151,7 @@ class PartitionRewrite:
                 update = update.deleteFile(listing._delete_handles[path])
             return update
 
-        return table.commit(f"committing a compaction of {table.ref} {listing.partition_path or '(unpartitioned)'}", build, tags)
+        return table.commit(self._what("a compaction"), build, self._tags(summary))
 
     def commit_conversion(
         self, examined: Sequence[str], removed_deletes: Sequence[str], summary: Mapping[str, str]
@@ -168,7 +167,6 @@ class PartitionRewrite:
         same). The writer never fails because of it: its commits remove nothing."""
         listing, table = self._listing, self._table
         start = listing.snapshot
-        tags = {**summary, summary_keys.PARTITION: listing.partition_path, summary_keys.STARTING_SNAPSHOT: str(start.snapshot_id)}
 
         def build() -> JavaObject:
             delta = (
@@ -183,7 +181,15 @@ class PartitionRewrite:
                 delta = delta.removeDeletes(listing._delete_handles[path])
             return delta
 
-        return table.commit(f"committing a conversion of {table.ref} {listing.partition_path or '(unpartitioned)'}", build, tags)
+        return table.commit(self._what("a conversion"), build, self._tags(summary))
+
+    def _tags(self, summary: Mapping[str, str]) -> dict[str, str]:
+        """The snapshot summary of this compaction's commit: who, what, where, from which snapshot."""
+        start = str(self._listing.snapshot.snapshot_id)
+        return {**summary, summary_keys.PARTITION: self._listing.partition_path, summary_keys.STARTING_SNAPSHOT: start}
+
+    def _what(self, kind: str) -> str:
+        return f"committing {kind} of {self._table.ref} {self._listing.partition_path or '(unpartitioned)'}"
 
     def discard(self) -> list[str]:
         """Delete what this rewrite wrote (it did not commit); returns what could not be deleted."""
