@@ -1,9 +1,10 @@
 """``icecdc bench contention``: what a compactor does to the writer it runs beside.
 
-The same CDC batches are written at a fixed cadence to three tables, one run after the other, by
+The same CDC batches are written at a fixed cadence to four tables, one run after the other, by
 a writer in this process: with no compactor, with a naive compactor (commits whenever a
-compaction is ready, no quiet windows, no retry of its own) and with the coordinated compactor
-(icecdc's defaults). The compactor runs as its own process, as deployed. The workload moves to a
+compaction is ready, no quiet windows, no retry of its own), with the coordinated compactor
+(icecdc's defaults), and with no compactor and Iceberg's default manifest merging (``unmerged``:
+icecdc's tables merge on the writer's commits from 8 manifests on, Iceberg's from 100). The compactor runs as its own process, as deployed. The workload moves to a
 new day every few batches, so yesterday's partitions take late changes for a while and then
 settle: the compactor works while the writer writes. Measured: the writer's commit latency
 (p50/p99), failures and retries, and the compactor's commit attempts and conflicts (an attempt
@@ -24,10 +25,13 @@ from icecdc.bench.report import machine, markdown_table, percentile, publish, py
 from icecdc.config import Config
 from icecdc.workload import OrdersWorkload, orders_table
 
-MODES = ("none", "naive", "coordinated")
-# Measured in this order: the writer's JVM keeps warming up through the run, so the baseline goes
-# last and the coordinated compactor first (the comparison that matters errs against icecdc).
-RUN_ORDER = ("coordinated", "naive", "none")
+# unmerged: no compactor either, and Iceberg's own manifest merging (from 100 manifests on) instead
+# of icecdc's tables' 8: what merging manifests on the writer's own commits costs the writer.
+MODES = ("none", "naive", "coordinated", "unmerged")
+# Measured in this order: the writer's JVM keeps warming up through the run, so the baselines go
+# last and the coordinated compactor first (the comparisons that matter err against icecdc).
+RUN_ORDER = ("coordinated", "naive", "none", "unmerged")
+ICEBERG_MANIFEST_MERGING = {"commit.manifest.min-count-to-merge": "100"}
 # Naive: commit the moment a compaction is ready, once (Iceberg's own quick retries only).
 NAIVE = {"quiet_windows": False, "commit_attempts": 1}
 COMPACTOR = {
@@ -46,6 +50,7 @@ class ModeResult:
     writer_commits_interleaved: int
     p50: float
     p99: float
+    manifests: int = 0  # in the last snapshot
     rows_match: bool = False
     compactor: CompactorCounts | None = None  # None: no compactor in this mode
 
@@ -70,9 +75,12 @@ def workload_batches(batches: int, changes: int, seed: int = 5) -> tuple[list[li
 
 
 def _mode_config(base: Config, mode: str, run_id: int) -> Config:
+    table = orders_table(f"bench.contention_{mode}_{run_id}", f"contention-{mode}-{run_id}")
+    if mode == "unmerged":
+        table["properties"] = ICEBERG_MANIFEST_MERGING
     return clone(
         base,
-        tables=[orders_table(f"bench.contention_{mode}_{run_id}", f"contention-{mode}-{run_id}")],
+        tables=[table],
         commit_topic=f"contention-commits-{mode}-{run_id}",
         compaction_topic=f"contention-compactions-{mode}-{run_id}",
         maintenance_topic=f"contention-maintenance-{mode}-{run_id}",
@@ -92,7 +100,7 @@ def run_mode(
     table = config.tables[0]
     feed = FeedWriter(spark, config)
     feed.write(batches[0], 0)  # the initial load
-    compactor = CompactorProcess(config, mode, out) if mode != "none" else None
+    compactor = CompactorProcess(config, mode, out) if mode in ("naive", "coordinated") else None
     latencies: list[float] = []
     failures: list[str] = []
     interleaved = 0
@@ -145,9 +153,10 @@ def _measure(stack: BenchStack, batches: int, changes: int, interval: float, out
         spark.sql(f"REFRESH TABLE {name}")
         rows = sorted(tuple(r) for r in spark.table(name).select("id", "region", "status", "amount", "updated_at").collect())
         results.modes[mode].rows_match = rows == expected
+        results.modes[mode].manifests = spark.sql(f"SELECT count(*) FROM {name}.manifests").collect()[0][0]
         if rows != expected:
             raise RuntimeError(f"{mode}: the table does not hold the workload's final state")
-    say(f"all three tables hold the workload's final state ({len(expected):,} rows)")
+    say(f"every table holds the workload's final state ({len(expected):,} rows)")
     for name in names.values():
         spark.sql(f"DROP TABLE {name} PURGE")
     return results
@@ -174,6 +183,7 @@ def summary(results: ContentionResults) -> str:
                 f"{m.p99 / baseline:.2f}x",
                 len(m.writer_failures),
                 m.writer_commits_interleaved,
+                m.manifests,
                 c.compactions if c else "-",
                 f"{c.commit_conflicts}/{c.commit_attempts} ({c.conflict_rate:.1%})" if c else "-",
             ]
@@ -189,6 +199,7 @@ def summary(results: ContentionResults) -> str:
                 "p99 vs none",
                 "writer failures",
                 "writer commits retried",
+                "manifests at end",
                 "compactions",
                 "compactor conflicts / attempts",
             ],

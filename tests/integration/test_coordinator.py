@@ -559,10 +559,11 @@ def test_contention_benchmark_harness(tmp_path):
     )
     assert run.returncode == 0, run.stderr[-3000:]
     results = orjson.loads((out / "contention.json").read_bytes())
-    assert set(results["modes"]) == {"none", "naive", "coordinated"}
+    assert set(results["modes"]) == {"none", "naive", "coordinated", "unmerged"}
     for mode, measured in results["modes"].items():
         assert len(measured["commit_seconds"]) == 4 and measured["rows_match"] and not measured["writer_failures"], mode
-    assert results["modes"]["none"]["compactor"] is None
+    assert results["modes"]["none"]["compactor"] is None and results["modes"]["unmerged"]["compactor"] is None
+    assert all(m["manifests"] > 0 for m in results["modes"].values())
     for mode in ("naive", "coordinated"):
         assert {"commit_attempts", "conflict_rate"} <= set(results["modes"][mode]["compactor"])
     assert (out / "contention.png").stat().st_size > 0
