@@ -264,14 +264,16 @@ def run_compactor(
 ) -> CompactorStats:
     """Run the sidecar until stopped (SIGTERM/SIGINT finish the current compaction first) or idle."""
     from icecdc.lifecycle import stop_on_signals
-    from icecdc.spark import create_spark_session
+    from icecdc.spark import spark_session
 
     if not config.tables:
         raise UserError("the configuration lists no tables to compact")
     pending = {KAFKA_CHECK: f"joining consumer group {config.compactor.consumer_group}"}
-    with serving(config.compactor.http, {"catalog": catalog_check(config)}, pending=pending) as health:
-        spark = spark or create_spark_session(config, "icecdc-compactor")
-        sidecar = create_sidecar(config, spark, health)
+    with (
+        serving(config.compactor.http, {"catalog": catalog_check(config)}, pending=pending) as health,
+        spark_session(config, "icecdc-compactor", spark) as session,
+    ):
+        sidecar = create_sidecar(config, session, health)
         try:
             stats = sidecar.run(until_idle, stop or stop_on_signals())
         finally:

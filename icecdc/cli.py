@@ -30,11 +30,11 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 def _cmd_tables(args: argparse.Namespace) -> int:
     from icecdc.catalog import ensure_tables
-    from icecdc.spark import create_spark_session
+    from icecdc.spark import spark_session
 
     config = load_config(args.config)
-    spark = create_spark_session(config, "icecdc-tables")
-    created = ensure_tables(spark, config)
+    with spark_session(config, "icecdc-tables") as spark:
+        created = ensure_tables(spark, config)
     for table in config.tables:
         print(f"{table.name}: {'created' if table.name in created else 'exists, matches the config'}")
     return 0

@@ -124,6 +124,7 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
     broker = EmbeddedBroker(state_dir / "broker", port)
     started = broker.start()
     _step(f"broker {'started' if started else 'already running'} on {broker.bootstrap_servers} (memory only)")
+    spark = None
     try:
         table = config.tables[0]
         name = config.table_ref(table).qualified
@@ -189,6 +190,8 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
         )
         return 0
     finally:
+        if spark is not None:
+            spark.stop()  # before the broker, and before the JVM's shutdown hooks would
         if started and not keep_broker:
             broker.stop()
             _step("broker stopped")

@@ -16,6 +16,7 @@ import os
 import shutil
 import sqlite3
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -193,3 +194,18 @@ def create_spark_session(config: Config, app_name: str = "icecdc") -> SparkSessi
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+@contextlib.contextmanager
+def spark_session(config: Config, app_name: str, existing: SparkSession | None = None) -> Iterator[SparkSession]:
+    """A command's Spark session, stopped when the command ends: one left to the JVM's shutdown
+    hooks has its executors killed under it, and on a cluster (or ``local-cluster``) each of them
+    logs errors as it goes. A session the caller passes in is the caller's to stop."""
+    if existing is not None:
+        yield existing
+        return
+    session = create_spark_session(config, app_name)
+    try:
+        yield session
+    finally:
+        session.stop()

@@ -22,7 +22,7 @@ from icecdc.ingest.sources import (
 from icecdc.ingest.writer import BatchWriter, IngestStats
 from icecdc.lifecycle import stop_on_signals
 from icecdc.outages import CatalogRetry
-from icecdc.spark import create_spark_session
+from icecdc.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -36,14 +36,14 @@ def run_ingest(
     """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
     if not config.tables:
         raise UserError("the configuration lists no tables to ingest")
-    with serving(config.ingest.http, {"catalog": catalog_check(config)}, pending={"source": "not reading yet"}) as health:
-        return _ingest(config, until_idle, spark, stop or stop_on_signals(), health)
+    with (
+        serving(config.ingest.http, {"catalog": catalog_check(config)}, pending={"source": "not reading yet"}) as health,
+        spark_session(config, "icecdc-ingest", spark) as session,
+    ):
+        return _ingest(config, until_idle, session, stop or stop_on_signals(), health)
 
 
-def _ingest(
-    config: Config, until_idle: float | None, spark: SparkSession | None, stop: threading.Event, health: Health
-) -> IngestStats:
-    spark = spark or create_spark_session(config, "icecdc-ingest")
+def _ingest(config: Config, until_idle: float | None, spark: SparkSession, stop: threading.Event, health: Health) -> IngestStats:
     retry = CatalogRetry(config.catalog.retry, "ingest", health)
     ensure_tables(spark, config, retry)
     kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])

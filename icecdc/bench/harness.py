@@ -53,14 +53,15 @@ class BenchStack:
 def bench_stack(name: str, state_dir: Path, *, broker: bool = True, **overrides: Any) -> Iterator[BenchStack]:
     """The run's stack: the broker stops when the block ends (its Kafka clients must be gone by
     then, so benches keep them inside the block)."""
-    from icecdc.spark import create_spark_session
+    from icecdc.spark import spark_session
 
     embedded = EmbeddedBroker(state_dir / "broker", free_port()) if broker else None
     if embedded is not None:
         embedded.start()
     try:
         config = embedded_config(state_dir, embedded.port if embedded else 0, **overrides)
-        yield BenchStack(config, create_spark_session(config, f"icecdc-bench-{name}"), int(time.time()))
+        with spark_session(config, f"icecdc-bench-{name}") as spark:
+            yield BenchStack(config, spark, int(time.time()))
     finally:
         if embedded is not None:
             embedded.stop()
