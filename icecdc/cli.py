@@ -187,6 +187,16 @@ def _cmd_bench_global_deletes(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_scale(args: argparse.Namespace) -> int:
+    from icecdc.bench import scale
+
+    counts = [int(n) for n in _positive_numbers(args.partitions, "--partitions")]
+    results = scale.run(counts, args.batches, args.repeats, args.out, args.state_dir.resolve())
+    print(scale.summary(results))
+    print(f"results: {args.out / 'scale.json'}, plot: {args.out / 'scale.png'}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import run_demo
 
@@ -392,6 +402,22 @@ def build_parser() -> argparse.ArgumentParser:
     bench_global.add_argument("--repeats", type=int, default=7, help="counts and aggregations on each snapshot (default: 7)")
     bench_global.add_argument("--lookups", type=int, default=50, help="point lookups on each snapshot (default: 50)")
     bench_global.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
+
+    bench_scale = benches.add_parser(
+        "scale", help="the compactor's metadata reads, decisions, status and listings against partitions and files"
+    )
+    bench_scale.set_defaults(handler=_cmd_bench_scale)
+    bench_scale.add_argument(
+        "--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"local state directory (default: {DEFAULT_STATE_DIR})"
+    )
+    bench_scale.add_argument(
+        "--partitions", default="100,1000,10000", metavar="N[,N...]", help="partitions of each table (default: 100,1000,10000)"
+    )
+    bench_scale.add_argument(
+        "--batches", type=int, default=5, help="writer batches per table, two files per partition each (default: 5)"
+    )
+    bench_scale.add_argument("--repeats", type=int, default=3, help="measurements of each step (default: 3)")
+    bench_scale.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
 
     config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")
     _config_arg(config)

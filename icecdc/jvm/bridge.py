@@ -161,6 +161,11 @@ class JavaBridge:
         defined"."""
         self.jvm.org.apache.spark.sql.SparkSession.setActiveSession(self.java_spark_session)
 
+    def heap_used_bytes(self) -> int:
+        """The driver JVM's heap in use now (for the benchmarks' memory figures)."""
+        runtime = self.jvm.java.lang.Runtime.getRuntime()
+        return int(runtime.totalMemory() - runtime.freeMemory())
+
     def class_available(self, name: str) -> bool:
         """Whether a class is on the driver's classpath (a connector, say)."""
         try:
