@@ -83,7 +83,8 @@ class SourceDatabase:
         before = self.rows.get(key)
         op = "r" if snapshot_read else ("u" if before is not None else "c")
         self.rows[key] = after
-        omit_before = omit_before or self.key_only_before
+        # Debezium's snapshot reads carry no before-image.
+        omit_before = omit_before or self.key_only_before or snapshot_read
         payload = {"op": op, "before": None if omit_before else before, "after": after, "source": {"lsn": 1}, "ts_ms": 0}
         if wrapped:
 
