@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import glob
+import logging
 import os
 import shutil
 import sqlite3
@@ -22,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from icecdc.config import Config
 from icecdc.errors import UserError
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -173,9 +176,29 @@ def make_local_catalog_dirs(catalog_properties: dict[str, str]) -> None:
         Path(warehouse.removeprefix("file:")).mkdir(parents=True, exist_ok=True)
 
 
+def host_local_paths(config: Config) -> list[str]:
+    """The paths of the config that only this host sees, when executors may run on others.
+
+    On ``local[...]`` and ``local-cluster[...]`` every executor shares the driver's filesystem.
+    On any other master an executor writes data files and reads them for key matching under the
+    warehouse location, so a warehouse on a local path works only if every worker mounts it at
+    the same path (a shared filesystem); a SQLite catalog is read by the driver only."""
+    if config.spark.master.startswith("local"):
+        return []
+    warehouse = config.catalog.properties.get("warehouse", "")
+    return [warehouse] if warehouse.startswith(("/", "file:")) else []
+
+
 def create_spark_session(config: Config, app_name: str = "icecdc") -> SparkSession:
     """Start (or reuse) the process's Spark session for this config."""
     check_java()
+    for path in host_local_paths(config):
+        log.warning(
+            "spark.master is %s and the warehouse %s is a local path: every worker must see it at that "
+            "path (a shared filesystem), or use an object store (s3://, gs://, abfs://)",
+            config.spark.master,
+            path,
+        )
     make_local_catalog_dirs(config.catalog.properties)
     if sqlite_catalog_file(config.catalog.properties) is not None:
         # Create the catalog's tables (pyiceberg's SQL catalog writes Iceberg's own layout) so

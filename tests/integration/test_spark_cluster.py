@@ -23,6 +23,7 @@ from icecdc.broker import free_port
 from icecdc.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
 from tests.integration.test_ingest_process import produce
+from tests.integration.test_ingest_writer import read_topic
 from tests.processes import icecdc_process, write_config
 
 WORKERS = 2
@@ -152,6 +153,8 @@ def test_ingester_and_compactor_on_a_standalone_cluster(spark, stack_config, uni
     assert {p.name.split("-")[0] for p in apps} == {"app"} and len({p.name for p in apps}) >= 2
     for run in (ingested, compacted):
         assert " ERROR " not in run.stderr, [line for line in run.stderr.splitlines() if " ERROR " in line][:5]
+    dead = read_topic(config, config.dead_letter_topic, 2, timeout=10)
+    assert [dict(m.headers())["icecdc.reason"] for m in dead] == [b"unparseable-json"]
     name = config.table_ref(table).qualified
     spark.sql(f"REFRESH TABLE {name}")
     assert table_rows(spark, name) == source.expected_rows()

@@ -7,6 +7,7 @@ from icecdc.config import embedded_config
 from icecdc.spark import (
     ICEBERG_EXTENSIONS,
     SparkSetupError,
+    host_local_paths,
     iceberg_runtime_jar,
     jdbc_driver_jar,
     spark_conf,
@@ -65,3 +66,14 @@ def test_an_initialized_sqlite_catalog_is_not_initialized_again(tmp_path):
         assert key not in spark_conf(embedded_config(tmp_path))  # not fully initialized
         db.execute("CREATE TABLE iceberg_namespace_properties (x)")
     assert spark_conf(embedded_config(tmp_path))[key] == "false"
+
+
+def test_a_local_warehouse_is_named_when_executors_may_run_on_other_hosts(tmp_path):
+    assert host_local_paths(embedded_config(tmp_path)) == []
+    assert host_local_paths(embedded_config(tmp_path, spark={"master": "local-cluster[2,1,1024]"})) == []
+    on_cluster = embedded_config(tmp_path, spark={"master": "spark://master:7077"})
+    assert host_local_paths(on_cluster) == [on_cluster.catalog.properties["warehouse"]]
+    s3 = on_cluster.model_copy(
+        update={"catalog": on_cluster.catalog.model_copy(update={"properties": {"warehouse": "s3://lake/wh"}})}
+    )
+    assert host_local_paths(s3) == []
