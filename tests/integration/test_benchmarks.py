@@ -1,5 +1,5 @@
-"""The benchmark harnesses (``icecdc bench e2e``, ``rewrite`` and ``manifests``), on short runs with
-small data: smoke tests of the harness, not measurements."""
+"""Every ``icecdc bench`` harness on a short run with small data: smoke tests of the harness, not
+measurements."""
 
 import orjson
 import pytest
@@ -142,3 +142,22 @@ def test_global_deletes_benchmark_harness(tmp_path):
     assert results["all_at_once"]["global_delete_files"] == 2 and len(results["per_batch"]) == 2
     assert all(len(results["unresolved_ms"][q]) == len(results["resolved_ms"][q]) > 0 for q in ("count", "aggregate", "lookup"))
     assert (out / "global-deletes.png").stat().st_size > 0 and "unresolved / resolved" in (out / "global-deletes.md").read_text()
+
+
+def test_scale_benchmark_harness(tmp_path):
+    """Two table shapes built, every step timed on each, the file counts the writer implies
+    (a data and an equality-delete file per partition and batch), JSON, plot and summary written."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench",
+        "scale",
+        *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
+        *("--partitions", "3,6", "--batches", "2", "--repeats", "1"),
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = orjson.loads((out / "scale.json").read_bytes())
+    assert [(p["partitions"], p["files"]) for p in results["series"]] == [(3, 12), (6, 24)]
+    for point in results["series"]:
+        assert all(len(point["costs"][step]["seconds"]) == 1 for step in ("reconcile", "decision", "status", "listing"))
+    assert (out / "scale.png").stat().st_size > 0 and "live files" in (out / "scale.md").read_text()

@@ -115,10 +115,10 @@ def test_read_cost_weighs_equality_deletes_over_data_and_position_deletes():
 
 def test_a_hot_partition_is_worked_on_only_past_its_read_budget():
     small = PartitionStats(data_files=2, data_bytes=2 * MB, small_files=2, small_bytes=2 * MB)
-    assert read_budget(small, SETTINGS) == 6.0  # hot_read_budget x one target-sized file
-    assert hot_work(dataclasses.replace(small, equality_delete_files=1), SETTINGS) is None  # cost 5
-    work, reason = hot_work(dataclasses.replace(small, equality_delete_files=2), SETTINGS)  # cost 8
-    assert work is Work.CONVERT and "over its budget 6" in reason
+    assert read_budget(small, SETTINGS) == 3.0  # hot_read_budget x one target-sized file
+    assert hot_work(small, SETTINGS) is None  # cost 2
+    work, reason = hot_work(dataclasses.replace(small, equality_delete_files=1), SETTINGS)  # cost 5
+    assert work is Work.CONVERT and "over its budget 3" in reason
     assert hot_work(PartitionStats(data_files=9, data_bytes=9 * 128 * MB), SETTINGS) is None  # its own ideal
 
 
