@@ -30,7 +30,10 @@ def _snapshot_time_and_owner(table: Any, snapshot_id: int | None) -> tuple[float
 def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) -> dict[str, PartitionMetadata]:
     """Every partition of the table's current spec that has live files, by partition path.
     Files of older specs are left to a full rewrite and not reported."""
-    if table.current_snapshot() is None:
+    snapshot = table.current_snapshot()
+    # A table emptied by a truncate has a snapshot without manifests, which pyiceberg's
+    # inspect tables cannot be built from.
+    if snapshot is None or not snapshot.manifests(table.io):
         return {}
     counters: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     keys: dict[str, Any] = {}

@@ -9,21 +9,26 @@ from __future__ import annotations
 
 import base64
 import signal
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import hypothesis.strategies as st
 import orjson
+from hypothesis import HealthCheck, event, example, given, settings
 
 from icecdc import kafka
 from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor.metadata import load_table_partitions
-from icecdc.compactor.plans import plan_rewrite
+from icecdc.compactor.plans import plan_conversion, plan_rewrite
 from icecdc.compactor.policy import Work
 from icecdc.config import Config, TableConfig
+from icecdc.errors import CommitConflict
 from icecdc.events import CommitEvent
 from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import IcebergTable
+from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from tests.integration.test_compactor import Stream, compaction_of, compactor_config
 from tests.integration.test_ingest_process import ingest_process, produce
 from tests.integration.test_ingest_writer import batch_writer, qualified, read_topic
@@ -116,7 +121,10 @@ class EvolvingSource:
         return sorted((r["id"], r["region"], Decimal(r["amount"]), r["n"], r.get("note")) for r in self.rows.values())
 
 
-def evolving_table(config: Config) -> Config:
+TRUNCATE = (None, orjson.dumps({"op": "t", "source": {"connector": "postgresql"}, "ts_ms": 1}))
+
+
+def evolving_table(config: Config, format_version: int = 2) -> Config:
     table = TableConfig.model_validate(
         {
             "name": config.tables[0].name,
@@ -125,6 +133,7 @@ def evolving_table(config: Config) -> Config:
             "partition_by": ["region"],
             "schema": {"id": "long", "region": "string", "amount": "decimal(10, 2)", "n": "int"},
             "before_image": "full",
+            "format_version": format_version,
         }
     )
     return config.model_copy(update={"tables": [table]})
@@ -225,7 +234,7 @@ def test_a_truncate_empties_the_table_at_its_offset(spark, stack_config, unique)
     config = evolving_table(compactor_config(stack_config, unique))
     name = qualified(config)
     source = EvolvingSource()
-    truncate = (None, orjson.dumps({"op": "t", "source": {"connector": "postgresql"}, "ts_ms": 1}))
+    truncate = TRUNCATE
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
         stream([source.upsert(k, ("eu", "us")[k % 2], f"{k}.00", k) for k in range(1, 11)])
@@ -266,3 +275,120 @@ def test_without_the_schema_wrapper_new_fields_are_counted_or_typed_from_their_v
     assert types["note"] == "string" and types["score"] == "double"
     found = spark.table(qualified(config)).where("id = 3").select("note", "score").first()
     assert (found.note, found.score) == ("z", 2.5)
+
+
+# One source operation: an upsert (key, region, amount) or a delete of a key, the source's next
+# schema version (v2 adds `note` and widens `n` and `amount`, v3 drops `note`), or a truncate.
+operation = st.one_of(
+    st.tuples(st.just("upsert"), st.integers(1, 8), st.sampled_from(["eu", "us"]), st.integers(0, 999)),
+    st.tuples(st.just("delete"), st.integers(1, 8)),
+    st.just(("evolve",)),
+    st.just(("truncate",)),
+)
+source_batch = st.lists(operation, min_size=1, max_size=6)
+# After a batch, maybe a conversion or a delete merge of one region, maybe with a writer batch
+# (schema changes and truncates included) committed between its start and its commit.
+schema_history = st.lists(
+    st.tuples(
+        source_batch,
+        st.one_of(
+            st.none(),
+            st.tuples(st.sampled_from(["convert", "merge"]), st.sampled_from(["eu", "us"]), st.one_of(st.none(), source_batch)),
+        ),
+    ),
+    min_size=1,
+    max_size=6,
+)
+
+
+def source_records(source: EvolvingSource, batch: list[tuple]) -> list[tuple[bytes | None, bytes]]:
+    records: list[tuple[bytes | None, bytes]] = []
+    for op, *args in batch:
+        if op == "upsert":
+            key, region, cents = args
+            # From v2 on, values that need the widened types.
+            n, amount = (
+                (key, f"{cents // 100}.{cents % 100:02d}")
+                if source.version == 1
+                else (2**40 + key, f"12345678{cents % 100:02d}.25")
+            )
+            records.append(source.upsert(key, region, amount, n, note=f"n{cents}"))
+        elif op == "delete" and args[0] in source.rows:
+            records.append(source.delete(args[0]))
+        elif op == "evolve" and source.version < 3:
+            source.version += 1
+        elif op == "truncate":
+            source.rows.clear()
+            records.append(TRUNCATE)
+    return records
+
+
+def common_rows(spark, name: str, snapshot_id: int, columns: list[str]) -> list[tuple[Any, ...]]:
+    found = spark.sql(f"SELECT {', '.join(columns)} FROM {name} VERSION AS OF {snapshot_id}").collect()
+    return sorted(map(tuple, found))
+
+
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=schema_history, format_version=st.sampled_from([2, 3]))
+# A table a truncate emptied has a snapshot without manifests: its metadata must still be read.
+@example(steps=[([("truncate",)], None), ([("truncate",)], ("convert", "eu", None))], format_version=2)
+# A schema change and a truncate land between a merge's start and its commit.
+@example(
+    steps=[([("upsert", 2, "eu", 5)], ("merge", "eu", [("evolve",), ("upsert", 2, "eu", 7), ("truncate",)]))], format_version=3
+)
+def test_random_histories_of_schema_changes_and_truncates_with_maintenance_interleaved_keep_every_row(
+    spark, stack_config, steps, format_version
+):
+    unique = f"evolve{time.monotonic_ns()}"
+    config = evolving_table(compactor_config(stack_config, unique, target_file_size_bytes=64 * 1024), format_version)
+    name = qualified(config)
+    source = EvolvingSource()
+    maintenance_snapshots: list[CommittedSnapshot] = []
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+
+        def write_batch(batch: list[tuple]) -> None:
+            records = source_records(source, batch)
+            if records:
+                stream(records)
+
+        write_batch([("upsert", k, ("eu", "us")[k % 2], k) for k in range(1, 9)])
+        for batch, maintain in steps:
+            write_batch(batch)
+            if maintain is None:
+                continue
+            kind, region, during = maintain
+            loaded = load_table_partitions(
+                pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
+            )
+            compaction = compaction_of(spark, config, loaded.layout, (region,), config.compactor.target_file_size_bytes)
+            files = compaction.files()
+            if files is None:
+                continue
+            chosen = plan_conversion(files) if kind == "convert" else plan_rewrite(files, Work.DELETE_MERGE, config.compactor)
+
+            def commit(attempt: Callable[[], CommittedSnapshot], during=during) -> CommittedSnapshot:
+                if during:
+                    write_batch(during)  # schema changes, truncates and data after the maintenance's start
+                return attempt()
+
+            # The writer never fails; only a truncate (which removes files) may fail the maintenance.
+            truncating = any(op[0] == "truncate" for op in during or ())
+            try:
+                result = compaction.run(chosen, {"icecdc.compactor": "property-test"}, commit=commit)
+            except CommitConflict:
+                assert truncating, "only a truncate may fail a maintenance commit"
+                event("maintenance lost to a truncate")
+                continue
+            if result.committed is not None:
+                maintenance_snapshots.append(result.committed)
+                event(f"committed {result.work.value}{' during a writer commit' if during else ''}")
+        assert write.stats.dead_letters == 0
+
+    assert rows(spark, name) == source.expected_rows()
+    # Every maintenance snapshot holds its parent's rows (in the columns both schemas have).
+    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
+    for committed in maintenance_snapshots:
+        parent = parents[committed.snapshot_id]
+        columns = ["id", "region", "amount", "n"]
+        assert common_rows(spark, name, committed.snapshot_id, columns) == common_rows(spark, name, parent, columns), committed
