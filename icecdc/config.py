@@ -260,8 +260,8 @@ class CompactorConfig(_Strict):
     # compacted self (docs/compactor.md, "Hot partitions: a read-cost budget"): past it, the
     # cheapest of converting its equality deletes, packing the writer's small files, or a full
     # delete merge that brings it back under.
-    # 3 by docs/BENCHMARKS.md, "Hot partitions": reads 1.8-2.6x the compacted copy's at a write
-    # amplification of 1.2-1.6, where 6 read up to 4.2x and 2 cost a write amplification of 6.5.
+    # 3 by docs/BENCHMARKS.md, "Hot partitions": reads 1.6-2.4x the compacted copy's at a write
+    # amplification of 1.1-1.5, where 6 read up to 4.2x and 2 cost a write amplification of 6.5.
     hot_read_budget: float = Field(default=3.0, ge=1.0)
     # Hard ceilings besides the budget: past either, a hot partition gets a full delete merge.
     hot_max_delete_files: int = Field(default=64, ge=1)
