@@ -13,6 +13,8 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
+from icecdc.catalog import pyiceberg_catalog
+from icecdc.compactor.metadata import TableMetadata, load_table_partitions
 from icecdc.compactor.plans import plan_rewrite
 from icecdc.compactor.policy import Work
 from icecdc.compactor.rewrite import PartitionCompaction
@@ -69,6 +71,15 @@ class Stream:
         self.write(records_to_dataframe(self.spark, kafka_records(self.topic, pairs, self.offset)), self.batch)
         self.offset += len(pairs)
         self.batch += 1
+
+
+def table_metadata(config: Config) -> TableMetadata:
+    """The compactor's read of the test table's metadata, as it reconciles."""
+    loaded = load_table_partitions(
+        pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
+    )
+    assert loaded is not None, "the table exists"
+    return loaded
 
 
 def compaction_of(spark, config: Config, layout: TableLayout, partition: PartitionKey, target: int) -> PartitionCompaction:

@@ -15,8 +15,6 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 
-from icecdc.catalog import pyiceberg_catalog
-from icecdc.compactor.metadata import load_table_partitions
 from icecdc.compactor.plans import plan_hot, plan_resolution
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH
@@ -25,7 +23,7 @@ from icecdc.events import CompactionOutcome
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
-from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compaction_of, compactor_config
+from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compaction_of, compactor_config, table_metadata
 from tests.integration.test_hot_partitions import rows_at
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
@@ -176,9 +174,7 @@ def test_random_histories_with_resolutions_between_and_during_commits_keep_every
             if maintain is None:
                 continue
             kind, region, during = maintain
-            loaded = load_table_partitions(
-                pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
-            )
+            loaded = table_metadata(config)
             if kind == "resolve":
                 compaction = compaction_of(spark, config, loaded.layout, None, config.compactor.target_file_size_bytes)
             else:
@@ -241,9 +237,7 @@ def test_icebergs_remove_dangling_deletes_drops_a_live_global_delete_so_resolve_
     assert table_rows(spark, name) == SourceDatabase(rows=snapshot).expected_rows()  # rows 1 and 2 are back
 
     spark.sql(f"CALL {config.catalog.name}.system.rollback_to_snapshot('{config.tables[0].name}', {before_rewrite})")
-    loaded = load_table_partitions(
-        pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
-    )
+    loaded = table_metadata(config)
     resolution = compaction_of(spark, config, loaded.layout, None, config.compactor.target_file_size_bytes)
     files = resolution.files()
     assert files is not None and resolution.run(plan_resolution(files), {"icecdc.compactor": "test"}).committed
@@ -263,9 +257,7 @@ def test_an_unpartitioned_spec_removed_by_expiry_is_added_again(spark, stack_con
         stream.source = source = SourceDatabase(key_only_before=True)
         stream([source.upsert(k, REGIONS[k % 3], k, 0) for k in range(9)])
         stream([source.delete(1)])
-        loaded = load_table_partitions(
-            pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
-        )
+        loaded = table_metadata(config)
         resolution = compaction_of(spark, config, loaded.layout, None, config.compactor.target_file_size_bytes)
         files = resolution.files()
         assert files is not None and resolution.run(plan_resolution(files), {"icecdc.compactor": "test"}).committed

@@ -15,8 +15,6 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 
-from icecdc.catalog import pyiceberg_catalog
-from icecdc.compactor.metadata import load_table_partitions
 from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_conversion, plan_hot, plan_rewrite
 from icecdc.compactor.policy import Work
 from icecdc.compactor.sidecar import create_sidecar
@@ -25,7 +23,14 @@ from icecdc.events import CompactionOutcome
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from tests.cdc import SourceDatabase, orders_table, table_rows
-from tests.integration.test_compactor import EQUALITY_DELETES, POSITION_DELETES, Stream, compaction_of, compactor_config
+from tests.integration.test_compactor import (
+    EQUALITY_DELETES,
+    POSITION_DELETES,
+    Stream,
+    compaction_of,
+    compactor_config,
+    table_metadata,
+)
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
 REGIONS = ("eu", "us")
@@ -102,9 +107,7 @@ def test_random_histories_with_maintenance_between_and_during_commits_keep_every
             if maintain is None:
                 continue
             kind, region, during = maintain
-            loaded = load_table_partitions(
-                pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
-            )
+            loaded = table_metadata(config)
             compaction = compaction_of(spark, config, loaded.layout, (region,), config.compactor.target_file_size_bytes)
             files = compaction.files()
             if files is None:

@@ -20,8 +20,6 @@ import orjson
 from hypothesis import HealthCheck, event, example, given, settings
 
 from icecdc import kafka
-from icecdc.catalog import pyiceberg_catalog
-from icecdc.compactor.metadata import load_table_partitions
 from icecdc.compactor.plans import plan_conversion, plan_rewrite
 from icecdc.compactor.policy import Work
 from icecdc.config import Config, TableConfig
@@ -29,7 +27,7 @@ from icecdc.errors import CommitConflict
 from icecdc.events import CommitEvent
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
-from tests.integration.test_compactor import Stream, compaction_of, compactor_config
+from tests.integration.test_compactor import Stream, compaction_of, compactor_config, table_metadata
 from tests.integration.test_ingest_process import ingest_process, produce
 from tests.integration.test_ingest_writer import batch_writer, qualified, read_topic
 from tests.processes import write_config
@@ -182,9 +180,7 @@ def test_the_table_follows_added_widened_and_dropped_columns_and_the_compactor_r
     assert len(read_topic(config, config.commit_topic, 4)) == 4
 
     # The compactor merges files of all three schema versions.
-    loaded = load_table_partitions(
-        pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
-    )
+    loaded = table_metadata(config)
     for path, partition in loaded.partitions.items():
         compaction = compaction_of(
             spark,
@@ -358,9 +354,7 @@ def test_random_histories_of_schema_changes_and_truncates_with_maintenance_inter
             if maintain is None:
                 continue
             kind, region, during = maintain
-            loaded = load_table_partitions(
-                pyiceberg_catalog(config), config.table_ref(config.tables[0]), config.tables[0], config.compactor
-            )
+            loaded = table_metadata(config)
             compaction = compaction_of(spark, config, loaded.layout, (region,), config.compactor.target_file_size_bytes)
             files = compaction.files()
             if files is None:
