@@ -119,6 +119,8 @@ class CompactorSidecar:
         self.feed.poll(poll_timeout)
         if self.reconciler.due(self._clock()):
             self.reconciler.reconcile_all()
+        for table in self.tracker.take_unlisted():
+            self.reconciler.reconcile(table)
         event = None
         while True:  # a maintenance check that finds nothing to do hands the turn on (it is no longer due)
             now = self._clock()

@@ -141,6 +141,9 @@ class PartitionTracker:
         self._partitions: dict[tuple[str, str], PartitionState] = {}
         # Per table, the sequence number its statistics were last read at from metadata.
         self._counted_up_to: dict[str, int] = {}
+        # Tables with a commit whose event did not list its partitions (too many): only their
+        # metadata says what it wrote.
+        self._unlisted: set[str] = set()
 
     def __iter__(self) -> Iterator[PartitionState]:
         return iter(self._partitions.values())
@@ -164,6 +167,8 @@ class PartitionTracker:
             for state in self._partitions.values():
                 if state.table == event.table:
                     state.stats = PartitionStats()
+        if event.partitions_omitted and not counted:
+            self._unlisted.add(event.table)
         for delta in event.partitions:
             state = self._state(event.table, delta.partition_path, delta.partition)
             if not counted:
@@ -181,10 +186,17 @@ class PartitionTracker:
                 state.oldest_write = state.oldest_write or at
             state.cadence.record(at)
 
+    def take_unlisted(self) -> set[str]:
+        """The tables to read metadata of now: a commit event since their last read left out
+        the partitions it wrote."""
+        tables, self._unlisted = self._unlisted, set()
+        return tables
+
     def on_metadata(self, table: str, sequence_number: int, partitions: Mapping[str, PartitionMetadata]) -> None:
         """Replace a table's statistics with what its metadata says at ``sequence_number``;
         partitions that have no live file any more are forgotten."""
         self._counted_up_to[table] = sequence_number
+        self._unlisted.discard(table)
         for path, meta in partitions.items():
             state = self._state(table, path, meta.partition)
             state.stats = meta.stats

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
 
 import orjson
@@ -15,6 +15,14 @@ import orjson
 from icecdc.schemas import COMMIT_EVENT, COMPACTION_EVENT, MAINTENANCE_EVENT, validator
 
 EVENT_VERSION = 1
+
+# A commit event larger than this lists no partitions, only how many it left out; consumers then
+# read the table's metadata instead. A batch that touches ~10,000 partitions makes a 2 MB event,
+# over Kafka's default 1 MB message.max.bytes (broker and librdkafka alike): the event could not be
+# published after its commit, and the ingester stopped. Half the default leaves room for headers and
+# for brokers configured a little lower, and costs nothing: such a commit is rare and a metadata read
+# of its table is what the compactor does on every reconcile anyway.
+COMMIT_EVENT_MAX_BYTES = 512 * 1024
 
 
 class CompactionOutcome(str, enum.Enum):
@@ -86,10 +94,15 @@ class CommitEvent:
     truncated: bool = False
     # Source fields the table has no column for, with how many of the batch's records had them.
     unknown_columns: dict[str, int] = field(default_factory=dict)
+    # Partitions the commit touched that ``partitions`` does not list (see COMMIT_EVENT_MAX_BYTES).
+    partitions_omitted: int = 0
     version: int = EVENT_VERSION
 
-    def to_json(self) -> bytes:
-        return _encode(self, COMMIT_EVENT)
+    def to_json(self, max_bytes: int = COMMIT_EVENT_MAX_BYTES) -> bytes:
+        encoded = _encode(self, COMMIT_EVENT)
+        if len(encoded) <= max_bytes or not self.partitions:
+            return encoded
+        return _encode(replace(self, partitions=[], partitions_omitted=self.partitions_omitted + len(self.partitions)), COMMIT_EVENT)
 
     @classmethod
     def from_json(cls, data: bytes) -> CommitEvent:

@@ -399,3 +399,27 @@ def test_the_feed_applies_commits_of_known_tables_and_counts_bad_ones():
     assert tracker.get("db.t", "p=eu") is not None and feed.writer("db.t").last_write == 5.0
     assert feed.bad_commit_events == 2 and feed.commit_events == 1
     assert [r.replica for r in activity.running_compactions("db.t", 10.0)] == ["r2"]
+
+
+def test_a_commit_event_too_large_for_kafka_lists_no_partitions_and_sends_the_compactor_to_the_metadata():
+    deltas = [PartitionDelta({"p": f"p{i:05d}"}, f"p=p{i:05d}", 0, data_files=1, data_bytes=10, data_records=1) for i in range(10_000)]
+    commit = CommitEvent("db.t", 1, None, 1, 5_000, "overwrite", "w", None, {}, deltas)
+    small = CommitEvent("db.t", 2, 1, 2, 6_000, "overwrite", "w", None, {}, deltas[:10])
+
+    encoded = commit.to_json()
+    assert len(orjson.dumps([d.__dict__ for d in deltas])) > 1_000_000  # would not fit a 1 MB Kafka message
+    assert len(encoded) <= 512 * 1024
+    elided = CommitEvent.from_json(encoded)
+    assert elided.partitions == [] and elided.partitions_omitted == 10_000
+    assert CommitEvent.from_json(small.to_json()) == small  # a usual event lists every partition
+
+    tracker = PartitionTracker(SETTINGS)
+    tracker.on_commit(small)
+    assert tracker.take_unlisted() == set()
+    tracker.on_commit(elided)
+    assert tracker.take_unlisted() == {"db.t"} and tracker.take_unlisted() == set()
+    tracker.on_commit(elided)
+    tracker.on_metadata("db.t", 1, {})  # a read that saw the commit answers it
+    assert tracker.take_unlisted() == set()
+    tracker.on_commit(elided)  # replayed after the read: already counted
+    assert tracker.take_unlisted() == set()
