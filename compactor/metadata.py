@@ -4,8 +4,9 @@ with whatever the commit events did not tell it (a late start, a restart, a lost
 
 from __future__ import annotations
 
-from collections import defaultdict
-from dataclasses import dataclass
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from icecdc import summary
@@ -15,38 +16,63 @@ from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata
 from icecdc.config import CompactorConfig, TableConfig
 from icecdc.files import DataFileContent
-from icecdc.layout import TableLayout, layout_from_pyiceberg
+from icecdc.layout import PartitionKey, TableLayout, layout_from_pyiceberg
 from icecdc.tableref import TableRef
 
 
-def _snapshot_time_and_owner(table: Any, snapshot_id: int | None) -> tuple[float | None, bool]:
-    snapshot = table.snapshot_by_id(snapshot_id) if snapshot_id is not None else None
-    if snapshot is None:
-        return None, False
-    ours = summary.COMPACTOR in snapshot.summary.additional_properties
-    return snapshot.timestamp_ms / 1000, ours
+@dataclass
+class PartitionTally:
+    """What live files of one partition add up to, and the newest commit among them."""
+
+    key: PartitionKey
+    counts: Counter[str] = field(default_factory=Counter)
+    # (timestamp ms, snapshot id) of the newest commit that added one of the files.
+    newest: tuple[int, int] | None = None
+
+    def add(self, other: PartitionTally) -> None:
+        self.counts.update(other.counts)
+        if other.newest is not None and (self.newest is None or other.newest > self.newest):
+            self.newest = other.newest
 
 
-def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) -> dict[str, PartitionMetadata]:
-    """Every partition of the table's current spec that has live files, by partition path.
-    Files of older specs are left to a full rewrite and not reported."""
-    snapshot = table.current_snapshot()
-    # A table emptied by a truncate has a snapshot without manifests, which pyiceberg's
-    # inspect tables cannot be built from.
-    if snapshot is None or not snapshot.manifests(table.io):
-        return {}
-    counters: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-    keys: dict[str, Any] = {}
-    files = table.inspect.files().select(["content", "spec_id", "partition", "record_count", "file_size_in_bytes"])
-    for row in files.to_pylist():
-        if row["spec_id"] != layout.spec_id:
+@dataclass
+class ManifestTally:
+    """One manifest's live entries, summed per partition of the current spec, and its global
+    equality deletes. A manifest file never changes once written, so this is read once per file."""
+
+    partitions: dict[str, PartitionTally] = field(default_factory=dict)
+    global_delete_files: int = 0
+    global_delete_records: int = 0
+    global_delete_times_ms: tuple[int, int] | None = None  # oldest, newest commit of one
+
+
+def _tally_manifest(
+    manifest: Any, io: Any, layout: TableLayout, settings: CompactorConfig, commit_times: Mapping[int, int]
+) -> ManifestTally:
+    tally = ManifestTally()
+    if manifest.partition_spec_id not in (layout.spec_id, layout.global_spec_id):
+        return tally  # files of older specs are left to a full rewrite and not reported
+    names = [term.name for term in layout.partition]
+    for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+        data_file = entry.data_file
+        content = DataFileContent(data_file.content)
+        at = commit_times.get(entry.snapshot_id) if entry.snapshot_id is not None else None
+        if manifest.partition_spec_id == layout.global_spec_id:  # never the current spec's (layout_from_pyiceberg)
+            if content is DataFileContent.EQUALITY_DELETES:
+                tally.global_delete_files += 1
+                tally.global_delete_records += data_file.record_count
+                if at is not None:
+                    old = tally.global_delete_times_ms
+                    tally.global_delete_times_ms = (at, at) if old is None else (min(old[0], at), max(old[1], at))
             continue
-        key = layout.partition_from_metadata(row["partition"] or {})
+        key = layout.partition_from_metadata(dict(zip(names, data_file.partition, strict=True)))
         path = layout.partition_path(key)
-        keys[path] = key
-        c = counters[path]
-        size, records = row["file_size_in_bytes"], row["record_count"]
-        content = DataFileContent(row["content"])
+        partition = tally.partitions.get(path)
+        if partition is None:
+            partition = tally.partitions[path] = PartitionTally(key)
+        if at is not None and (partition.newest is None or (at, entry.snapshot_id) > partition.newest):
+            partition.newest = (at, entry.snapshot_id)
+        c, size, records = partition.counts, data_file.file_size_in_bytes, data_file.record_count
         if content is DataFileContent.DATA:
             c["data_files"] += 1
             c["data_bytes"] += size
@@ -61,61 +87,85 @@ def read_partitions(table: Any, layout: TableLayout, settings: CompactorConfig) 
         else:
             c["position_delete_files"] += 1
             c["position_delete_records"] += records
-    last_updated: dict[str, int | None] = {}
-    if layout.partition:
-        for row in table.inspect.partitions().select(["partition", "spec_id", "last_updated_snapshot_id"]).to_pylist():
-            if row["spec_id"] == layout.spec_id:
-                last_updated[layout.partition_path(layout.partition_from_metadata(row["partition"]))] = row[
-                    "last_updated_snapshot_id"
-                ]
-    else:
-        last_updated[""] = table.current_snapshot().snapshot_id
-    out = {}
-    global_deletes = read_global_deletes(table, layout)
-    if global_deletes is not None:
-        out[GLOBAL_DELETES_PATH] = global_deletes
-    for path, counts in counters.items():
-        when, ours = _snapshot_time_and_owner(table, last_updated.get(path))
+    return tally
+
+
+class ManifestCache:
+    """The tallies of one table's manifests, by manifest path, kept between reads: a read of the
+    table then opens only the manifests written since the last one (the metadata of an unchanged
+    table costs its manifest list). Only the current snapshot's manifests are kept, so memory
+    follows the table's live manifests, not its history. A new layout (a spec or schema change)
+    starts it afresh."""
+
+    def __init__(self) -> None:
+        self._layout: TableLayout | None = None
+        self._tallies: dict[str, ManifestTally] = {}
+        # At the last read: manifests opened, and manifests whose tally was already known.
+        self.opened = self.cached = 0
+
+    def tallies(self, table: Any, snapshot: Any, layout: TableLayout, settings: CompactorConfig) -> list[ManifestTally]:
+        if layout != self._layout:
+            self._layout, self._tallies = layout, {}
+        manifests = snapshot.manifests(table.io)
+        commit_times: dict[int, int] | None = None
+        kept: dict[str, ManifestTally] = {}
+        self.opened = 0
+        for manifest in manifests:
+            tally = self._tallies.get(manifest.manifest_path)
+            if tally is None:
+                if commit_times is None:
+                    commit_times = {s.snapshot_id: s.timestamp_ms for s in table.metadata.snapshots}
+                tally = _tally_manifest(manifest, table.io, layout, settings, commit_times)
+                self.opened += 1
+            kept[manifest.manifest_path] = tally
+        self._tallies = kept
+        self.cached = len(kept) - self.opened
+        return list(kept.values())
+
+
+def read_partitions(
+    table: Any, layout: TableLayout, settings: CompactorConfig, cache: ManifestCache | None = None
+) -> dict[str, PartitionMetadata]:
+    """Every partition of the table's current spec that has live files, by partition path, and
+    the table's global deletes (under GLOBAL_DELETES_PATH). One pass over the current snapshot's
+    manifests (the ones ``cache`` has not seen), entries only: no file statistics decoded."""
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return {}
+    totals: dict[str, PartitionTally] = {}
+    global_files = global_records = 0
+    global_times: list[int] = []
+    for tally in (cache or ManifestCache()).tallies(table, snapshot, layout, settings):
+        for path, partition in tally.partitions.items():
+            total = totals.get(path)
+            if total is None:
+                total = totals[path] = PartitionTally(partition.key)
+            total.add(partition)
+        global_files += tally.global_delete_files
+        global_records += tally.global_delete_records
+        global_times.extend(tally.global_delete_times_ms or ())
+    out: dict[str, PartitionMetadata] = {}
+    if global_files:
+        out[GLOBAL_DELETES_PATH] = PartitionMetadata(
+            partition={},
+            stats=PartitionStats(equality_delete_files=global_files, equality_delete_records=global_records),
+            last_write=max(global_times) / 1000 if global_times else None,
+            last_compaction=None,
+            oldest_write=min(global_times) / 1000 if global_times else None,
+        )
+    for path, total in totals.items():
+        # An unpartitioned table's one partition was last written by the current snapshot.
+        newest_id = total.newest[1] if layout.partition and total.newest is not None else snapshot.snapshot_id
+        newest = table.snapshot_by_id(newest_id)
+        when = newest.timestamp_ms / 1000 if newest is not None else None
+        ours = newest is not None and summary.COMPACTOR in newest.summary.additional_properties
         out[path] = PartitionMetadata(
-            partition=layout.partition_record(keys[path]),
-            stats=PartitionStats(**counts),
+            partition=layout.partition_record(total.key),
+            stats=PartitionStats(**total.counts),
             last_write=None if ours else when,
             last_compaction=when if ours else None,
         )
     return out
-
-
-def read_global_deletes(table: Any, layout: TableLayout) -> PartitionMetadata | None:
-    """The table's live global equality deletes (under its unpartitioned spec), with when the
-    newest and the oldest were committed; None when there are none. Only the delete manifests of
-    that spec are read."""
-    from pyiceberg.manifest import ManifestContent
-
-    snapshot = table.current_snapshot()
-    if layout.global_spec_id is None or snapshot is None:
-        return None
-    files = records = 0
-    times: list[float] = []
-    for manifest in snapshot.manifests(table.io):
-        if manifest.content != ManifestContent.DELETES or manifest.partition_spec_id != layout.global_spec_id:
-            continue
-        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
-            if DataFileContent(entry.data_file.content) is not DataFileContent.EQUALITY_DELETES:
-                continue
-            files += 1
-            records += entry.data_file.record_count
-            added = table.snapshot_by_id(entry.snapshot_id) if entry.snapshot_id is not None else None
-            if added is not None:
-                times.append(added.timestamp_ms / 1000)
-    if not files:
-        return None
-    return PartitionMetadata(
-        partition={},
-        stats=PartitionStats(equality_delete_files=files, equality_delete_records=records),
-        last_write=max(times, default=None),
-        last_compaction=None,
-        oldest_write=min(times, default=None),
-    )
 
 
 @dataclass(frozen=True)
@@ -128,14 +178,15 @@ class TableMetadata:
 
 
 def load_table_partitions(
-    catalog: Any, ref: TableRef, table_config: TableConfig, settings: CompactorConfig
+    catalog: Any, ref: TableRef, table_config: TableConfig, settings: CompactorConfig, cache: ManifestCache | None = None
 ) -> TableMetadata | None:
     """A configured table's layout and partitions; None while the table does not exist (the
-    ingester creates it)."""
+    ingester creates it). Give the same ``cache`` to every read of a table to read only its new
+    manifests."""
     table = load_metadata_table(catalog, ref)
     if table is None:
         return None
     layout = layout_from_pyiceberg(table_config.name, table_config.topic, table_config.primary_key, table)
     snapshot = table.current_snapshot()
     sequence_number = (snapshot.sequence_number or 0) if snapshot is not None else 0
-    return TableMetadata(layout, sequence_number, read_partitions(table, layout, settings))
+    return TableMetadata(layout, sequence_number, read_partitions(table, layout, settings, cache))

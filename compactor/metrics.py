@@ -36,3 +36,8 @@ GLOBAL_DELETE_FILES = Gauge(
 GLOBAL_DELETE_AGE = Gauge(
     "icecdc_compactor_global_delete_age_seconds", "Age of the oldest live global equality-delete file (0: none)", ["table"]
 )
+MANIFESTS_READ = Counter(
+    "icecdc_compactor_manifests_read_total",
+    "Manifests a metadata reconcile needed: opened (new since the last read) or cached (read before)",
+    ["table", "source"],
+)

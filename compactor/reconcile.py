@@ -1,6 +1,7 @@
 """Re-reading every configured table's metadata: at start, every ``reconcile_seconds``, after
-each of the sidecar's own compactions and after a rebalance. This replaces the tracker's
-statistics, so a late start, a restart, a lost event or another replica's compaction only delays
+each of the sidecar's own compactions, after a rebalance and after a commit event that did not list
+its partitions. Only manifests not read before are opened (``ManifestCache``). This replaces the
+tracker's statistics, so a late start, a restart, a lost event or another replica's compaction only delays
 work. Catalog calls ride out outages (``outages``); any other error skips the table until the
 next reconcile.
 """
@@ -13,7 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from icecdc.catalog import metadata_call, pyiceberg_catalog
-from icecdc.compactor.metadata import load_table_partitions
+from icecdc.compactor import metrics
+from icecdc.compactor.metadata import ManifestCache, load_table_partitions
 from icecdc.compactor.tracker import PartitionTracker
 from icecdc.config import Config
 from icecdc.errors import CatalogOutage
@@ -35,6 +37,8 @@ class Reconciler:
         self._last = float("-inf")
         # Each configured table's layout as last read from its metadata.
         self.layouts: dict[str, TableLayout] = {}
+        # Each table's manifests already read: a reconcile opens only the ones written since.
+        self._manifests: dict[str, ManifestCache] = {}
 
     def due(self, now: float) -> bool:
         return now - self._last >= self._config.compactor.reconcile_seconds
@@ -52,10 +56,11 @@ class Reconciler:
         try:
             if self._catalog is None:
                 self._catalog = metadata_call(self._retry, "opening the catalog", lambda: pyiceberg_catalog(self._config))
+            cache = self._manifests.setdefault(table_name, ManifestCache())
             loaded = metadata_call(
                 self._retry,
                 f"reading the metadata of {ref}",
-                lambda: load_table_partitions(self._catalog, ref, table, self._config.compactor),
+                lambda: load_table_partitions(self._catalog, ref, table, self._config.compactor, cache),
             )
         except CatalogOutage:
             raise
@@ -71,6 +76,8 @@ class Reconciler:
             log.info("table %s does not exist yet; the ingester creates it", table_name)
             return
         self.layouts[table_name] = loaded.layout
+        metrics.MANIFESTS_READ.labels(table_name, "opened").inc(cache.opened)
+        metrics.MANIFESTS_READ.labels(table_name, "cached").inc(cache.cached)
         self._tracker.on_metadata(table_name, loaded.sequence_number, loaded.partitions)
 
     def reconcile_all(self) -> None:

@@ -197,6 +197,17 @@ def _cmd_bench_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_ingest_shape(args: argparse.Namespace) -> int:
+    from icecdc.bench import ingest_shape
+
+    changes = [int(n) for n in _positive_numbers(args.changes, "--changes")]
+    tables = [int(n) for n in _positive_numbers(args.tables, "--tables")]
+    results = ingest_shape.run(changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve())
+    print(ingest_shape.summary(results))
+    print(f"results: {args.out / 'ingest-shape.json'}, plot: {args.out / 'ingest-shape.png'}")
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import run_demo
 
@@ -418,6 +429,23 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_scale.add_argument("--repeats", type=int, default=3, help="measurements of each step (default: 3)")
     bench_scale.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
+
+    bench_shape = benches.add_parser(
+        "ingest-shape", help="the ingester's cost per batch against the batch's size and the tables it spans, with memory"
+    )
+    bench_shape.set_defaults(handler=_cmd_bench_ingest_shape)
+    bench_shape.add_argument(
+        "--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"local state directory (default: {DEFAULT_STATE_DIR})"
+    )
+    bench_shape.add_argument(
+        "--changes", default="10000,50000,200000", metavar="N[,N...]", help="batch sizes, one table (default: 10000,50000,200000)"
+    )
+    bench_shape.add_argument("--tables", default="1,10,50", metavar="N[,N...]", help="tables one batch spans (default: 1,10,50)")
+    bench_shape.add_argument(
+        "--fan-out-changes", type=int, default=10_000, help="changes per batch over all tables, for --tables (default: 10000)"
+    )
+    bench_shape.add_argument("--batches", type=int, default=3, help="measured batches per point, after one warm-up (default: 3)")
+    bench_shape.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
 
     config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")
     _config_arg(config)

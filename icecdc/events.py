@@ -102,7 +102,9 @@ class CommitEvent:
         encoded = _encode(self, COMMIT_EVENT)
         if len(encoded) <= max_bytes or not self.partitions:
             return encoded
-        return _encode(replace(self, partitions=[], partitions_omitted=self.partitions_omitted + len(self.partitions)), COMMIT_EVENT)
+        return _encode(
+            replace(self, partitions=[], partitions_omitted=self.partitions_omitted + len(self.partitions)), COMMIT_EVENT
+        )
 
     @classmethod
     def from_json(cls, data: bytes) -> CommitEvent:

@@ -4,12 +4,14 @@ ingester's own writer fed like a source, progress lines, and the plot set-up."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +69,58 @@ def bench_stack(name: str, state_dir: Path, *, broker: bool = True, **overrides:
             embedded.stop()
 
 
+def rss_peak_reset() -> None:
+    """Reset the kernel's peak-RSS mark of this process (Linux: clear_refs 5)."""
+    with contextlib.suppress(OSError):  # not Linux: the peak is since the process started
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def rss_kib(field_name: str, pid: int | str = "self") -> int:
+    """A memory field of a process's /proc status (VmRSS, VmHWM), in KiB; 0 when unknown."""
+    with contextlib.suppress(OSError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field_name + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+class WorkerMemory:
+    """The peak summed resident memory of a process's descendants (Spark's Python workers under
+    the JVM), sampled every ``interval`` seconds on a thread while the block runs: workers come
+    and go within a job, so no single process's peak mark would tell."""
+
+    def __init__(self, root_pid: int, interval: float = 0.05) -> None:
+        self._root, self._interval = root_pid, interval
+        self.peak_kib = 0
+        self._stop = threading.Event()
+
+    def _descendants(self) -> list[int]:
+        children: dict[int, list[int]] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+                children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+        out, todo = [], list(children.get(self._root, []))
+        while todo:
+            pid = todo.pop()
+            out.append(pid)
+            todo.extend(children.get(pid, []))
+        return out
+
+    def _sample(self) -> None:
+        while not self._stop.wait(self._interval):
+            self.peak_kib = max(self.peak_kib, sum(rss_kib("VmRSS", pid) for pid in self._descendants()))
+
+    def __enter__(self) -> WorkerMemory:
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def clone(config: Config, **updates: Any) -> Config:
     """``config`` with top-level keys replaced (tables, topics, compactor settings...)."""
     return Config.model_validate({**config.model_dump(by_alias=True), **updates})
@@ -92,11 +146,16 @@ class FeedWriter:
         self._offset = 0
 
     def frame(self, pairs: Sequence[tuple[bytes | None, bytes | None]], topics: Sequence[str] | None = None) -> Any:
-        """The next batch as the DataFrame a source hands ``foreachBatch`` (built outside any timer)."""
+        """The next batch as the DataFrame a source hands ``foreachBatch`` (built outside any timer):
+        the same records on every table's topic."""
+        return self.frame_by_topic(dict.fromkeys(topics or self._topics, pairs))
+
+    def frame_by_topic(self, pairs: Mapping[str, Sequence[tuple[bytes | None, bytes | None]]]) -> Any:
+        """The next batch with each topic's own records."""
         from icecdc.ingest.sources import records_to_dataframe, source_rows
 
-        rows = [row for topic in (topics or self._topics) for row in source_rows(topic, pairs, self._offset)]
-        self._offset += len(pairs)
+        rows = [row for topic, records in pairs.items() for row in source_rows(topic, records, self._offset)]
+        self._offset += max((len(records) for records in pairs.values()), default=0)
         return records_to_dataframe(self._spark, rows)
 
     def write(self, pairs: Sequence[tuple[bytes | None, bytes | None]], batch_id: int) -> BatchResult:

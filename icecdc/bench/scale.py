@@ -6,8 +6,11 @@ writer in ``batches`` batches of P inserts, one per partition: each batch adds a
 equality-delete file to every partition (as a CDC writer does), so the table ends with
 2 x batches x P live files. Then, median of ``repeats`` each:
 
-- **reconcile**: the sidecar's read of the table's metadata (every partition's file counts, and
-  the last write of each), as it does at start and every ``reconcile_seconds``;
+- **reconcile**: the sidecar's first read of the table's metadata (every partition's file counts,
+  and the last write of each), as at start;
+- **re-reconcile**: the same read of the unchanged table, as every ``reconcile_seconds``, with the
+  manifests the first read opened known (``ManifestCache``): what is left is the catalog's load of
+  the table's metadata file and its manifest list;
 - **decision turn**: the tracker, fed that metadata, ranks every partition that needs work and
   lists what waits (every partition here is settled and needs a merge);
 - **status**: ``icecdc status`` without a running sidecar (metadata read, table rendered);
@@ -20,7 +23,6 @@ grow; a cost per file that grows with the table is what this is here to catch.
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -30,11 +32,11 @@ from typing import Any, TypeVar
 
 import orjson
 
-from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
+from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress, rss_kib, rss_peak_reset
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 
 say = progress("scale")
-STEPS = ("reconcile", "decision", "status", "listing")
+STEPS = ("reconcile", "re-reconcile", "decision", "status", "listing")
 T = TypeVar("T")
 
 
@@ -65,29 +67,16 @@ class ScaleResults:
     series: list[ShapePoint] = field(default_factory=list)
 
 
-def _rss_peak_reset() -> None:
-    """Reset the kernel's peak-RSS mark of this process (Linux: clear_refs 5)."""
-    with contextlib.suppress(OSError):  # not Linux: the peak is since the process started
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def _rss_kib(field_name: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field_name + ":"):
-            return int(line.split()[1])
-    return 0
-
-
 def _measure(step: Callable[[], T], repeats: int) -> tuple[StepCost, T]:
     cost = StepCost()
     result: Any = None
     for _ in range(repeats):
-        before = _rss_kib("VmRSS")
-        _rss_peak_reset()
+        before = rss_kib("VmRSS")
+        rss_peak_reset()
         started = time.perf_counter()
         result = step()
         cost.seconds.append(time.perf_counter() - started)
-        cost.peak_mib = max(cost.peak_mib, max(0, _rss_kib("VmHWM") - before) / 1024)
+        cost.peak_mib = max(cost.peak_mib, max(0, rss_kib("VmHWM") - before) / 1024)
     return cost, result
 
 
@@ -105,7 +94,7 @@ def _table(name: str, topic: str) -> dict[str, Any]:
 def measure_shape(stack: Any, partitions: int, batches: int, repeats: int) -> ShapePoint:
     from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor import status
-    from icecdc.compactor.metadata import load_table_partitions
+    from icecdc.compactor.metadata import ManifestCache, load_table_partitions
     from icecdc.compactor.tracker import PartitionTracker
     from icecdc.jvm.bridge import JavaBridge
     from icecdc.jvm.listing import list_partition
@@ -150,6 +139,14 @@ def measure_shape(stack: Any, partitions: int, batches: int, repeats: int) -> Sh
     if read is None:
         raise RuntimeError(f"{ref} disappeared")
     loaded = read
+    cache = ManifestCache()
+    if load_table_partitions(catalog, ref, table, config.compactor, cache) != loaded:
+        raise RuntimeError("a read through the manifest cache differs from a full read")
+    point.costs["re-reconcile"], _ = _measure(
+        lambda: load_table_partitions(catalog, ref, table, config.compactor, cache), repeats
+    )
+    if cache.opened:
+        raise RuntimeError(f"re-reading the unchanged {ref} opened {cache.opened} manifests")
     tracker = PartitionTracker(config.compactor)
     tracker.on_metadata(table.name, loaded.sequence_number, loaded.partitions)
     later = time.time() + 3600  # every partition settled

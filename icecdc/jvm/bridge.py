@@ -166,6 +166,22 @@ class JavaBridge:
         runtime = self.jvm.java.lang.Runtime.getRuntime()
         return int(runtime.totalMemory() - runtime.freeMemory())
 
+    def _heap_pools(self) -> list[JavaObject]:
+        management = self.jvm.java.lang.management.ManagementFactory
+        return [p for p in management.getMemoryPoolMXBeans() if p.getType().toString() == "Heap memory"]
+
+    def reset_heap_peak(self) -> None:
+        for pool in self._heap_pools():
+            pool.resetPeakUsage()
+
+    def heap_peak_bytes(self) -> int:
+        """The JVM heap's peak use since ``reset_heap_peak``: the sum of each heap pool's own peak
+        (eden, survivor, old), an upper bound, as the pools peak at different moments."""
+        return sum(int(pool.getPeakUsage().getUsed()) for pool in self._heap_pools())
+
+    def pid(self) -> int:
+        return int(self.jvm.java.lang.ProcessHandle.current().pid())
+
     def class_available(self, name: str) -> bool:
         """Whether a class is on the driver's classpath (a connector, say)."""
         try:

@@ -97,6 +97,40 @@ def partition_files(spark, name: str, region: str) -> dict[int, list]:
     return out
 
 
+def assert_reconcile_matches_files(spark, sidecar, name: str, table: str) -> None:
+    """The sidecar's reconcile, which opens only manifests it has not read before, counts what
+    Spark's ``files`` metadata table lists, partition by partition; a second reconcile of the
+    unchanged table opens no manifest at all."""
+    opened = {"table": table, "source": "opened"}
+    sidecar.reconciler.reconcile(table)
+    before = REGISTRY.get_sample_value("icecdc_compactor_manifests_read_total", opened)
+    sidecar.reconciler.reconcile(table)
+    assert REGISTRY.get_sample_value("icecdc_compactor_manifests_read_total", opened) == before
+    layout = sidecar.layouts[table]
+    expected: dict[str, list[int]] = {}
+    for row in spark.sql(f"SELECT content, partition, file_size_in_bytes, record_count FROM {name}.files").collect():
+        counts = expected.setdefault(layout.partition_path(layout.partition_from_metadata(row.partition.asDict())), [0] * 7)
+        at = {0: 0, POSITION_DELETES: 3, EQUALITY_DELETES: 5}[row.content]
+        counts[at] += 1
+        counts[at + 1] += row.record_count
+        if row.content == 0:
+            counts[2] += row.file_size_in_bytes
+    actual = {
+        s.path: [
+            s.stats.data_files,
+            s.stats.records,
+            s.stats.data_bytes,
+            s.stats.position_delete_files,
+            s.stats.position_delete_records,
+            s.stats.equality_delete_files,
+            s.stats.equality_delete_records,
+        ]
+        for s in sidecar.tracker
+        if s.table == table and not s.is_global
+    }
+    assert actual == expected
+
+
 def assert_compactions_kept_rows(spark, name: str, events: list[CompactionEvent]) -> None:
     """Every committed compaction's snapshot holds exactly the rows of the snapshot before it."""
     parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
@@ -139,6 +173,7 @@ def test_only_the_settled_partition_is_compacted_while_the_hot_one_takes_writes(
                 assert event.partition_path.startswith("region=us"), "the hot partition must be left alone"
         sidecar.status.write(force=True)
         report = collect(config)
+        assert_reconcile_matches_files(spark, sidecar, name, config.tables[0].name)
         sidecar.close()
     hot_batches = stream.batch
 

@@ -402,7 +402,9 @@ def test_the_feed_applies_commits_of_known_tables_and_counts_bad_ones():
 
 
 def test_a_commit_event_too_large_for_kafka_lists_no_partitions_and_sends_the_compactor_to_the_metadata():
-    deltas = [PartitionDelta({"p": f"p{i:05d}"}, f"p=p{i:05d}", 0, data_files=1, data_bytes=10, data_records=1) for i in range(10_000)]
+    deltas = [
+        PartitionDelta({"p": f"p{i:05d}"}, f"p=p{i:05d}", 0, data_files=1, data_bytes=10, data_records=1) for i in range(10_000)
+    ]
     commit = CommitEvent("db.t", 1, None, 1, 5_000, "overwrite", "w", None, {}, deltas)
     small = CommitEvent("db.t", 2, 1, 2, 6_000, "overwrite", "w", None, {}, deltas[:10])
 

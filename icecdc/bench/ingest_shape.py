@@ -1,0 +1,202 @@
+"""``icecdc bench ingest-shape``: what one batch of the ingester's writer costs against the size of
+the batch and the number of tables it spans.
+
+- **Batch size**: one table, batches of each size in ``changes`` (70% updates moving rows between
+  partitions, 20% inserts, 10% deletes, as ``bench ingest``).
+- **Fan-out**: batches of ``fan_out_changes`` changes spread over each count of tables in
+  ``tables`` (a key always goes to the same table), as one Debezium connector's many topics arrive
+  in one micro-batch: one Spark job for all of them, then one commit per table.
+
+For each point, the median of ``batches`` batches after one warm-up: seconds per batch (and the
+part of it spent in the Spark job and in the commits), records per second, and memory: the JVM
+heap's peak (in ``local`` mode the driver and the executors share that JVM), the peak summed
+resident memory of Spark's Python workers (where records are parsed), and the growth of the
+driver's Python process. The tables start empty: the writer never reads a table (``bench
+ingest`` shows its cost flat from 1M to 5M rows), so their size does not enter here. At the end
+each table must hold exactly the rows the changes imply.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from icecdc.bench.harness import FeedWriter, WorkerMemory, bench_stack, clone, progress, rss_kib, rss_peak_reset
+from icecdc.bench.ingest import ChangingTable
+from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.workload import orders_table
+
+say = progress("ingest-shape")
+UPDATES, INSERTS = 0.7, 0.2
+# Keys the changes update and delete. The tables start empty and the writer never reads them: an
+# update of a key the table lacks costs the same equality delete as any other.
+SOURCE_ROWS = 1_000_000
+
+
+@dataclass
+class ShapePoint:
+    changes: int  # per batch, over all tables
+    tables: int
+    seconds: list[float] = field(default_factory=list)
+    job_seconds: list[float] = field(default_factory=list)  # the Spark job: parse, reduce, write files
+    commit_seconds: list[float] = field(default_factory=list)  # the commits of every table
+    heap_peak_mib: float = 0.0
+    workers_peak_mib: float = 0.0
+    driver_growth_mib: float = 0.0
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.seconds)
+
+    @property
+    def records_per_second(self) -> float:
+        return self.changes / self.median
+
+
+@dataclass
+class ShapeResults:
+    machine: str
+    batches: int
+    batch_sizes: list[ShapePoint] = field(default_factory=list)
+    fan_out: list[ShapePoint] = field(default_factory=list)
+
+
+def measure(stack: Any, changes: int, tables: int, batches: int) -> ShapePoint:
+    from icecdc.jvm.bridge import JavaBridge
+
+    run = f"{changes}_{tables}_{stack.run_id}"
+    specs = [orders_table(f"bench.shape_{run}_{i}", f"shape-{run}-{i}") for i in range(tables)]
+    config = clone(stack.config, tables=specs, commit_topic=f"shape-commits-{run}", ingest={"max_batch_records": changes})
+    topics = [t["topic"] for t in specs]
+    bridge = JavaBridge(stack.spark)
+    jvm_pid = bridge.pid()
+    feed = FeedWriter(stack.spark, config, "bench-shape")
+    source = ChangingTable(SOURCE_ROWS)
+    point = ShapePoint(changes, tables)
+    try:
+        for number in range(batches + 1):  # batch 0 warms the path up and is not counted
+            by_topic: dict[str, list[tuple[bytes | None, bytes | None]]] = {topic: [] for topic in topics}
+            for _, key, _, value in source.batch(changes, UPDATES, INSERTS):
+                by_topic[topics[key % tables]].append((orjson.dumps({"id": key}), value))
+            frame = feed.frame_by_topic(by_topic)
+            bridge.reset_heap_peak()
+            rss_peak_reset()
+            driver_before = rss_kib("VmRSS")
+            with WorkerMemory(jvm_pid) as workers:
+                started = time.perf_counter()
+                result = feed.writer(frame, number)
+                seconds = time.perf_counter() - started
+            if len(result.commits) != tables:
+                raise RuntimeError(f"batch {number} committed to {len(result.commits)} of {tables} tables")
+            if number:
+                point.seconds.append(seconds)
+                point.job_seconds.append(feed.writer.stats.last_job_seconds)
+                point.commit_seconds.append(sum(result.commit_seconds.values()))
+                point.heap_peak_mib = max(point.heap_peak_mib, bridge.heap_peak_bytes() / 2**20)
+                point.workers_peak_mib = max(point.workers_peak_mib, workers.peak_kib / 1024)
+                point.driver_growth_mib = max(point.driver_growth_mib, max(0, rss_kib("VmHWM") - driver_before) / 1024)
+            say(f"{changes:,} changes over {tables} table(s), batch {number}{' (warm-up)' if not number else ''}: {seconds:.2f}s")
+    finally:
+        feed.close()
+    _check_rows(stack, specs, source, tables)
+    for spec in specs:
+        stack.spark.sql(f"DROP TABLE IF EXISTS {stack.ref(spec['name']).qualified} PURGE")
+    say(
+        f"{changes:,} changes over {tables} table(s): median {point.median:.2f}s "
+        f"({point.records_per_second:,.0f} records/s), heap peak {point.heap_peak_mib:.0f} MiB"
+    )
+    return point
+
+
+def _check_rows(stack: Any, specs: list[dict[str, Any]], source: ChangingTable, tables: int) -> None:
+    """Each table holds the live rows of its keys among those the changes touched (a delete or an
+    update of a key it never had leaves nothing)."""
+    live: dict[int, int] = {}
+    for key, row in source.changed.items():
+        if row is not None:
+            live[key % tables] = live.get(key % tables, 0) + 1
+    for i, spec in enumerate(specs):
+        count = stack.spark.table(stack.ref(spec["name"]).qualified).count()
+        if count != live.get(i, 0):
+            raise RuntimeError(f"{spec['name']} holds {count:,} rows, the changes imply {live.get(i, 0):,}")
+
+
+def run(
+    changes: Sequence[int], tables: Sequence[int], fan_out_changes: int, batches: int, out: Path, state_dir: Path
+) -> ShapeResults:
+    results = ShapeResults(machine(), batches)
+    with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": "6g"}}) as stack:
+        for size in changes:
+            results.batch_sizes.append(measure(stack, size, 1, batches))
+        for count in tables:
+            results.fan_out.append(measure(stack, fan_out_changes, count, batches))
+    publish(out, "ingest-shape", results, _plot, summary)
+    return results
+
+
+def _rows(points: list[ShapePoint]) -> list[list[Any]]:
+    return [
+        [
+            f"{p.changes:,}",
+            p.tables,
+            f"{p.median:.2f}",
+            f"{statistics.median(p.job_seconds):.2f}",
+            f"{statistics.median(p.commit_seconds):.2f}",
+            f"{p.records_per_second:,.0f}",
+            f"{min(p.seconds):.2f}-{max(p.seconds):.2f}",
+            f"{p.heap_peak_mib:.0f}",
+            f"{p.workers_peak_mib:.0f}",
+            f"{p.driver_growth_mib:.0f}",
+        ]
+        for p in points
+    ]
+
+
+def summary(results: ShapeResults) -> str:
+    header = [
+        "changes/batch",
+        "tables",
+        "s/batch",
+        "Spark job s",
+        "commits s",
+        "records/s",
+        "range s",
+        "JVM heap peak MiB",
+        "Python workers peak MiB",
+        "driver Python growth MiB",
+    ]
+    return (
+        f"Medians of {results.batches} batches after one warm-up; {results.machine}.\n\n"
+        + markdown_table(header, _rows(results.batch_sizes + results.fan_out))
+        + "\n"
+    )
+
+
+def _plot(results: ShapeResults, path: Path) -> None:
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    sizes = results.batch_sizes
+    left.plot([p.changes for p in sizes], [p.records_per_second for p in sizes], marker="o")
+    left.set_xscale("log")
+    left.set_xlabel("changes per batch (one table)")
+    left.set_title("records per second (median)", fontsize=9)
+    fan = results.fan_out
+    counts = [p.tables for p in fan]
+    right.plot(counts, [p.median for p in fan], marker="o", label="batch")
+    right.plot(counts, [statistics.median(p.job_seconds) for p in fan], marker="o", label="Spark job")
+    right.plot(counts, [statistics.median(p.commit_seconds) for p in fan], marker="o", label="commits")
+    right.set_xlabel("tables the batch spans")
+    right.set_title(f"seconds per batch of {fan[0].changes:,} changes (median)" if fan else "", fontsize=9)
+    right.legend(fontsize=8)
+    for ax in (left, right):
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
