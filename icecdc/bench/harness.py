@@ -21,6 +21,7 @@ import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
 from icecdc import kafka
+from icecdc.bench.report import markdown_table
 from icecdc.broker import EmbeddedBroker, free_port
 from icecdc.catalog import ensure_tables
 from icecdc.config import Config, embedded_config
@@ -119,6 +120,89 @@ class WorkerMemory:
     def __exit__(self, *_: object) -> None:
         self._stop.set()
         self._thread.join()
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """One Spark stage, as Spark's own monitoring API reports it: where a job's time went."""
+
+    stage_id: int
+    name: str
+    tasks: int
+    wall_seconds: float  # submission to completion
+    run_seconds: float  # summed over tasks: executor run time
+    cpu_seconds: float
+    gc_seconds: float
+    deserialize_seconds: float  # task deserialization, summed
+    input_mb: float
+    output_mb: float
+    shuffle_read_mb: float
+    shuffle_write_mb: float
+
+
+def _spark_stages(spark: SparkSession) -> list[dict[str, Any]]:
+    url = spark.sparkContext.uiWebUrl
+    if url is None:
+        return []
+    with urllib.request.urlopen(f"{url}/api/v1/applications/{spark.sparkContext.applicationId}/stages?status=complete") as reply:
+        stages: list[dict[str, Any]] = orjson.loads(reply.read())
+    return stages
+
+
+def last_stage_id(spark: SparkSession) -> int:
+    return max((s["stageId"] for s in _spark_stages(spark)), default=-1)
+
+
+def stages_since(spark: SparkSession, stage_id: int) -> list[StageCost]:
+    """The stages completed after ``stage_id`` (``last_stage_id`` before the work), in order."""
+
+    def seconds(text: str) -> float:
+        from datetime import datetime
+
+        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
+
+    out = []
+    for s in sorted(_spark_stages(spark), key=lambda s: s["stageId"]):
+        if s["stageId"] <= stage_id:
+            continue
+        out.append(
+            StageCost(
+                s["stageId"],
+                s["name"].split(" at ")[0],
+                s["numTasks"],
+                seconds(s["completionTime"]) - seconds(s["submissionTime"]),
+                s["executorRunTime"] / 1000,
+                s["executorCpuTime"] / 1e9,
+                s["jvmGcTime"] / 1000,
+                s["executorDeserializeTime"] / 1000,
+                s["inputBytes"] / 1e6,
+                s["outputBytes"] / 1e6,
+                s["shuffleReadBytes"] / 1e6,
+                s["shuffleWriteBytes"] / 1e6,
+            )
+        )
+    return out
+
+
+def stage_table(stages: Sequence[StageCost]) -> str:
+    return markdown_table(
+        ["stage", "tasks", "wall s", "task run s", "task CPU s", "GC s", "deserialize s", "in MB", "out MB", "shuffle r/w MB"],
+        [
+            [
+                f"{s.stage_id} {s.name}",
+                s.tasks,
+                f"{s.wall_seconds:.2f}",
+                f"{s.run_seconds:.2f}",
+                f"{s.cpu_seconds:.2f}",
+                f"{s.gc_seconds:.2f}",
+                f"{s.deserialize_seconds:.2f}",
+                f"{s.input_mb:.1f}",
+                f"{s.output_mb:.1f}",
+                f"{s.shuffle_read_mb:.1f}/{s.shuffle_write_mb:.1f}",
+            ]
+            for s in stages
+        ],
+    )
 
 
 def clone(config: Config, **updates: Any) -> Config:

@@ -27,7 +27,19 @@ from typing import Any
 
 import orjson
 
-from icecdc.bench.harness import FeedWriter, WorkerMemory, bench_stack, clone, progress, rss_kib, rss_peak_reset
+from icecdc.bench.harness import (
+    FeedWriter,
+    StageCost,
+    WorkerMemory,
+    bench_stack,
+    clone,
+    last_stage_id,
+    progress,
+    rss_kib,
+    rss_peak_reset,
+    stage_table,
+    stages_since,
+)
 from icecdc.bench.ingest import ChangingTable
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.workload import orders_table
@@ -49,6 +61,7 @@ class ShapePoint:
     heap_peak_mib: float = 0.0
     workers_peak_mib: float = 0.0
     driver_growth_mib: float = 0.0
+    stages: list[StageCost] = field(default_factory=list)  # the last batch's Spark stages
 
     @property
     def median(self) -> float:
@@ -88,10 +101,12 @@ def measure(stack: Any, changes: int, tables: int, batches: int) -> ShapePoint:
             bridge.reset_heap_peak()
             rss_peak_reset()
             driver_before = rss_kib("VmRSS")
+            before = last_stage_id(stack.spark)
             with WorkerMemory(jvm_pid) as workers:
                 started = time.perf_counter()
                 result = feed.writer(frame, number)
                 seconds = time.perf_counter() - started
+            point.stages = stages_since(stack.spark, before)
             if len(result.commits) != tables:
                 raise RuntimeError(f"batch {number} committed to {len(result.commits)} of {tables} tables")
             if number:
@@ -175,6 +190,12 @@ def summary(results: ShapeResults) -> str:
         f"Medians of {results.batches} batches after one warm-up; {results.machine}.\n\n"
         + markdown_table(header, _rows(results.batch_sizes + results.fan_out))
         + "\n"
+        + "".join(
+            f"\nThe last batch of {p.changes:,} changes over {p.tables} table(s), its Spark stages (task times summed):\n\n"
+            + stage_table(p.stages)
+            + "\n"
+            for p in results.batch_sizes
+        )
     )
 
 

@@ -25,7 +25,7 @@ from typing import Any
 import pyarrow.parquet as pq
 
 from icecdc import summary as summary_keys
-from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
+from icecdc.bench.harness import FeedWriter, StageCost, bench_stack, clone, last_stage_id, progress, stage_table, stages_since
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.fileio import file_io
 from icecdc.workload import OrdersWorkload, orders_table
@@ -46,6 +46,7 @@ class RewriteResults:
     pyarrow_seconds: list[float]
     icecdc_mb_per_second_per_core: float
     pyarrow_mb_per_second_per_core: float
+    stages: list[StageCost]  # the Spark stages of the last timed rewrite: where its time went
 
 
 class _DryRun(Exception):
@@ -102,6 +103,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
         )
         iceberg_table = IcebergTable(JavaBridge(spark), ref)
         icecdc_seconds: list[float] = []
+        stages: list[StageCost] = []
         sizes: dict[str, int] = {}
         paths: list[str] = []
         for attempt in range(repeats + 1):
@@ -113,11 +115,14 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
                 raise RuntimeError(f"{ref} has no snapshot")
             plan = plan_rewrite(files, Work.DELETE_MERGE, settings)
             sizes, paths = {f.path: f.size for f in files.data}, list(plan.rewrite)
+            before = last_stage_id(spark)
             started = time.perf_counter()
             with contextlib.suppress(_DryRun):
                 compaction.run(plan, {summary_keys.COMPACTOR: "bench"}, commit=_refuse_commit)
             if attempt:  # the first is a warm-up
                 icecdc_seconds.append(time.perf_counter() - started)
+                say(f"rewrite {attempt}/{repeats}: {icecdc_seconds[-1]:.2f}s")
+                stages = stages_since(spark, before)
         input_bytes = sum(sizes[p] for p in paths)
         pyarrow_seconds = [_pyarrow_copy_seconds(paths, config.catalog.properties) for _ in range(repeats)]
         spark.sql(f"DROP TABLE {ref.qualified} PURGE")
@@ -132,6 +137,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
         pyarrow_seconds,
         input_bytes / MB / statistics.median(icecdc_seconds) / cores,
         input_bytes / MB / statistics.median(pyarrow_seconds),
+        stages,
     )
     publish(out, "rewrite", results, _plot, summary)
     return results
@@ -160,6 +166,8 @@ def summary(results: RewriteResults) -> str:
                 ],
             ],
         )
+        + f"\n\nThe last timed rewrite's Spark stages ({results.cores} cores; task times summed over tasks):\n\n"
+        + stage_table(results.stages)
         + "\n"
     )
 
