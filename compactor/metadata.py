@@ -153,10 +153,11 @@ def read_partitions(
             last_compaction=None,
             oldest_write=min(global_times) / 1000 if global_times else None,
         )
+    snapshots = {s.snapshot_id: s for s in table.metadata.snapshots}
     for path, total in totals.items():
         # An unpartitioned table's one partition was last written by the current snapshot.
         newest_id = total.newest[1] if layout.partition and total.newest is not None else snapshot.snapshot_id
-        newest = table.snapshot_by_id(newest_id)
+        newest = snapshots.get(newest_id)
         when = newest.timestamp_ms / 1000 if newest is not None else None
         ours = newest is not None and summary.COMPACTOR in newest.summary.additional_properties
         out[path] = PartitionMetadata(

@@ -215,6 +215,8 @@ class IngestConfig(_Strict):
     # auto: Spark's Kafka source when its connector is on the classpath, else the direct reader.
     source: Literal["auto", "streaming", "direct"] = "auto"
     max_batch_records: int = Field(default=50_000, gt=0)
+    # A batch spanning several tables commits to this many at once (1: one after the other).
+    commit_threads: int = Field(default=4, ge=1, le=64)
     # How long a micro-batch collects records before it is written (the commit cadence).
     trigger_seconds: float = Field(default=5.0, gt=0)
     consumer_group: str = "icecdc-ingest"

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections import Counter
 
 ENV = "ICECDC_FAILPOINT"
 ACTIONS = {"kill": signal.SIGKILL, "stop": signal.SIGSTOP}
 _passes: Counter[str] = Counter()
+_lock = threading.Lock()  # the ingester passes after-commit on several threads at once
 
 
 def hit(name: str) -> None:
@@ -22,6 +24,8 @@ def hit(name: str) -> None:
     if wanted != name:
         return
     count, _, action = rest.partition(":")
-    _passes[name] += 1
-    if _passes[name] == int(count or 1):
+    with _lock:
+        _passes[name] += 1
+        now = _passes[name] == int(count or 1)
+    if now:
         os.kill(os.getpid(), ACTIONS[action or "kill"])

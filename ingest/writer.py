@@ -18,9 +18,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -161,6 +163,8 @@ class BatchWriter:
         # ROWS_PER_WRITE_TASK records.
         write_tasks = max(1, -(-config.ingest.max_batch_records // ROWS_PER_WRITE_TASK))
         self._job = BatchJob(self.rules, config.catalog.properties, write_tasks)
+        self._bookkeeping = threading.Lock()
+        self._commit_pool = ThreadPoolExecutor(config.ingest.commit_threads, thread_name_prefix="icecdc-commit")
 
     def _may_delete_globally(self, table: str) -> bool:
         layout = self.layouts[table]
@@ -273,17 +277,24 @@ class BatchWriter:
         self._count_not_written(job)
 
         rejected_tables = {letter.table for letter in letters}
-        commits: dict[str, CommittedSnapshot] = {}
-        commit_seconds: dict[str, float] = {}
-        for table, consumed in first.consumed.items():
-            files = job.files.get(table, [])
-            # A batch of tombstones only is not worth a snapshot: replaying it changes nothing.
-            if not files and table not in rejected_tables and table not in truncated:
-                continue
-            offsets = offset_log.advance(committed.get(table, {}), consumed)
-            commits[table] = self._commit(table, files, offsets, tag, truncate=table in truncated, job=job)
-            commit_seconds[table] = self.stats.last_commit_seconds
+
+        def commit(table: str) -> tuple[str, CommittedSnapshot, float]:
+            offsets = offset_log.advance(committed.get(table, {}), first.consumed[table])
+            snapshot, seconds = self._commit(table, job.files.get(table, []), offsets, tag, truncate=table in truncated, job=job)
             failpoints.hit("after-commit")
+            return table, snapshot, seconds
+
+        # A batch of tombstones only is not worth a snapshot: replaying it changes nothing.
+        tables = [t for t in first.consumed if job.files.get(t) or t in rejected_tables or t in truncated]
+        if len(tables) > 1:
+            # Each table's commit is its own (its offsets ride in it), so they need no order; a
+            # commit is mostly waiting on files and the catalog, so a batch spanning many tables
+            # commits them side by side. Every commit ends before an error of one is raised.
+            done = list(self._commit_pool.map(commit, tables))
+        else:
+            done = [commit(t) for t in tables]
+        commits = {table: snapshot for table, snapshot, _ in done}
+        commit_seconds = {table: seconds for table, _, seconds in done}
         return BatchResult(tag, records, len(letters), commits, time.monotonic() - started, commit_seconds)
 
     def _count_not_written(self, job: JobResult) -> None:
@@ -308,7 +319,9 @@ class BatchWriter:
 
     def _commit(
         self, table: str, files: list[WrittenFile], offsets: offset_log.Offsets, tag: str, truncate: bool, job: JobResult
-    ) -> CommittedSnapshot:
+    ) -> tuple[CommittedSnapshot, float]:
+        """One table's commit of the batch, and how long it took; called on several threads at
+        once for different tables (what they share is updated under ``_bookkeeping``)."""
         layout = self.layouts[table]
         commit_started = time.monotonic()
         data = [f.description for f in files if f.kind == DATA]
@@ -332,21 +345,25 @@ class BatchWriter:
                 self.layouts[table] = dataclasses.replace(layout, global_spec_id=spec_id)
                 deletes = [_with_spec_id(d, missing.spec_id, spec_id) for d in deletes]
                 snapshot = self.tables[table].commit_files(what, data, deletes, tags)
-        self.stats.last_commit_seconds = time.monotonic() - commit_started
-        self.stats.commits += 1
-        self.stats.interleaved_commits += snapshot.interleaved
+        seconds = time.monotonic() - commit_started
         rows = {kind: sum(f.record_count for f in files if f.kind == kind) for kind in (DATA, DELETE, GLOBAL_DELETE)}
         global_files = sum(f.kind == GLOBAL_DELETE for f in files)
-        self.stats.data_records += rows[DATA]
-        self.stats.delete_records += rows[DELETE] + rows[GLOBAL_DELETE]
+        with self._bookkeeping:
+            self.stats.last_commit_seconds = seconds
+            self.stats.commits += 1
+            self.stats.interleaved_commits += snapshot.interleaved
+            self.stats.data_records += rows[DATA]
+            self.stats.delete_records += rows[DELETE] + rows[GLOBAL_DELETE]
+            explain_global = bool(global_files) and table not in self._told_global
+            if explain_global:
+                self._told_global.add(table)
         metrics.COMMITS.labels(table).inc()
-        metrics.COMMIT_SECONDS.labels(table).observe(self.stats.last_commit_seconds)
+        metrics.COMMIT_SECONDS.labels(table).observe(seconds)
         metrics.COMMIT_INTERLEAVED.labels(table).inc(snapshot.interleaved)
         metrics.ROWS_WRITTEN.labels(table, "data").inc(rows[DATA])
         metrics.ROWS_WRITTEN.labels(table, "equality-delete").inc(rows[DELETE])
         metrics.ROWS_WRITTEN.labels(table, "global-equality-delete").inc(rows[GLOBAL_DELETE])
-        if global_files and table not in self._told_global:
-            self._told_global.add(table)
+        if explain_global:
             log.info(
                 "%s: %d keys whose old partition is unknown (before_image: %s) were deleted in every partition; the "
                 "compactor resolves such global deletes. A source that sends the whole old row (MySQL's default, "
@@ -356,25 +373,25 @@ class BatchWriter:
                 self.rules[table].before_image.value,
                 extra={"table": table},
             )
-        self._publisher.publish(
-            CommitEvent(
-                table=table,
-                snapshot_id=snapshot.snapshot_id,
-                parent_snapshot_id=snapshot.parent_snapshot_id,
-                sequence_number=snapshot.sequence_number,
-                commit_time_ms=snapshot.timestamp_ms,
-                operation=snapshot.operation,
-                writer=summary.INGEST_WRITER,
-                batch_id=tag,
-                source_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
-                partitions=_partition_deltas(layout, files),
-                global_delete_files=global_files,
-                global_delete_records=rows[GLOBAL_DELETE],
-                truncated=truncate,
-                unknown_columns=dict(job.unknown_columns.get(table, {})),
-            )
+        event = CommitEvent(
+            table=table,
+            snapshot_id=snapshot.snapshot_id,
+            parent_snapshot_id=snapshot.parent_snapshot_id,
+            sequence_number=snapshot.sequence_number,
+            commit_time_ms=snapshot.timestamp_ms,
+            operation=snapshot.operation,
+            writer=summary.INGEST_WRITER,
+            batch_id=tag,
+            source_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
+            partitions=_partition_deltas(layout, files),
+            global_delete_files=global_files,
+            global_delete_records=rows[GLOBAL_DELETE],
+            truncated=truncate,
+            unknown_columns=dict(job.unknown_columns.get(table, {})),
         )
-        return snapshot
+        with self._bookkeeping:  # the publisher keeps undelivered events to send again
+            self._publisher.publish(event)
+        return snapshot, seconds
 
     def _log(self, result: BatchResult) -> None:
         if not result.records:
@@ -400,7 +417,7 @@ class BatchWriter:
                 snapshot.sequence_number,
                 result.seconds,
                 self.stats.last_job_seconds,
-                self.stats.last_commit_seconds,
+                result.commit_seconds[table],
                 extra={
                     "batch_id": result.batch_id,
                     "records": result.records,

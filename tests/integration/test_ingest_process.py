@@ -45,39 +45,44 @@ def ingest_process(config_path: Path, failpoint: str | None = None) -> subproces
 
 
 def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark, stack_config, unique, tmp_path):
-    table = TableConfig.model_validate(orders_table(f"it.crash_{unique}", f"crash-{unique}"))
+    # Three tables, so a batch commits to several at once (ingest.commit_threads): a kill after
+    # one table's commit may land while the others' are in flight.
+    tables = [TableConfig.model_validate(orders_table(f"it.crash_{t}_{unique}", f"crash-{t}-{unique}")) for t in "abc"]
     config = stack_config.model_copy(
         update={
-            "tables": [table],
+            "tables": tables,
             "commit_topic": f"commits-{unique}",
             "dead_letter_topic": f"dlq-{unique}",
             "ingest": stack_config.ingest.model_copy(
-                update={"max_batch_records": 40, "trigger_seconds": 0.5, "source": "direct"}
+                update={"max_batch_records": 120, "trigger_seconds": 0.5, "source": "direct"}
             ),
         }
     )
-    kafka.ensure_topics(config.kafka, [table.topic], partitions=3)  # keyed: a key's changes share a partition
     source = SourceDatabase()
     events = history(source, keys=30, rounds=6)
     events.insert(50, (b"k", b"{broken"))  # one dead letter, to exercise the dead-letter stage
-    produce(config, table.topic, events)
+    for table in tables:
+        kafka.ensure_topics(config.kafka, [table.topic], partitions=3)  # keyed: a key's changes share a partition
+        produce(config, table.topic, events)
     config_path = write_config(config, tmp_path / "icecdc.yaml")
 
-    for failpoint in ("after-files:2", "after-dead-letters:2", "after-commit:2", "after-files:1"):
+    for failpoint in ("after-files:2", "after-dead-letters:2", "after-commit:2", "after-commit:4", "after-files:1"):
         crashed = ingest_process(config_path, failpoint)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     finished = ingest_process(config_path)
     assert finished.returncode == 0, finished.stderr[-3000:]
 
-    name = config.table_ref(table).qualified
-    spark.sql(f"REFRESH TABLE {name}")
-    assert table_rows(spark, name) == source.expected_rows()
-    summary = spark.sql(f"SELECT summary FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0].summary
-    offsets = orjson.loads(summary["icecdc.offsets"])[table.topic]
-    assert sum(offsets.values()) == len(events)  # every record of every partition, once
+    referenced: set[str] = set()
+    for table in tables:
+        name = config.table_ref(table).qualified
+        spark.sql(f"REFRESH TABLE {name}")
+        assert table_rows(spark, name) == source.expected_rows(), name
+        summary = spark.sql(f"SELECT summary FROM {name}.snapshots ORDER BY committed_at DESC LIMIT 1").collect()[0].summary
+        offsets = orjson.loads(summary["icecdc.offsets"])[table.topic]
+        assert sum(offsets.values()) == len(events), name  # every record of every partition, once
+        referenced |= {r.file_path for r in spark.sql(f"SELECT file_path FROM {name}.all_files").collect()}
     # Each crash before a commit left written files behind that no snapshot references.
-    referenced = {r.file_path for r in spark.sql(f"SELECT file_path FROM {name}.all_files").collect()}
-    on_disk = {str(p) for p in Path(config.catalog.properties["warehouse"]).rglob("*.parquet") if f"crash_{unique}" in str(p)}
+    on_disk = {str(p) for p in Path(config.catalog.properties["warehouse"]).rglob("*.parquet") if f"_{unique}" in str(p)}
     assert referenced < on_disk
 
 
