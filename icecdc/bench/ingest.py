@@ -68,24 +68,29 @@ class IngestResults:
     sizes: list[SizeResult]
 
 
-def base_row(key: int) -> dict[str, Any]:
-    """Row ``key`` of the starting table; ``BASE_SQL`` computes the same in Spark."""
+def base_row(key: int, days: int = DAYS) -> dict[str, Any]:
+    """Row ``key`` of the starting table; ``base_sql`` computes the same in Spark."""
     return {
         "id": key,
         "region": REGIONS[key % 4],
         "status": STATUSES[(key // 4) % 4],
         "amount": f"{(key * 7919) % 1_000_000 // 100}.{(key * 7919) % 100:02d}",
-        "updated_at": START_MICROS + (key % DAYS) * DAY_MICROS + (key * 13 % 86_400) * 1_000_000,
+        "updated_at": START_MICROS + (key % days) * DAY_MICROS + (key * 13 % 86_400) * 1_000_000,
     }
 
 
-BASE_SQL = f"""
+def base_sql(last: int, days: int = DAYS, first: int = 1) -> str:
+    """A SELECT of the starting rows ``first`` to ``last``, as ``base_row`` makes them."""
+    regions = ", ".join(repr(r) for r in REGIONS)
+    statuses = ", ".join(repr(s) for s in STATUSES)
+    return f"""
 SELECT id,
-       element_at(array({", ".join(repr(r) for r in REGIONS)}), CAST(id % 4 AS INT) + 1) AS region,
-       element_at(array({", ".join(repr(s) for s in STATUSES)}), CAST((id DIV 4) % 4 AS INT) + 1) AS status,
+       element_at(array({regions}), CAST(id % 4 AS INT) + 1) AS region,
+       element_at(array({statuses}), CAST((id DIV 4) % 4 AS INT) + 1) AS status,
        CAST(((id * 7919) % 1000000) / 100 AS DECIMAL(12, 2)) AS amount,
-       CAST(timestamp_micros({START_MICROS} + (id % {DAYS}) * {DAY_MICROS} + ((id * 13) % 86400) * 1000000) AS TIMESTAMP_NTZ) AS updated_at
-FROM range(1, {{rows}} + 1)
+       CAST(timestamp_micros({START_MICROS} + (id % {days}) * {DAY_MICROS} + ((id * 13) % 86400) * 1000000) AS TIMESTAMP_NTZ)
+         AS updated_at
+FROM range({first}, {last} + 1)
 """
 
 
@@ -95,6 +100,7 @@ class ChangingTable:
 
     rows: int
     seed: int = 11
+    days: int = DAYS  # the days the rows' timestamps spread over (one partition each per region)
     changed: dict[int, dict[str, Any] | None] = field(default_factory=dict)  # None: deleted
 
     def __post_init__(self) -> None:
@@ -102,7 +108,7 @@ class ChangingTable:
         self._next = self.rows + 1
 
     def current(self, key: int) -> dict[str, Any] | None:
-        return self.changed[key] if key in self.changed else (base_row(key) if key <= self.rows else None)
+        return self.changed[key] if key in self.changed else (base_row(key, self.days) if key <= self.rows else None)
 
     def _existing_key(self) -> int:
         while True:
@@ -117,7 +123,7 @@ class ChangingTable:
             "region": r.choice(REGIONS),
             "status": r.choice(STATUSES),
             "amount": f"{r.randrange(100, 100_000)}.{r.randrange(100):02d}",
-            "updated_at": START_MICROS + r.randrange(DAYS) * DAY_MICROS + r.randrange(86_400) * 1_000_000,
+            "updated_at": START_MICROS + r.randrange(self.days) * DAY_MICROS + r.randrange(86_400) * 1_000_000,
         }
 
     def batch(self, size: int, updates: float, inserts: float) -> list[tuple[str, int, dict[str, Any] | None, bytes]]:
@@ -191,7 +197,7 @@ def run(
             icecdc_name, merge_name = (stack.ref(t["name"]).qualified for t in (icecdc_table, merge_table))
             say(f"{rows:,} rows: loading both starting tables")
             for name in (icecdc_name, merge_name):
-                spark.sql(f"INSERT INTO {name} {BASE_SQL.format(rows=rows)}")
+                spark.sql(f"INSERT INTO {name} {base_sql(rows)}")
             feed = FeedWriter(spark, config)
             source = ChangingTable(rows)
             timings: dict[str, list[float]] = {"icecdc": [], "merge": []}

@@ -179,7 +179,7 @@ def summary(results: ShapeResults) -> str:
         "tables",
         "s/batch",
         "Spark job s",
-        "commits s",
+        "commit s (sum over tables)",
         "records/s",
         "range s",
         "JVM heap peak MiB",

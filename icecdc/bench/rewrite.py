@@ -2,13 +2,15 @@
 of reading and writing the same bytes with pyarrow alone on the same machine (the practical
 limit: no deletes to apply, no Spark, no commit).
 
-One partition is filled by the ingester's writer in several batches, then updated and deleted
-in a share of its rows (equality deletes). The compactor's delete merge of that partition is
+Four partitions (one day, four regions) are loaded by Spark in several INSERTs (a file each per
+partition), then the ingester's writer updates and deletes a share of the rows (equality deletes,
+updates moving some rows to another region). The compactor's delete merge of that partition is
 timed (``PartitionCompaction.run``: listing excluded, the Spark read that applies the deletes,
 the write of target-sized files) without committing it, so that it can be repeated on the same
 files; what a failed commit leaves is deleted by the rewrite itself. The pyarrow side reads each
 of the same data files and writes it out again on one thread. Both are reported in MB of input
-data files per second per core.
+data files per second per core, and Spark's own stage metrics of the last timed rewrite say
+where its time went.
 """
 
 from __future__ import annotations
@@ -22,15 +24,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow.parquet as pq
 
 from icecdc import summary as summary_keys
 from icecdc.bench.harness import FeedWriter, StageCost, bench_stack, clone, last_stage_id, progress, stage_table, stages_since
+from icecdc.bench.ingest import ChangingTable, base_sql
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.fileio import file_io
-from icecdc.workload import OrdersWorkload, orders_table
+from icecdc.workload import orders_table
 
 MB = 1e6
+CHANGES_PER_BATCH = 200_000  # the writer's batches of updates and deletes
 say = progress("rewrite")
 
 
@@ -83,14 +88,22 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
         ref = config.table_ref(table)
         spark = stack.spark
         cores = spark.sparkContext.defaultParallelism
-        feed = FeedWriter(spark, config)
-        # One day: every batch adds one file to each region's partition.
-        orders = OrdersWorkload(seed=3, today=0)
+        feed = FeedWriter(spark, clone(config, ingest={"max_batch_records": CHANGES_PER_BATCH}))
+        # The rows are loaded by Spark in ``batches`` INSERTs over one day, so each adds a file to
+        # each region's partition (through the writer, the load would take most of a 20M-row run).
         for number in range(batches):
-            feed.write([c.record for c in orders.load(rows // batches)], number)
-        changes = [c.record for c in orders.changes(int(rows * deleted_share), updates=0.5, inserts=0.0)]
-        feed.write(changes, batches)
+            first, last = number * rows // batches + 1, (number + 1) * rows // batches
+            spark.sql(f"INSERT INTO {ref.qualified} {base_sql(last, days=1, first=first)}")
+            say(f"loaded rows {first:,} to {last:,}")
+        # Then the writer updates (moving some to another region) or deletes a share of them.
+        source = ChangingTable(rows, days=1)
+        changed = int(rows * deleted_share)
+        for number, start in enumerate(range(0, changed, CHANGES_PER_BATCH)):
+            batch = source.batch(min(CHANGES_PER_BATCH, changed - start), updates=0.5, inserts=0.0)
+            feed.write([(orjson.dumps({"id": key}), value) for _, key, _, value in batch], number)
+            say(f"changed {start + len(batch):,} of {changed:,} rows")
         feed.close()
+        changes = source.changed
         settings = config.compactor
         metadata = load_table_partitions(pyiceberg_catalog(config), ref, table, settings)
         if metadata is None:

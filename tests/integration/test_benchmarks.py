@@ -92,9 +92,10 @@ def test_rewrite_benchmark_harness(tmp_path):
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = orjson.loads((out / "rewrite.json").read_bytes())
-    # Four load batches and the batch of updates: five files in the partition.
+    # Four loading INSERTs and the writer's batch of updates: five files in the partition.
     assert results["files"] == 5 and results["input_bytes"] > 0
     assert results["icecdc_mb_per_second_per_core"] > 0 and results["pyarrow_mb_per_second_per_core"] > 0
+    assert results["stages"] and all(stage["tasks"] > 0 for stage in results["stages"])  # Spark's profile of it
     assert (out / "rewrite.png").stat().st_size > 0 and "pyarrow" in (out / "rewrite.md").read_text()
 
 
