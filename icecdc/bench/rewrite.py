@@ -20,7 +20,8 @@ import os
 import statistics
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,22 @@ class RewriteResults:
     icecdc_mb_per_second_per_core: float
     pyarrow_mb_per_second_per_core: float
     stages: list[StageCost]  # the Spark stages of the last timed rewrite: where its time went
+    # The same partition rewritten before any change, so with no delete to apply.
+    plain_input_bytes: int
+    plain_seconds: list[float]
+    plain_stages: list[StageCost]
+
+    @property
+    def plain_mb_per_second_per_core(self) -> float:
+        return self.plain_input_bytes / MB / statistics.median(self.plain_seconds) / self.cores
+
+
+@dataclass
+class TimedRewrites:
+    seconds: list[float] = field(default_factory=list)
+    stages: list[StageCost] = field(default_factory=list)  # of the last one
+    paths: list[str] = field(default_factory=list)
+    input_bytes: int = 0
 
 
 class _DryRun(Exception):
@@ -76,88 +93,99 @@ def _pyarrow_copy_seconds(paths: list[str], io_properties: dict[str, str]) -> fl
 def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, state_dir: Path) -> RewriteResults:
     from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor.metadata import load_table_partitions
-    from icecdc.compactor.plans import plan_rewrite
+    from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_rewrite
     from icecdc.compactor.policy import Work
     from icecdc.compactor.rewrite import PartitionCompaction
     from icecdc.jvm.bridge import JavaBridge
     from icecdc.jvm.tables import IcebergTable
 
-    with bench_stack("rewrite", state_dir) as stack:
+    with bench_stack("rewrite", state_dir, spark={"conf": {"spark.driver.memory": "4g"}}) as stack:
         config = clone(stack.config, tables=[orders_table(f"bench.rewrite_{stack.run_id}", f"rewrite-{stack.run_id}")])
         table = config.tables[0]
         ref = config.table_ref(table)
         spark = stack.spark
         cores = spark.sparkContext.defaultParallelism
-        feed = FeedWriter(spark, clone(config, ingest={"max_batch_records": CHANGES_PER_BATCH}))
+        settings = config.compactor
+        feed = FeedWriter(spark, clone(config, ingest={"max_batch_records": CHANGES_PER_BATCH}))  # creates the table
+        iceberg_table = IcebergTable(JavaBridge(spark), ref)
+
+        def timed(key: tuple[object, ...], plan_of: Callable[[PartitionFiles], RewritePlan]) -> TimedRewrites:
+            """One warm-up and ``repeats`` timed rewrites of the partition, none committed."""
+            layout = load_table_partitions(pyiceberg_catalog(config), ref, table, settings)
+            if layout is None:
+                raise RuntimeError(f"{ref} was not created")
+            timings = TimedRewrites()
+            for attempt in range(repeats + 1):
+                compaction = PartitionCompaction(
+                    spark, iceberg_table, layout.layout, key, config.catalog.properties, settings.target_file_size_bytes
+                )
+                files = compaction.files()
+                if files is None:
+                    raise RuntimeError(f"{ref} has no snapshot")
+                plan = plan_of(files)
+                sizes = {f.path: f.size for f in files.data}
+                timings.paths, timings.input_bytes = list(plan.rewrite), sum(sizes[p] for p in plan.rewrite)
+                before = last_stage_id(spark)
+                started = time.perf_counter()
+                with contextlib.suppress(_DryRun):
+                    compaction.run(plan, {summary_keys.COMPACTOR: "bench"}, commit=_refuse_commit)
+                if attempt:  # the first is a warm-up
+                    timings.seconds.append(time.perf_counter() - started)
+                    timings.stages = stages_since(spark, before)
+                    say(f"{plan.work.value} {attempt}/{repeats}: {timings.seconds[-1]:.2f}s")
+            return timings
+
         # The rows are loaded by Spark in ``batches`` INSERTs over one day, so each adds a file to
         # each region's partition (through the writer, the load would take most of a 20M-row run).
         for number in range(batches):
             first, last = number * rows // batches + 1, (number + 1) * rows // batches
             spark.sql(f"INSERT INTO {ref.qualified} {base_sql(last, days=1, first=first)}")
             say(f"loaded rows {first:,} to {last:,}")
-        # Then the writer updates (moving some to another region) or deletes a share of them.
+        loaded = load_table_partitions(pyiceberg_catalog(config), ref, table, settings)
+        if loaded is None:
+            raise RuntimeError(f"{ref} was not created")
+        largest = max(loaded.partitions.values(), key=lambda p: p.stats.data_bytes)
+        key = tuple(largest.partition.get(term.name) for term in loaded.layout.partition)
+        # The same machinery with no delete to apply: what reading and writing costs in Spark.
+        plain = timed(key, lambda files: RewritePlan(Work.MINOR, rewrite=tuple(f.path for f in files.data)))
+        # Then the writer updates (moving some to another region) or deletes a share of the rows.
         source = ChangingTable(rows, days=1)
         changed = int(rows * deleted_share)
         for number, start in enumerate(range(0, changed, CHANGES_PER_BATCH)):
             batch = source.batch(min(CHANGES_PER_BATCH, changed - start), updates=0.5, inserts=0.0)
-            feed.write([(orjson.dumps({"id": key}), value) for _, key, _, value in batch], number)
+            feed.write([(orjson.dumps({"id": k}), value) for _, k, _, value in batch], number)
             say(f"changed {start + len(batch):,} of {changed:,} rows")
         feed.close()
-        changes = source.changed
-        settings = config.compactor
-        metadata = load_table_partitions(pyiceberg_catalog(config), ref, table, settings)
-        if metadata is None:
-            raise RuntimeError(f"{ref} was not created")
-        largest = max(metadata.partitions.values(), key=lambda p: p.stats.data_bytes)
-        key = tuple(largest.partition.get(term.name) for term in metadata.layout.partition)
-        say(
-            f"{rows:,} rows, {len(changes):,} updated or deleted; rewriting partition {key} "
-            f"({largest.stats.data_files} files, {largest.stats.equality_delete_files} equality-delete files)"
-        )
-        iceberg_table = IcebergTable(JavaBridge(spark), ref)
-        icecdc_seconds: list[float] = []
-        stages: list[StageCost] = []
-        sizes: dict[str, int] = {}
-        paths: list[str] = []
-        for attempt in range(repeats + 1):
-            compaction = PartitionCompaction(
-                spark, iceberg_table, metadata.layout, key, config.catalog.properties, settings.target_file_size_bytes
-            )
-            files = compaction.files()
-            if files is None:
-                raise RuntimeError(f"{ref} has no snapshot")
-            plan = plan_rewrite(files, Work.DELETE_MERGE, settings)
-            sizes, paths = {f.path: f.size for f in files.data}, list(plan.rewrite)
-            before = last_stage_id(spark)
-            started = time.perf_counter()
-            with contextlib.suppress(_DryRun):
-                compaction.run(plan, {summary_keys.COMPACTOR: "bench"}, commit=_refuse_commit)
-            if attempt:  # the first is a warm-up
-                icecdc_seconds.append(time.perf_counter() - started)
-                say(f"rewrite {attempt}/{repeats}: {icecdc_seconds[-1]:.2f}s")
-                stages = stages_since(spark, before)
-        input_bytes = sum(sizes[p] for p in paths)
-        pyarrow_seconds = [_pyarrow_copy_seconds(paths, config.catalog.properties) for _ in range(repeats)]
+        say(f"{rows:,} rows, {len(source.changed):,} updated or deleted; rewriting partition {key}")
+        merge = timed(key, lambda files: plan_rewrite(files, Work.DELETE_MERGE, settings))
+        pyarrow_seconds = [_pyarrow_copy_seconds(merge.paths, config.catalog.properties) for _ in range(repeats)]
         spark.sql(f"DROP TABLE {ref.qualified} PURGE")
     results = RewriteResults(
         machine(),
         rows,
-        len(paths),
-        input_bytes,
+        len(merge.paths),
+        merge.input_bytes,
         deleted_share,
         cores,
-        icecdc_seconds,
+        merge.seconds,
         pyarrow_seconds,
-        input_bytes / MB / statistics.median(icecdc_seconds) / cores,
-        input_bytes / MB / statistics.median(pyarrow_seconds),
-        stages,
+        merge.input_bytes / MB / statistics.median(merge.seconds) / cores,
+        merge.input_bytes / MB / statistics.median(pyarrow_seconds),
+        merge.stages,
+        plain.input_bytes,
+        plain.seconds,
+        plain.stages,
     )
     publish(out, "rewrite", results, _plot, summary)
     return results
 
 
 def summary(results: RewriteResults) -> str:
-    ratio = results.icecdc_mb_per_second_per_core / results.pyarrow_mb_per_second_per_core
+    pyarrow = results.pyarrow_mb_per_second_per_core
+
+    def row(path: str, seconds: list[float], per_core: float) -> list[str]:
+        return [path, f"{statistics.median(seconds):.2f}", f"{per_core:.1f}", f"{per_core / pyarrow:.2f}x"]
+
     return (
         f"One partition of {results.files} data files, {results.input_bytes / MB:.1f} MB, "
         f"{results.deleted_share:.0%} of its rows updated or deleted by equality deletes; medians of "
@@ -165,22 +193,23 @@ def summary(results: RewriteResults) -> str:
         + markdown_table(
             ["path", "seconds", "MB/s per core", "vs pyarrow"],
             [
-                [
+                row(
                     "icecdc delete merge (Spark, deletes applied, target-sized files)",
-                    f"{statistics.median(results.icecdc_seconds):.2f}",
-                    f"{results.icecdc_mb_per_second_per_core:.1f}",
-                    f"{ratio:.2f}x",
-                ],
-                [
-                    "pyarrow read + write, one thread, no deletes",
-                    f"{statistics.median(results.pyarrow_seconds):.2f}",
-                    f"{results.pyarrow_mb_per_second_per_core:.1f}",
-                    "1.00x",
-                ],
+                    results.icecdc_seconds,
+                    results.icecdc_mb_per_second_per_core,
+                ),
+                row(
+                    f"icecdc rewrite of the same partition before the changes, no deletes ({results.plain_input_bytes / MB:.1f} MB)",
+                    results.plain_seconds,
+                    results.plain_mb_per_second_per_core,
+                ),
+                row("pyarrow read + write, one thread, no deletes", results.pyarrow_seconds, pyarrow),
             ],
         )
-        + f"\n\nThe last timed rewrite's Spark stages ({results.cores} cores; task times summed over tasks):\n\n"
+        + f"\n\nSpark stages of the last timed delete merge ({results.cores} cores; task times summed over tasks):\n\n"
         + stage_table(results.stages)
+        + "\n\nAnd of the last rewrite with no deletes:\n\n"
+        + stage_table(results.plain_stages)
         + "\n"
     )
 
@@ -188,8 +217,9 @@ def summary(results: RewriteResults) -> str:
 def _plot(results: RewriteResults, path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3))
-    labels = ["icecdc delete merge", "pyarrow read + write"]
-    ax.barh(labels, [results.icecdc_mb_per_second_per_core, results.pyarrow_mb_per_second_per_core])
+    labels = ["icecdc delete merge", "icecdc rewrite, no deletes", "pyarrow read + write"]
+    values = [results.icecdc_mb_per_second_per_core, results.plain_mb_per_second_per_core, results.pyarrow_mb_per_second_per_core]
+    ax.barh(labels, values)
     ax.set_xlabel("MB of input data files per second per core")
     ax.set_title("Rewrite throughput")
     fig.tight_layout()
