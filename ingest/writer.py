@@ -22,7 +22,7 @@ import threading
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -290,7 +290,9 @@ class BatchWriter:
             # Each table's commit is its own (its offsets ride in it), so they need no order; a
             # commit is mostly waiting on files and the catalog, so a batch spanning many tables
             # commits them side by side. Every commit ends before an error of one is raised.
-            done = list(self._commit_pool.map(commit, tables))
+            futures = [self._commit_pool.submit(commit, table) for table in tables]
+            wait(futures)
+            done = [future.result() for future in futures]
         else:
             done = [commit(t) for t in tables]
         commits = {table: snapshot for table, snapshot, _ in done}
