@@ -202,7 +202,8 @@ def _cmd_bench_ingest_shape(args: argparse.Namespace) -> int:
 
     changes = [int(n) for n in _positive_numbers(args.changes, "--changes")]
     tables = [int(n) for n in _positive_numbers(args.tables, "--tables")]
-    results = ingest_shape.run(changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve())
+    threads = [int(n) for n in _positive_numbers(args.commit_threads, "--commit-threads")]
+    results = ingest_shape.run(changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads)
     print(ingest_shape.summary(results))
     print(f"results: {args.out / 'ingest-shape.json'}, plot: {args.out / 'ingest-shape.png'}")
     return 0
@@ -443,6 +444,12 @@ def build_parser() -> argparse.ArgumentParser:
     bench_shape.add_argument("--tables", default="1,10,50", metavar="N[,N...]", help="tables one batch spans (default: 1,10,50)")
     bench_shape.add_argument(
         "--fan-out-changes", type=int, default=10_000, help="changes per batch over all tables, for --tables (default: 10000)"
+    )
+    bench_shape.add_argument(
+        "--commit-threads",
+        default="1,4",
+        metavar="N[,N...]",
+        help="ingest.commit_threads settings compared side by side at each table count (default: 1,4)",
     )
     bench_shape.add_argument("--batches", type=int, default=3, help="measured batches per point, after one warm-up (default: 3)")
     bench_shape.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")

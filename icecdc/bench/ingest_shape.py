@@ -55,6 +55,7 @@ SOURCE_ROWS = 1_000_000
 class ShapePoint:
     changes: int  # per batch, over all tables
     tables: int
+    commit_threads: int  # ingest.commit_threads: tables committed at once
     seconds: list[float] = field(default_factory=list)
     job_seconds: list[float] = field(default_factory=list)  # the Spark job: parse, reduce, write files
     commit_seconds: list[float] = field(default_factory=list)  # the commits of every table
@@ -80,18 +81,19 @@ class ShapeResults:
     fan_out: list[ShapePoint] = field(default_factory=list)
 
 
-def measure(stack: Any, changes: int, tables: int, batches: int) -> ShapePoint:
+def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads: int = 4) -> ShapePoint:
     from icecdc.jvm.bridge import JavaBridge
 
-    run = f"{changes}_{tables}_{stack.run_id}"
+    run = f"{changes}_{tables}_{commit_threads}_{stack.run_id}"
     specs = [orders_table(f"bench.shape_{run}_{i}", f"shape-{run}-{i}") for i in range(tables)]
-    config = clone(stack.config, tables=specs, commit_topic=f"shape-commits-{run}", ingest={"max_batch_records": changes})
+    ingest = {"max_batch_records": changes, "commit_threads": commit_threads}
+    config = clone(stack.config, tables=specs, commit_topic=f"shape-commits-{run}", ingest=ingest)
     topics = [t["topic"] for t in specs]
     bridge = JavaBridge(stack.spark)
     jvm_pid = bridge.pid()
     feed = FeedWriter(stack.spark, config, "bench-shape")
     source = ChangingTable(SOURCE_ROWS)
-    point = ShapePoint(changes, tables)
+    point = ShapePoint(changes, tables, commit_threads)
     try:
         for number in range(batches + 1):  # batch 0 warms the path up and is not counted
             by_topic: dict[str, list[tuple[bytes | None, bytes | None]]] = {topic: [] for topic in topics}
@@ -143,14 +145,22 @@ def _check_rows(stack: Any, specs: list[dict[str, Any]], source: ChangingTable, 
 
 
 def run(
-    changes: Sequence[int], tables: Sequence[int], fan_out_changes: int, batches: int, out: Path, state_dir: Path
+    changes: Sequence[int],
+    tables: Sequence[int],
+    fan_out_changes: int,
+    batches: int,
+    out: Path,
+    state_dir: Path,
+    commit_threads: Sequence[int] = (4,),
 ) -> ShapeResults:
     results = ShapeResults(machine(), batches)
     with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": "6g"}}) as stack:
         for size in changes:
             results.batch_sizes.append(measure(stack, size, 1, batches))
         for count in tables:
-            results.fan_out.append(measure(stack, fan_out_changes, count, batches))
+            # Each commit_threads setting side by side, table count by table count.
+            for threads in commit_threads if count > 1 else commit_threads[-1:]:
+                results.fan_out.append(measure(stack, fan_out_changes, count, batches, threads))
     publish(out, "ingest-shape", results, _plot, summary)
     return results
 
@@ -160,6 +170,7 @@ def _rows(points: list[ShapePoint]) -> list[list[Any]]:
         [
             f"{p.changes:,}",
             p.tables,
+            p.commit_threads,
             f"{p.median:.2f}",
             f"{statistics.median(p.job_seconds):.2f}",
             f"{statistics.median(p.commit_seconds):.2f}",
@@ -177,6 +188,7 @@ def summary(results: ShapeResults) -> str:
     header = [
         "changes/batch",
         "tables",
+        "commit threads",
         "s/batch",
         "Spark job s",
         "commit s (sum over tables)",
@@ -208,10 +220,12 @@ def _plot(results: ShapeResults, path: Path) -> None:
     left.set_xlabel("changes per batch (one table)")
     left.set_title("records per second (median)", fontsize=9)
     fan = results.fan_out
-    counts = [p.tables for p in fan]
-    right.plot(counts, [p.median for p in fan], marker="o", label="batch")
-    right.plot(counts, [statistics.median(p.job_seconds) for p in fan], marker="o", label="Spark job")
-    right.plot(counts, [statistics.median(p.commit_seconds) for p in fan], marker="o", label="commits")
+    for threads in sorted({p.commit_threads for p in fan}):
+        # The one-table point belongs to every setting (nothing to commit side by side).
+        points = [p for p in fan if p.commit_threads == threads or p.tables == 1]
+        right.plot([p.tables for p in points], [p.median for p in points], marker="o", label=f"batch, {threads} commit threads")
+    jobs = [p for p in fan if p.commit_threads == max(q.commit_threads for q in fan)]
+    right.plot([p.tables for p in jobs], [statistics.median(p.job_seconds) for p in jobs], linestyle="--", label="its Spark job")
     right.set_xlabel("tables the batch spans")
     right.set_title(f"seconds per batch of {fan[0].changes:,} changes (median)" if fan else "", fontsize=9)
     right.legend(fontsize=8)

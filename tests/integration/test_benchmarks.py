@@ -167,19 +167,26 @@ def test_scale_benchmark_harness(tmp_path):
 
 
 def test_ingest_shape_benchmark_harness(tmp_path):
-    """A batch-size point and two fan-out points, each batch committed to every table it spans
+    """A batch-size point and fan-out points (three tables committed one by one and side by side),
+    each batch committed to every table it spans
     and each table checked against the rows its changes imply, with memory figures taken."""
     out = tmp_path / "out"
     run = icecdc_process(
         "bench",
         "ingest-shape",
         *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
-        *("--changes", "300", "--tables", "1,3", "--fan-out-changes", "300", "--batches", "1"),
+        *("--changes", "300", "--tables", "1,3", "--commit-threads", "1,4", "--fan-out-changes", "300", "--batches", "1"),
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = orjson.loads((out / "ingest-shape.json").read_bytes())
-    assert [(p["changes"], p["tables"]) for p in results["batch_sizes"] + results["fan_out"]] == [(300, 1), (300, 1), (300, 3)]
+    points = results["batch_sizes"] + results["fan_out"]
+    assert [(p["changes"], p["tables"], p["commit_threads"]) for p in points] == [
+        (300, 1, 4),
+        (300, 1, 4),
+        (300, 3, 1),
+        (300, 3, 4),
+    ]
     for point in results["batch_sizes"] + results["fan_out"]:
         assert len(point["seconds"]) == 1 and point["heap_peak_mib"] > 0 and point["workers_peak_mib"] > 0
     assert (out / "ingest-shape.png").stat().st_size > 0 and "records/s" in (out / "ingest-shape.md").read_text()
