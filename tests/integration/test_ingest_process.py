@@ -52,7 +52,7 @@ def ingest_process(config_path: Path, failpoint: str | None = None) -> subproces
 
 def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark, stack_config, unique, tmp_path):
     # Three tables, so a batch commits to several at once (ingest.commit_threads): a kill after
-    # one table's commit may land while the others' are in flight.
+    # a table's commit may land while the others' are in flight.
     tables = [TableConfig.model_validate(orders_table(f"it.crash_{t}_{unique}", f"crash-{t}-{unique}")) for t in "abc"]
     config = stack_config.model_copy(
         update={
@@ -72,7 +72,9 @@ def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark,
         produce(config, table.topic, events)
     config_path = write_config(config, tmp_path / "icecdc.yaml")
 
-    for failpoint in ("after-files:2", "after-dead-letters:2", "after-commit:2", "after-commit:4", "after-files:1"):
+    # Each run commits at most a batch or two (120 records, of 633): the failpoints below are met
+    # whatever share of each topic a batch happens to take.
+    for failpoint in ("after-files:2", "after-dead-letters:2", "after-commit:2", "after-files:1"):
         crashed = ingest_process(config_path, failpoint)
         assert crashed.returncode == -signal.SIGKILL, crashed.stderr[-3000:]
     finished = ingest_process(config_path)
