@@ -1,14 +1,15 @@
-"""Running one compaction of one due partition: confirm the lease, list and plan at the current
-snapshot, announce it (``started``, with its starting snapshot), rewrite, commit through the
-coordinator's gate, and report the outcome (``outcomes``) as a compaction event, metrics and a
-log line. Every client is injected, so each outcome can be driven by fakes in a unit test.
+"""Running one compaction job of one due partition, or of several small settled ones of a table
+(``turns.job_partitions``): confirm the leases, list and plan each partition at the current
+snapshot, announce each (``started``, with the starting snapshot), rewrite, commit once through
+the coordinator's gate, and report each partition's outcome (``outcomes``) as a compaction event,
+metrics and a log line. Every client is injected, so each outcome can be driven by fakes in a unit test.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from icecdc import summary
@@ -29,12 +30,12 @@ log = logging.getLogger(__name__)
 
 
 class Compaction(Protocol):
-    """One compaction of one partition (``rewrite.PartitionCompaction``)."""
+    """One compaction job of one or more partitions of a table (``rewrite.CompactionJob``)."""
 
-    def files(self) -> PartitionFiles | None: ...
+    def files(self) -> list[PartitionFiles] | None: ...
     @property
     def starting_snapshot(self) -> Snapshot: ...
-    def run(self, plan: RewritePlan, tags: dict[str, str], commit: Committer) -> CompactionResult: ...
+    def run(self, plans: Sequence[RewritePlan], tags: dict[str, str], commit: Committer) -> list[CompactionResult]: ...
 
 
 class Leases(Protocol):
@@ -54,8 +55,8 @@ class Publisher(Protocol):
     def compaction(self, event: CompactionEvent) -> None: ...
 
 
-# (table, layout, partition) -> one compaction; partition None: the table's global deletes.
-CompactionFactory = Callable[[str, TableLayout, PartitionKey | None], Compaction]
+# (table, layout, partitions) -> one compaction job; partitions None: the table's global deletes.
+CompactionFactory = Callable[[str, TableLayout, Sequence[PartitionKey] | None], Compaction]
 
 
 class CompactionRunner:
@@ -82,68 +83,98 @@ class CompactionRunner:
         self._on_start = on_start  # e.g. show the partition as compacting in the status at once
         self._rng = rng or random.Random()
 
-    def run(self, candidate: Candidate, state: PartitionState, layout: TableLayout) -> CompactionEvent:
-        table = candidate.table
+    def run(self, job: Sequence[tuple[Candidate, PartitionState]], layout: TableLayout) -> list[CompactionEvent]:
+        """One compaction job of the candidates' partitions, all of one table (one, or several
+        that ``turns.job_partitions`` grouped): one event per partition. The job commits once for
+        all, so every partition with work in it ends in the same outcome; a partition with
+        nothing to do at the starting snapshot is skipped on its own."""
+        table = job[0][0].table
         started = self._clock()
-        outcomes.begin(state, hot=candidate.hot)
+        for candidate, state in job:
+            outcomes.begin(state, hot=candidate.hot)
+            metrics.STARTED.labels(table, candidate.work.value).inc()
         self._on_start()
-        metrics.STARTED.labels(table, candidate.work.value).inc()
-        attempt = state.failures + 1
-        kind, reason = candidate.work.value, candidate.reason
-        result: CompactionResult | None = None
-        slot = slot_of(table, candidate.partition_path, self._leases.ownership.slots)
-        what = f"compacting {table} {candidate.partition_path or '(unpartitioned)'}"
+        attempts = [state.failures + 1 for _, state in job]
+        kinds = [candidate.work.value for candidate, _ in job]
+        reasons = [candidate.reason for candidate, _ in job]
+        results: list[CompactionResult | None] = [None] * len(job)
+        slots = sorted({slot_of(table, c.partition_path, self._leases.ownership.slots) for c, _ in job})
+        what = f"compacting {table} {', '.join(c.partition_path or '(unpartitioned)' for c, _ in job)}"
 
-        def event(outcome: Outcome, why: str, finished: float) -> CompactionEvent:
+        def event(i: int, outcome: Outcome, why: str, finished: float) -> CompactionEvent:
+            state = job[i][1]
             return CompactionEvent.from_result(
                 table=table,
                 partition=state.partition,
                 partition_path=state.path,
-                kind=kind,
+                kind=kinds[i],
                 outcome=outcome,
                 replica=self._replica,
                 reason=why,
-                attempt=attempt,
+                attempt=attempts[i],
                 started=started,
                 finished=finished,
-                result=result,
+                result=results[i],
             )
 
+        def confirm_leases() -> None:
+            for slot in slots:
+                self._leases.confirm(slot, what)
+
+        ended: list[tuple[Outcome, str]] = []
         try:
-            self._leases.confirm(slot, what)
-            partition = None if state.is_global else tuple(state.partition.get(term.name) for term in layout.partition)
-            compaction = self._compactions(table, layout, partition)
-            files = compaction.files()
-            plan = plan_for(candidate.work, files, self._settings, hot=candidate.hot) if files is not None else None
-            if plan is None or plan.empty:
-                outcome, reason = Outcome.SKIPPED, f"{reason}; nothing to rewrite at the current snapshot"
-            else:
-                kind = plan.work.value
+            confirm_leases()
+            is_global = job[0][1].is_global
+            partitions = None if is_global else [tuple(s.partition.get(t.name) for t in layout.partition) for _, s in job]
+            compaction = self._compactions(table, layout, partitions)
+            listed = compaction.files()
+            # An empty table has nothing to rewrite in any partition.
+            plans = (
+                [RewritePlan(c.work) for c, _ in job]
+                if listed is None
+                else [plan_for(c.work, files, self._settings, hot=c.hot) for (c, _), files in zip(job, listed, strict=True)]
+            )
+            nothing = "nothing to rewrite at the current snapshot"
+            ended = [
+                (Outcome.SKIPPED, f"{reasons[i]}; {nothing}") if p.empty else (Outcome.COMMITTED, reasons[i])
+                for i, p in enumerate(plans)
+            ]
+            to_commit = [i for i, p in enumerate(plans) if not p.empty]
+            if to_commit:
                 start = compaction.starting_snapshot
-                result = CompactionResult(plan.work, start.snapshot_id, start.sequence_number)
-                self._publisher.compaction(event(Outcome.STARTED, reason, started))
-                result = compaction.run(
-                    plan,
+                for i in to_commit:
+                    kinds[i] = plans[i].work.value
+                    results[i] = CompactionResult(plans[i].work, start.snapshot_id, start.sequence_number)
+                    self._publisher.compaction(event(i, Outcome.STARTED, reasons[i], started))
+                committed = compaction.run(
+                    plans,
                     {summary.COMPACTOR: self._replica},
-                    lambda commit: self._gate.commit(table, commit, before_attempt=lambda: self._leases.confirm(slot, what)),
+                    lambda commit: self._gate.commit(table, commit, before_attempt=confirm_leases),
                 )
-                outcome = Outcome.COMMITTED
+                results = [r if i in to_commit else None for i, r in enumerate(committed)]
         except CatalogOutage:
             raise  # the catalog is gone for good: the command stops
         except Exception as error:
             outcome = outcomes.outcome_of(error)
-            reason = f"{type(error).__name__}: {error}" if outcome is Outcome.FAILED else str(error)
+            why = f"{type(error).__name__}: {error}" if outcome is Outcome.FAILED else str(error)
             if outcome is Outcome.FENCED:
                 self._gate.lease_lost(table)
             elif outcome is Outcome.FAILED:
-                log.exception("compaction of %s %s failed", table, candidate.partition_path)
+                log.exception("compaction of %s failed", what)
+            # Every partition the job had work for shares its end (one commit); the others, if it
+            # got as far as planning, were skipped.
+            ended = [e if e[0] is Outcome.SKIPPED else (outcome, why) for e in ended] or [(outcome, why)] * len(job)
         now = self._clock()
-        resolution = outcomes.resolve(state, outcome, reason, started=started, now=now, settings=self._settings, rng=self._rng)
-        if resolution.settled_for is not None:
-            metrics.SETTLE_TO_COMPACTED.labels(table).observe(resolution.settled_for)
-        finished = event(resolution.outcome, resolution.reason, now)
-        self._record(finished)
-        return finished
+        events = []
+        for i, (outcome, why) in enumerate(ended):
+            state = job[i][1]
+            resolution = outcomes.resolve(state, outcome, why, started=started, now=now, settings=self._settings, rng=self._rng)
+            if resolution.settled_for is not None:
+                metrics.SETTLE_TO_COMPACTED.labels(table).observe(resolution.settled_for)
+            finished = event(i, resolution.outcome, resolution.reason, now)
+            self._record(finished)
+            events.append(finished)
+        return events
 
     def _record(self, event: CompactionEvent) -> None:
         table = event.table

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from icecdc.compactor.policy import EQUALITY_DELETE_WEIGHT, Work, budget_for_bytes
@@ -136,6 +136,28 @@ def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig) -
     if not plan.rewrite and not plan.convert and plan.remove_deletes:
         return RewritePlan(Work.REMOVE_DANGLING_DELETES, remove_deletes=plan.remove_deletes)
     return plan
+
+
+# Plans committed as a ``RowDelta`` of position deletes alone, never together with others.
+CONVERSIONS = frozenset({Work.CONVERT, Work.RESOLVE_GLOBAL_DELETES})
+
+
+def plan_together(plans: Sequence[RewritePlan]) -> RewritePlan:
+    """The one commit of a job that compacts several partitions: every file each partition's plan
+    touches. Partitions never share a file, so the plans are simply put side by side. Conversions
+    are refused: they commit as a ``RowDelta`` and are made one partition at a time."""
+    if len(plans) == 1:
+        return plans[0]
+    if any(p.work in CONVERSIONS for p in plans):
+        raise ValueError("conversions are committed one partition at a time")
+    works = {p.work for p in plans}
+    return RewritePlan(
+        plans[0].work if len(works) == 1 else Work.DELETE_MERGE,
+        tuple(path for p in plans for path in p.rewrite),
+        tuple(path for p in plans for path in p.convert),
+        tuple(path for p in plans for path in p.remove_deletes),
+        tuple(path for p in plans for path in p.examined),
+    )
 
 
 def plan_conversion(files: PartitionFiles) -> RewritePlan:

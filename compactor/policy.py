@@ -163,6 +163,7 @@ class Candidate:
     benefit: float
     cost: float
     hot: bool = False  # still being written: planned against its read budget (``plans.plan_hot``)
+    data_bytes: int = 0  # the partition's live data (what a job compacting it reads at most)
 
     @property
     def priority(self) -> float:

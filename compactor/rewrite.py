@@ -1,7 +1,8 @@
-"""One compaction of one partition, as ONE Iceberg commit, through the Java adapter:
+"""One compaction job, of one partition or of several small ones of a table, as ONE Iceberg
+commit, through the Java adapter:
 
-1. list the partition's live files at the starting snapshot (``icecdc.jvm.listing``; for the
-   table's global deletes, the files of every partition they apply to) and plan from them
+1. list each partition's live files at the starting snapshot (``icecdc.jvm.listing``; for the
+   table's global deletes, the files of every partition they apply to) and plan each from them
    (``plans``);
 2. rewrite the chosen data files with their deletes applied, as target-sized files (Spark);
 3. compute position deletes (deletion vectors on format v3) for the files whose equality deletes
@@ -20,17 +21,17 @@ from __future__ import annotations
 
 import functools
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from icecdc import failpoints, summary
-from icecdc.compactor.plans import PartitionFiles, RewritePlan, keep_deletes_of_unchanged
+from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, keep_deletes_of_unchanged, plan_together
 from icecdc.compactor.policy import Work
 from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, PositionDeletes, convert_all
 from icecdc.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
-from icecdc.jvm.listing import PartitionListing, list_global_deletes, list_partition
-from icecdc.jvm.rewrites import PartitionRewrite, PositionDeleteFile
+from icecdc.jvm.listing import PartitionListing, list_global_deletes, list_partitions
+from icecdc.jvm.rewrites import NewFile, PartitionRewrite, PositionDeleteFile
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, Snapshot
 from icecdc.layout import PartitionKey, TableLayout
 
@@ -68,66 +69,81 @@ class CompactionResult:
         return self.committed.sequence_number if self.committed else None
 
 
-class PartitionCompaction:
-    """One compaction of one partition of one table, or (``partition`` None) the resolution of the
-    table's global equality deletes, which works on the files of every partition they apply to."""
+class CompactionJob:
+    """One Spark job and one commit compacting one or more partitions of one table, all listed at
+    one starting snapshot; or (``partitions`` None) the resolution of the table's global equality
+    deletes, which works on the files of every partition they apply to. Several partitions share
+    the job's fixed costs (a listing scan, a Spark job, a quiet window and a commit): the sidecar
+    groups small settled partitions (``turns.job_partitions``)."""
 
     def __init__(
         self,
         spark: SparkSession,
         table: IcebergTable,
         layout: TableLayout,
-        partition: PartitionKey | None,
+        partitions: Sequence[PartitionKey] | None,
         io_properties: Mapping[str, str],
         target_file_size: int,
     ) -> None:
+        if partitions is not None and not partitions:
+            raise ValueError("a compaction job needs at least one partition")
         self._spark = spark
         self.table = table
         self._layout = layout
-        self._partition = partition
+        self._partitions = None if partitions is None else tuple(partitions)
         self._io_properties = dict(io_properties)
         self._target = target_file_size
-        self._listing: PartitionListing | None = None
-        self._files: PartitionFiles | None = None
+        self._listings: list[PartitionListing] | None = None
+        self._files: list[PartitionFiles] | None = None
 
-    def files(self) -> PartitionFiles | None:
-        """The partition's live files at the table's current snapshot (None: empty table)."""
-        if self._partition is None:
-            self._listing = list_global_deletes(self.table, self._layout, self._io_properties)
+    def files(self) -> list[PartitionFiles] | None:
+        """Each partition's live files at the table's current snapshot, in the order given
+        (None: an empty table)."""
+        if self._partitions is None:
+            listing = list_global_deletes(self.table, self._layout, self._io_properties)
+            self._listings = None if listing is None else [listing]
         else:
-            self._listing = list_partition(self.table, self._layout, self._partition)
-        listing = self._listing
-        self._files = None if listing is None else PartitionFiles.of(listing.data, listing.deletes, listing.may_match)
+            self._listings = list_partitions(self.table, self._layout, self._partitions)
+        listings = self._listings
+        self._files = None if listings is None else [PartitionFiles.of(x.data, x.deletes, x.may_match) for x in listings]
         return self._files
 
     @property
     def starting_snapshot(self) -> Snapshot:
-        """The snapshot the last ``files()`` listed the partition at."""
-        if self._listing is None:
+        """The snapshot the last ``files()`` listed the partitions at."""
+        if self._listings is None:
             raise RuntimeError("files() must be called first, on a table that has a snapshot")
-        return self._listing.snapshot
+        return self._listings[0].snapshot
 
-    def run(self, plan: RewritePlan, tags: Mapping[str, str], commit: Committer = commit_now) -> CompactionResult:
-        """Execute a plan made from ``files()`` and commit it through ``commit``, which calls the
-        attempt it is given when (and as often as) it sees fit: the coordinator's commit gate."""
-        listing, files = self._listing, self._files
-        if listing is None or files is None:
+    def run(
+        self, plans: Sequence[RewritePlan], tags: Mapping[str, str], commit: Committer = commit_now
+    ) -> list[CompactionResult]:
+        """Execute one plan per partition, made from ``files()``, in one Spark job and one commit
+        through ``commit``, which calls the attempt it is given when (and as often as) it sees fit:
+        the coordinator's commit gate. Returns what the commit did to each partition."""
+        listings, files = self._listings, self._files
+        if listings is None or files is None:
             raise RuntimeError("files() must be called before run()")
-        start = listing.snapshot
-        result = CompactionResult(plan.work, start.snapshot_id, start.sequence_number)
+        if len(plans) != len(listings):
+            raise ValueError(f"{len(plans)} plans for {len(listings)} partitions")
+        start = listings[0].snapshot
+        plan = plan_together(plans)
         if plan.empty:
-            return result
-        rewrite = PartitionRewrite(listing, self._target)
+            return [CompactionResult(p.work, start.snapshot_id, start.sequence_number) for p in plans]
+        rewrite = PartitionRewrite(listings, self._target)
+        converted: list[PositionDeleteFile] = []
         try:
             if plan.rewrite:
                 rewrite.rewrite_data(plan.rewrite)
             if plan.convert:
-                converted = self._convert(plan, files, listing)
+                converted = self._convert(plan, files, listings)
                 rewrite.add_position_deletes([c for c in converted if c.path])
-                plan = keep_deletes_of_unchanged(plan, files, {c.data_file for c in converted if not c.path})
+                unchanged = {c.data_file for c in converted if not c.path}
+                plans = [keep_deletes_of_unchanged(p, f, unchanged) for p, f in zip(plans, files, strict=True)]
+                plan = plan_together(plans)
             failpoints.hit("compactor-before-commit")
             summary_tags = {**tags, summary.COMPACTION: plan.work.value}
-            if plan.work in (Work.CONVERT, Work.RESOLVE_GLOBAL_DELETES):
+            if plan.work in CONVERSIONS:
                 examined = tuple(dict.fromkeys((*plan.convert, *plan.examined)))
                 committed = commit(lambda: rewrite.commit_conversion(examined, plan.remove_deletes, summary_tags))
             else:
@@ -137,25 +153,37 @@ class PartitionCompaction:
         except BaseException:
             rewrite.discard()
             raise
-        sizes = {f.path: f.size for f in files.data}
-        return CompactionResult(
-            plan.work,
-            start.snapshot_id,
-            start.sequence_number,
-            committed,
-            data_files_rewritten=len(plan.rewrite),
-            data_files_added=len(rewrite.new_data),
-            bytes_rewritten=sum(sizes[p] for p in plan.rewrite),
-            bytes_added=sum(f.size for f in rewrite.new_data),
-            delete_files_removed=len(plan.remove_deletes),
-            position_delete_files_added=len(rewrite.new_position_deletes),
-        )
+        sizes = {f.path: f.size for partition in files for f in partition.data}
+        positions_written = {c.data_file for c in converted if c.path}
+        return [
+            CompactionResult(
+                p.work,
+                start.snapshot_id,
+                start.sequence_number,
+                committed if not p.empty else None,
+                data_files_rewritten=len(p.rewrite),
+                data_files_added=len(new_data),
+                bytes_rewritten=sum(sizes[path] for path in p.rewrite),
+                bytes_added=sum(f.size for f in new_data),
+                delete_files_removed=len(p.remove_deletes),
+                position_delete_files_added=sum(1 for path in p.convert if path in positions_written),
+            )
+            for p, new_data in zip(plans, self._new_data_by_partition(rewrite, listings), strict=True)
+        ]
 
-    def _convert(self, plan: RewritePlan, files: PartitionFiles, listing: PartitionListing) -> list[PositionDeleteFile]:
+    @staticmethod
+    def _new_data_by_partition(rewrite: PartitionRewrite, listings: Sequence[PartitionListing]) -> list[list[NewFile]]:
+        if len(listings) == 1:
+            return [rewrite.new_data]
+        return [[f for f in rewrite.new_data if f.partition == listing.iceberg_path] for listing in listings]
+
+    def _convert(
+        self, plan: RewritePlan, files: Sequence[PartitionFiles], listings: Sequence[PartitionListing]
+    ) -> list[PositionDeleteFile]:
         """Position deletes for the files to convert, written on executors (one task per file);
         a file with nothing new deleted comes back without a path."""
-        data = {f.path: f for f in files.data}
-        deletes = {d.path: d for d in listing.deletes}
+        data = {f.path: f for partition in files for f in partition.data}
+        deletes = {d.path: d for listing in listings for d in listing.deletes}
         dv = self._layout.format_version >= 3  # v3 refuses Parquet position deletes
         suffix = "deletion-vector.puffin" if dv else "position-deletes.parquet"
         jobs = [
@@ -184,3 +212,34 @@ class PartitionCompaction:
 
 def _convert_partition(io_properties: Mapping[str, str], jobs: Iterable[Conversion]) -> list[ConvertedFile]:
     return convert_all(list(jobs), io_properties)
+
+
+class PartitionCompaction:
+    """One compaction of one partition (``partition`` None: of the table's global deletes): a
+    ``CompactionJob`` of one, with one plan and one result."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        table: IcebergTable,
+        layout: TableLayout,
+        partition: PartitionKey | None,
+        io_properties: Mapping[str, str],
+        target_file_size: int,
+    ) -> None:
+        self.table = table
+        self._job = CompactionJob(
+            spark, table, layout, None if partition is None else [partition], io_properties, target_file_size
+        )
+
+    def files(self) -> PartitionFiles | None:
+        """The partition's live files at the table's current snapshot (None: empty table)."""
+        listed = self._job.files()
+        return None if listed is None else listed[0]
+
+    @property
+    def starting_snapshot(self) -> Snapshot:
+        return self._job.starting_snapshot
+
+    def run(self, plan: RewritePlan, tags: Mapping[str, str], commit: Committer = commit_now) -> CompactionResult:
+        return self._job.run([plan], tags, commit)[0]

@@ -14,7 +14,7 @@ import socket
 import threading
 import time
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -28,7 +28,7 @@ from icecdc.compactor.membership import KAFKA_CHECK, Membership
 from icecdc.compactor.policy import Candidate
 from icecdc.compactor.publish import EventPublisher
 from icecdc.compactor.reconcile import Reconciler
-from icecdc.compactor.rewrite import PartitionCompaction
+from icecdc.compactor.rewrite import CompactionJob
 from icecdc.compactor.status import StatusWriter
 from icecdc.compactor.tracker import PartitionTracker
 from icecdc.config import Config
@@ -112,8 +112,8 @@ class CompactorSidecar:
             self.tracker.candidates(now), self.membership.owns, lambda table: self.activity.maintenance_running(table, now)
         )
 
-    def run_once(self, poll_timeout: float = 0.0) -> CompactionEvent | None:
-        """One turn; returns the compaction it made, if it made one."""
+    def run_once(self, poll_timeout: float = 0.0) -> list[CompactionEvent]:
+        """One turn; returns the compaction it made, one event per partition (none: it made none)."""
         self.health.beat()
         self.membership.serve()
         self.feed.poll(poll_timeout)
@@ -121,35 +121,39 @@ class CompactorSidecar:
             self.reconciler.reconcile_all()
         for table in self.tracker.take_unlisted():
             self.reconciler.reconcile(table)
-        event = None
+        events: list[CompactionEvent] = []
         while True:  # a maintenance check that finds nothing to do hands the turn on (it is no longer due)
             now = self._clock()
             due = self.maintenance.due(
                 (t.name for t in self.config.tables if t.name in self.layouts), self.membership.owns_maintenance, now
             )
-            step = turns.next_step(due, self.candidates(now))
+            settings = self.config.compactor
+            step = turns.next_step(due, self.candidates(now), settings.partitions_per_job, settings.target_file_size_bytes)
             if isinstance(step, turns.Maintain):
                 if (done := self.maintenance.run(step.table, step.kind)) is None:
                     continue
                 self.stats.maintenance.append(done)
             elif isinstance(step, turns.Compact):
-                event = self._compact(step.candidate)
+                events = self._compact(step.candidates)
             break
         self.stats.commit_events, self.stats.bad_commit_events = self.feed.commit_events, self.feed.bad_commit_events
         self.status.write()
-        return event
+        return events
 
-    def _compact(self, candidate: Candidate) -> CompactionEvent | None:
-        state = self.tracker.get(candidate.table, candidate.partition_path)
-        layout = self.layouts.get(candidate.table)
-        if state is None or layout is None:  # forgotten by a reconcile since it was ranked
-            return None
-        event = self.compactions.run(candidate, state, layout)
-        self.stats.outcomes[event.outcome.value] += 1
-        self.stats.results.append(event)
-        self.reconciler.reconcile(candidate.table)
+    def _compact(self, candidates: Sequence[Candidate]) -> list[CompactionEvent]:
+        table = candidates[0].table
+        states = [self.tracker.get(c.table, c.partition_path) for c in candidates]
+        job = [(c, s) for c, s in zip(candidates, states, strict=True) if s is not None]
+        layout = self.layouts.get(table)
+        if not job or layout is None:  # forgotten by a reconcile since they were ranked
+            return []
+        events = self.compactions.run(job, layout)
+        for event in events:
+            self.stats.outcomes[event.outcome.value] += 1
+            self.stats.results.append(event)
+        self.reconciler.reconcile(table)
         self.status.write(force=True)  # no longer "compacting", with the new file counts
-        return event
+        return events
 
     def idle(self, until_idle: float) -> bool:
         now = self._clock()
@@ -166,8 +170,8 @@ class CompactorSidecar:
         stop = stop or threading.Event()
         log.info("compactor %s watching %s", self.replica, ", ".join(t.name for t in self.config.tables))
         while not stop.is_set():
-            event = self.run_once(poll_timeout=0.0 if self.candidates(self._clock()) else 1.0)
-            if event is None and until_idle is not None and self.idle(until_idle):
+            events = self.run_once(poll_timeout=0.0 if self.candidates(self._clock()) else 1.0)
+            if not events and until_idle is not None and self.idle(until_idle):
                 break
         return self.stats
 
@@ -208,10 +212,8 @@ def create_sidecar(
             tables[name] = IcebergTable(bridge, config.table_ref(name), retry)
         return tables[name]
 
-    def compaction(name: str, layout: TableLayout, partition: PartitionKey | None) -> PartitionCompaction:
-        return PartitionCompaction(
-            spark, table(name), layout, partition, config.catalog.properties, settings.target_file_size_bytes
-        )
+    def compaction(name: str, layout: TableLayout, partitions: Sequence[PartitionKey] | None) -> CompactionJob:
+        return CompactionJob(spark, table(name), layout, partitions, config.catalog.properties, settings.target_file_size_bytes)
 
     def serve(seconds: float) -> None:
         membership.serve()

@@ -242,7 +242,7 @@ class PartitionTracker:
             if due is not None:
                 work, reason, hot = due
                 benefit, cost = benefit_and_cost(state.stats, work, self.settings)
-                out.append(Candidate(state.table, state.path, work, reason, benefit, cost, hot))
+                out.append(Candidate(state.table, state.path, work, reason, benefit, cost, hot, state.stats.data_bytes))
         return rank(out)
 
     def waiting(self, now: float) -> list[PartitionState]:

@@ -7,7 +7,8 @@ first: a busy replica always has a partition to compact, so maintenance placed a
 would never run (found by the two-replica test), and it comes due seldom (expiry every
 ``interval_seconds``, a manifest check at most once a minute, each skipped at once when it would
 do nothing). Otherwise the best-ranked due partition this replica owns, on a table no
-maintenance run is touching.
+maintenance run is touching, with the small settled partitions that share its job
+(``job_partitions``).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from icecdc.compactor.policy import Candidate
+from icecdc.compactor.policy import Candidate, Work
 from icecdc.events import MaintenanceKind
 
 
@@ -27,7 +28,9 @@ class Maintain:
 
 @dataclass(frozen=True)
 class Compact:
-    candidate: Candidate
+    """One compaction job: the best candidate, and the partitions that share its job."""
+
+    candidates: tuple[Candidate, ...]
 
 
 Step = Maintain | Compact | None
@@ -41,12 +44,48 @@ def owned_candidates(
     return [c for c in candidates if owns(c.table, c.partition_path) and not maintenance_running(c.table)]
 
 
-def next_step(maintenance_due: Sequence[tuple[str, MaintenanceKind]], candidates: Sequence[Candidate]) -> Step:
-    """Maintenance first, then the best candidate, else nothing to do."""
+# Work one job may do for several partitions: what a settled partition needs. Conversions (a
+# hot partition's, the global deletes') commit as a ``RowDelta`` of their own.
+JOB_WORK = frozenset({Work.MINOR, Work.DELETE_MERGE, Work.REMOVE_DANGLING_DELETES})
+
+
+def job_partitions(candidates: Sequence[Candidate], partitions_per_job: int, job_bytes: int) -> tuple[Candidate, ...]:
+    """The best candidate, with the next best ones that share its Spark job and its commit.
+
+    A CDC table settles many small partitions (yesterday's days, a tenant's buckets), each worth
+    less than the fixed cost of a job of its own: a listing, a Spark job, a quiet window and a
+    commit. So a settled partition whose data fits in ``job_bytes`` (the target file size) takes
+    along the next ranked settled ones of its table, up to ``partitions_per_job``, as long as all
+    of them together still fit: one task then writes each partition's one file. A partition
+    still being written, or the global deletes, get a job of their own."""
+
+    def joins(c: Candidate) -> bool:
+        return not c.hot and c.work in JOB_WORK and c.data_bytes <= job_bytes
+
+    best = candidates[0]
+    job, total = [best], best.data_bytes
+    if partitions_per_job == 1 or not joins(best):
+        return (best,)
+    for c in candidates[1:]:
+        if len(job) == partitions_per_job:
+            break
+        if c.table == best.table and joins(c) and total + c.data_bytes <= job_bytes:
+            job.append(c)
+            total += c.data_bytes
+    return tuple(job)
+
+
+def next_step(
+    maintenance_due: Sequence[tuple[str, MaintenanceKind]],
+    candidates: Sequence[Candidate],
+    partitions_per_job: int = 1,
+    job_bytes: int = 0,
+) -> Step:
+    """Maintenance first, then the best candidate's job, else nothing to do."""
     if maintenance_due:
         return Maintain(*maintenance_due[0])
     if candidates:
-        return Compact(candidates[0])
+        return Compact(job_partitions(candidates, partitions_per_job, job_bytes))
     return None
 
 

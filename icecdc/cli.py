@@ -197,6 +197,16 @@ def _cmd_bench_scale(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_bench_jobs(args: argparse.Namespace) -> int:
+    from icecdc.bench import jobs
+
+    settings = [int(n) for n in _positive_numbers(args.per_job, "--per-job")]
+    results = jobs.run(args.partitions, args.rows, args.batches, settings, args.repeats, args.out, args.state_dir.resolve())
+    print(jobs.summary(results))
+    print(f"results: {args.out / 'jobs.json'}, plot: {args.out / 'jobs.png'}")
+    return 0
+
+
 def _cmd_bench_ingest_shape(args: argparse.Namespace) -> int:
     from icecdc.bench import ingest_shape
 
@@ -430,6 +440,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_scale.add_argument("--repeats", type=int, default=3, help="measurements of each step (default: 3)")
     bench_scale.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
+
+    bench_jobs = benches.add_parser(
+        "jobs", help="settled partitions compacted per minute, one Spark job per partition against several a job"
+    )
+    bench_jobs.set_defaults(handler=_cmd_bench_jobs)
+    bench_jobs.add_argument(
+        "--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"local state directory (default: {DEFAULT_STATE_DIR})"
+    )
+    bench_jobs.add_argument("--partitions", type=int, default=64, help="small settled partitions a run (default: 64)")
+    bench_jobs.add_argument("--rows", type=int, default=200, help="rows in each partition (default: 200)")
+    bench_jobs.add_argument(
+        "--batches", type=int, default=3, help="writer batches, each rewriting every partition's rows (default: 3)"
+    )
+    bench_jobs.add_argument(
+        "--per-job",
+        default="1,16",
+        metavar="N[,N...]",
+        help="compactor.partitions_per_job settings compared side by side, run by run (default: 1,16)",
+    )
+    bench_jobs.add_argument("--repeats", type=int, default=3, help="runs of each setting (default: 3)")
+    bench_jobs.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
 
     bench_shape = benches.add_parser(
         "ingest-shape", help="the ingester's cost per batch against the batch's size and the tables it spans, with memory"

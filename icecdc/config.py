@@ -256,6 +256,11 @@ class CompactorConfig(_Strict):
     large_file_ratio: float = Field(default=0.75, gt=0, le=1.0)
     # Bin-packing is worth a commit from this many small files in a partition.
     min_small_files: int = Field(default=12, ge=2)
+    # Small settled partitions of a table compacted by one Spark job and one commit, when they
+    # fit in one target file together (``turns.job_partitions``): a job's fixed cost dominates a
+    # small partition's compaction (docs/BENCHMARKS.md, "Partitions per job"). 1: a job each.
+    # A job's partitions share its outcome: one conflict retries them all.
+    partitions_per_job: int = Field(default=16, ge=1)
     # A large file carrying position deletes for at least this share of its rows is rewritten.
     position_delete_rewrite_ratio: float = Field(default=0.1, gt=0, le=1.0)
     # A partition still being written is kept within this many times the read cost of its

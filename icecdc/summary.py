@@ -21,8 +21,10 @@ WRITER: Final = "icecdc.writer"
 INGEST_WRITER: Final = "icecdc-ingest"
 
 # The compactor: which replica committed (maintenance commits carry it too), what kind of
-# compaction, which partition, and from which snapshot it started.
+# compaction, which partition (or partitions), and from which snapshot it started.
 COMPACTOR: Final = "icecdc.compactor"
 COMPACTION: Final = "icecdc.compaction"
 PARTITION: Final = "icecdc.partition"
+# A job that compacted several partitions of the table in one commit: their paths, a JSON array.
+PARTITIONS: Final = "icecdc.partitions"
 STARTING_SNAPSHOT: Final = "icecdc.starting-snapshot-id"

@@ -37,6 +37,9 @@ class PartitionListing:
         # partition listing, where every file may match).
         self.may_match: tuple[str, ...] | None = None
         self._global = False
+        # The partition as Iceberg renders it (``PartitionSpec.partitionToPath``): how the files a
+        # job of several partitions wrote are told apart.
+        self.iceberg_path = ""
 
     @property
     def partition_path(self) -> str:
@@ -99,9 +102,18 @@ def partition_filter(bridge: JavaBridge, layout: TableLayout, partition: Partiti
 
 def list_partition(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> PartitionListing | None:
     """The partition's live files at the table's current snapshot (None: an empty table)."""
-    return table.call(
-        f"listing {table.ref} {layout.partition_path(partition) or '(unpartitioned)'}", lambda: _list(table, layout, partition)
-    )
+    listed = list_partitions(table, layout, [partition])
+    return None if listed is None else listed[0]
+
+
+def list_partitions(
+    table: IcebergTable, layout: TableLayout, partitions: Sequence[PartitionKey]
+) -> list[PartitionListing] | None:
+    """Each partition's live files, all at the table's current snapshot, from one scan (a job
+    compacting several partitions commits them together, from one starting snapshot). None: an
+    empty table."""
+    paths = ", ".join(layout.partition_path(p) or "(unpartitioned)" for p in partitions)
+    return table.call(f"listing {table.ref} {paths}", lambda: _list(table, layout, partitions))
 
 
 def _at_current_snapshot(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> PartitionListing | None:
@@ -111,48 +123,56 @@ def _at_current_snapshot(table: IcebergTable, layout: TableLayout, partition: Pa
     return None if snapshot is None else PartitionListing(table, layout, partition, snapshot)
 
 
-def _list(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> PartitionListing | None:
+def _list(table: IcebergTable, layout: TableLayout, partitions: Sequence[PartitionKey]) -> list[PartitionListing] | None:
     java, bridge = table._java, table.bridge
-    listing = _at_current_snapshot(table, layout, partition)
-    if listing is None:
+    first = _at_current_snapshot(table, layout, partitions[0])
+    if first is None:
         return None
-    snapshot = listing._java_snapshot
+    snapshot = first._java_snapshot
+    listings = [first, *(PartitionListing(table, layout, p, snapshot) for p in partitions[1:])]
     specs = java.specs()
     spec = specs.get(layout.spec_id)
     # Compared as Iceberg itself renders them, from the typed Java partition tuple.
-    java_path = spec.partitionToPath(java_partition(bridge, spec, layout, partition))
+    by_path: dict[str, PartitionListing] = {}
+    for listing in listings:
+        listing.iceberg_path = str(spec.partitionToPath(java_partition(bridge, spec, layout, listing.partition)))
+        by_path[listing.iceberg_path] = listing
 
-    def in_partition(file: JavaObject) -> bool:
-        return bool(file.specId() == layout.spec_id and spec.partitionToPath(file.partition()) == java_path)
+    def listing_of(file: JavaObject) -> PartitionListing | None:
+        return by_path.get(str(spec.partitionToPath(file.partition()))) if file.specId() == layout.spec_id else None
 
-    expression = partition_filter(bridge, layout, partition)
+    expressions = bridge.iceberg.expressions.Expressions
+    expression = partition_filter(bridge, layout, partitions[0])
+    for partition in partitions[1:]:
+        expression = getattr(expressions, "or")(expression, partition_filter(bridge, layout, partition))
     io = java.io()
-    deletes = []
+    deletes: dict[str, list[LiveDeleteFile]] = {path: [] for path in by_path}
     for manifest in iterate(snapshot.deleteManifests(io)):
         if manifest.partitionSpecId() != layout.spec_id:
             continue
         reader = bridge.iceberg.ManifestFiles.readDeleteManifest(manifest, io, specs).filterRows(expression)
         try:
             for delete in iterate(reader):
-                if in_partition(delete):
-                    deletes.append(_delete_file(listing, delete))
+                if (owner := listing_of(delete)) is not None:
+                    deletes[owner.iceberg_path].append(_delete_file(owner, delete))
         finally:
             reader.close()
-    data = []
+    data: dict[str, list[LiveDataFile]] = {path: [] for path in by_path}
     tasks = java.newScan().useSnapshot(snapshot.snapshotId()).filter(expression).ignoreResiduals().planFiles()
     try:
         for task in iterate(tasks):
             file = task.file()
-            if in_partition(file):
+            if (owner := listing_of(file)) is not None:
                 path = str(file.location())
-                listing._tasks[path] = task
-                data.append(
+                owner._tasks[path] = task
+                data[owner.iceberg_path].append(
                     LiveDataFile(path, int(file.fileSizeInBytes()), int(file.recordCount()), int(file.dataSequenceNumber()))
                 )
     finally:
         tasks.close()
-    listing.data, listing.deletes = tuple(data), tuple(deletes)
-    return listing
+    for listing in listings:
+        listing.data, listing.deletes = tuple(data[listing.iceberg_path]), tuple(deletes[listing.iceberg_path])
+    return listings
 
 
 def _delete_file(listing: PartitionListing, delete: JavaObject) -> LiveDeleteFile:

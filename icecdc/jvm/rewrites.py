@@ -1,5 +1,6 @@
-"""The Java side of one compaction of one partition: rewriting data files through Spark,
-registering the position-delete files written on executors, and the one ``RewriteFiles`` commit.
+"""The Java side of one compaction job, of one partition or of several of one table: rewriting
+data files through Spark, registering the position-delete files written on executors, and the one
+``RewriteFiles`` commit.
 
 Iceberg's ``rewrite_data_files`` action cannot do what a delete merge needs in one commit
 (rewrite small files, turn the equality deletes on large files into position deletes, drop the
@@ -15,6 +16,8 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+import orjson
+
 from icecdc import summary as summary_keys
 from icecdc.jvm.bridge import JavaObject, iterate, java_errors
 from icecdc.jvm.listing import PartitionListing
@@ -28,6 +31,7 @@ class NewFile:
     path: str
     size: int
     records: int
+    partition: str = ""  # as Iceberg renders it (``PartitionListing.iceberg_path``)
 
 
 @dataclass(frozen=True)
@@ -44,12 +48,19 @@ class PositionDeleteFile:
 
 
 class PartitionRewrite:
-    """What one compaction adds to and removes from one partition, committed as one snapshot."""
+    """What one compaction job adds to and removes from its partitions (listed at one snapshot),
+    committed as one snapshot."""
 
-    def __init__(self, listing: PartitionListing, target_file_size: int) -> None:
-        self._listing = listing
-        self._table = listing.table
+    def __init__(self, listings: Sequence[PartitionListing], target_file_size: int) -> None:
+        if len({listing.snapshot.snapshot_id for listing in listings}) != 1:
+            raise ValueError("a rewrite's partitions must be listed at one snapshot")
+        self._listings = tuple(listings)
+        self._listing = listings[0]
+        self._table = self._listing.table
         self._target = target_file_size
+        # Data file path -> its scan task, delete file path -> its handle, over every partition.
+        self._tasks = {path: task for listing in listings for path, task in listing._tasks.items()}
+        self._delete_handles = {path: handle for listing in listings for path, handle in listing._delete_handles.items()}
         self._added: dict[str, JavaObject] = {}
         self.new_data: list[NewFile] = []
         self.new_position_deletes: list[NewFile] = []
@@ -59,8 +70,16 @@ class PartitionRewrite:
         return list(self._added)
 
     def rewrite_data(self, paths: Sequence[str]) -> list[NewFile]:
-        """Rewrite the data files ``paths`` with their deletes applied, into target-sized files."""
+        """Rewrite the data files ``paths`` with their deletes applied, into target-sized files.
+
+        One partition is read in target-sized splits, a task each. Several partitions are read
+        as ONE task that writes each partition's rows to its own file (Iceberg's fanout writer):
+        a job of several is only ever made of partitions that fit in one target file together
+        (``turns.job_partitions``), and a partition split over two tasks would end as two files."""
         bridge, table, listing = self._table.bridge, self._table._java, self._listing
+        several = len(self._listings) > 1
+        tasks = [self._tasks[p] for p in paths]
+        split_size = max(self._target, sum(int(t.sizeBytes()) for t in tasks)) if several else self._target
         spark_pkg = bridge.iceberg.spark
         read, write = spark_pkg.SparkReadOptions, spark_pkg.SparkWriteOptions
         group = f"icecdc-{uuid.uuid4().hex}"
@@ -68,13 +87,13 @@ class PartitionRewrite:
             cache = bridge.static_call(spark_pkg.SparkTableCache, "get")
             staged, coordinator = spark_pkg.ScanTaskSetManager.get(), spark_pkg.FileRewriteCoordinator.get()
             cache.add(group, table)
-            staged.stageTasks(table, group, [listing._tasks[p] for p in paths])
+            staged.stageTasks(table, group, tasks)
             bridge.activate_session()
             try:
                 frame = (
                     bridge.spark.read.format("iceberg")
                     .option(read.SCAN_TASK_SET_ID, group)
-                    .option(read.SPLIT_SIZE, str(self._target))
+                    .option(read.SPLIT_SIZE, str(split_size))
                     .option(read.FILE_OPEN_COST, "0")
                     .load(group)
                 )
@@ -84,6 +103,7 @@ class PartitionRewrite:
                     .option(write.TARGET_FILE_SIZE_BYTES, str(self._target))
                     .option(write.DISTRIBUTION_MODE, "none")
                     .option(write.OUTPUT_SPEC_ID, str(listing.layout.spec_id))
+                    .option(write.FANOUT_ENABLED, str(several).lower())
                     .mode("append")
                     .save(group)
                 )
@@ -92,7 +112,13 @@ class PartitionRewrite:
                 cache.remove(group)
                 staged.removeTasks(table, group)
                 coordinator.clearRewrite(table, group)
-            added = [NewFile(str(f.location()), int(f.fileSizeInBytes()), int(f.recordCount())) for f in files]
+            spec = table.specs().get(listing.layout.spec_id)
+            added = [
+                NewFile(
+                    str(f.location()), int(f.fileSizeInBytes()), int(f.recordCount()), str(spec.partitionToPath(f.partition()))
+                )
+                for f in files
+            ]
         self._added.update(zip((f.path for f in added), files, strict=True))
         self.new_data += added
         return added
@@ -105,7 +131,7 @@ class PartitionRewrite:
             specs = table.specs()
             metrics_config = iceberg.MetricsConfig.forPositionDelete(table)
             for file in written:
-                data_file = self._listing._tasks[file.data_file].file()
+                data_file = self._tasks[file.data_file].file()
                 # In the data file's own spec and partition: a global-delete resolution writes
                 # them across partitions, of older specs too.
                 builder = (
@@ -136,19 +162,18 @@ class PartitionRewrite:
         any more, add what this rewrite wrote, validate from the starting snapshot, and give new
         data files the starting snapshot's sequence number, so that equality deletes the writer
         commits meanwhile still apply to them (and Iceberg's validation ignores them)."""
-        listing, table = self._listing, self._table
-        start = listing.snapshot
+        table, start = self._table, self._listing.snapshot
 
         def build() -> JavaObject:
             update = table._java.newRewrite().validateFromSnapshot(start.snapshot_id)
             if self.new_data:
                 update = update.dataSequenceNumber(start.sequence_number)
             for path in rewritten:
-                update = update.deleteFile(listing._tasks[path].file())
+                update = update.deleteFile(self._tasks[path].file())
             for java in self._added.values():
                 update = update.addFile(java)
             for path in removed_deletes:
-                update = update.deleteFile(listing._delete_handles[path])
+                update = update.deleteFile(self._delete_handles[path])
             return update
 
         return table.commit(self._what("a compaction"), build, self._tags(summary))
@@ -165,8 +190,7 @@ class PartitionRewrite:
         files" validation: the writer adds both every batch, and a conversion waiting for a
         batch-free moment would never commit (Flink's ConvertEqualityDeletes committer says the
         same). The writer never fails because of it: its commits remove nothing."""
-        listing, table = self._listing, self._table
-        start = listing.snapshot
+        table, start = self._table, self._listing.snapshot
 
         def build() -> JavaObject:
             delta = (
@@ -178,18 +202,23 @@ class PartitionRewrite:
             for java in self._added.values():
                 delta = delta.addDeletes(java)
             for path in removed_deletes:
-                delta = delta.removeDeletes(listing._delete_handles[path])
+                delta = delta.removeDeletes(self._delete_handles[path])
             return delta
 
         return table.commit(self._what("a conversion"), build, self._tags(summary))
 
     def _tags(self, summary: Mapping[str, str]) -> dict[str, str]:
         """The snapshot summary of this compaction's commit: who, what, where, from which snapshot."""
-        start = str(self._listing.snapshot.snapshot_id)
-        return {**summary, summary_keys.PARTITION: self._listing.partition_path, summary_keys.STARTING_SNAPSHOT: start}
+        tags = {**summary, summary_keys.STARTING_SNAPSHOT: str(self._listing.snapshot.snapshot_id)}
+        if len(self._listings) == 1:
+            tags[summary_keys.PARTITION] = self._listing.partition_path
+        else:
+            tags[summary_keys.PARTITIONS] = orjson.dumps([listing.partition_path for listing in self._listings]).decode()
+        return tags
 
     def _what(self, kind: str) -> str:
-        return f"committing {kind} of {self._table.ref} {self._listing.partition_path or '(unpartitioned)'}"
+        paths = ", ".join(listing.partition_path or "(unpartitioned)" for listing in self._listings)
+        return f"committing {kind} of {self._table.ref} {paths}"
 
     def discard(self) -> list[str]:
         """Delete what this rewrite wrote (it did not commit); returns what could not be deleted."""

@@ -166,6 +166,23 @@ def test_scale_benchmark_harness(tmp_path):
     assert (out / "scale.png").stat().st_size > 0 and "live files" in (out / "scale.md").read_text()
 
 
+def test_jobs_benchmark_harness(tmp_path):
+    """Both settings run on fresh tables, every partition compacted (to one file, every row kept,
+    checked by the bench itself), in as many jobs as the setting implies; JSON, plot, summary."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench",
+        "jobs",
+        *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
+        *("--partitions", "4", "--rows", "5", "--batches", "2", "--per-job", "1,4", "--repeats", "1"),
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = orjson.loads((out / "jobs.json").read_bytes())
+    assert [(r["partitions_per_job"], r["jobs"], r["partitions_compacted"]) for r in results["runs"]] == [(1, 4, 4), (4, 1, 4)]
+    assert (out / "jobs.png").stat().st_size > 0 and "partitions/min" in (out / "jobs.md").read_text()
+
+
 def test_ingest_shape_benchmark_harness(tmp_path):
     """A batch-size point and fan-out points (three tables committed one by one and side by side),
     each batch committed to every table it spans

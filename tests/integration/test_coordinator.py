@@ -168,12 +168,17 @@ def assert_snapshot_log_is_sequential(spark, config: Config) -> None:
         summary = snapshot.summary
         if summary.get("icecdc.compaction") is None:
             continue
-        partition, start = summary["icecdc.partition"], int(summary["icecdc.starting-snapshot-id"])
-        if start in sequence and partition in last:
-            assert sequence[start] >= last[partition], (
-                f"{partition}: compaction {snapshot.snapshot_id} overlapped the previous one"
-            )
-        last[partition] = snapshot.sequence_number
+        start = int(summary["icecdc.starting-snapshot-id"])
+        # A job of several partitions lists them all (icecdc.partitions, a JSON array).
+        partitions = (
+            orjson.loads(summary["icecdc.partitions"]) if "icecdc.partitions" in summary else [summary["icecdc.partition"]]
+        )
+        for partition in partitions:
+            if start in sequence and partition in last:
+                assert sequence[start] >= last[partition], (
+                    f"{partition}: compaction {snapshot.snapshot_id} overlapped the previous one"
+                )
+            last[partition] = snapshot.sequence_number
     assert last, "no compaction in the snapshot log"
 
 

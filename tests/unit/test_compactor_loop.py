@@ -23,7 +23,7 @@ from icecdc.config import CompactorConfig, MaintenanceConfig, SettleConfig
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
 from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, MaintenanceResult, MaintenanceSchedule
-from icecdc.coordinator.ownership import Ownership
+from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.errors import CatalogOutage, CommitConflict, CompareAndSetLost
 from icecdc.events import CommitEvent, CompactionEvent, MaintenanceEvent, MaintenanceKind, MaintenanceOutcome, PartitionDelta
 from icecdc.files import LiveDataFile
@@ -88,28 +88,34 @@ class FakeGate:
 
 
 class FakeCompaction:
-    """Lists one small file and a dangling delete; ``run`` commits through the gate."""
+    """A job that lists the given files for each of its partitions; ``run`` commits through the
+    gate, or raises ``error``."""
 
     def __init__(self, files: PartitionFiles | None, error: Exception | None = None) -> None:
         self._files = files
         self._error = error
-        self.ran = False
+        self.partitions: list | None = None
+        self.plans: list[RewritePlan] = []
 
-    def files(self) -> PartitionFiles | None:
+    def files(self) -> list[PartitionFiles] | None:
         if isinstance(self._error, CatalogOutage):
             raise self._error
-        return self._files
+        if self._files is None:
+            return None
+        return [self._files for _ in self.partitions or [None]]
 
     @property
     def starting_snapshot(self) -> Snapshot:
         return Snapshot(8, 7, 4, 0, "append", {})
 
-    def run(self, plan: RewritePlan, tags, commit) -> CompactionResult:
-        self.ran = True
+    def run(self, plans, tags, commit) -> list[CompactionResult]:
+        self.plans = list(plans)
         if self._error is not None:
             raise self._error
         committed = commit(lambda: SNAPSHOT)
-        return CompactionResult(plan.work, 8, 4, committed, data_files_rewritten=len(plan.rewrite), delete_files_removed=1)
+        return [
+            CompactionResult(p.work, 8, 4, committed, data_files_rewritten=len(p.rewrite), delete_files_removed=1) for p in plans
+        ]
 
 
 class Published(list):
@@ -132,15 +138,15 @@ def runner(
         settings=SETTINGS.model_copy(update={"min_small_files": 2}),
         leases=leases or FakeLeases(),
         gate=gate or FakeGate(),
-        compactions=lambda table, layout, key: compaction,
+        compactions=lambda table, layout, partitions: setattr(compaction, "partitions", partitions) or compaction,
         publisher=published,
         clock=clock or Clock(),
         rng=random.Random(0),
     ), published
 
 
-def state() -> PartitionState:
-    s = PartitionState("db.t", "p=eu", {"p": "eu"}, PartitionStats(data_files=3, small_files=3))
+def state(region: str = "eu") -> PartitionState:
+    s = PartitionState("db.t", f"p={region}", {"p": region}, PartitionStats(data_files=3, small_files=3))
     s.cadence.record(900.0)
     return s
 
@@ -148,10 +154,15 @@ def state() -> PartitionState:
 CANDIDATE = Candidate("db.t", "p=eu", Work.MINOR, "3 small files", 1.0, 1.0)
 
 
+def run_one(run: CompactionRunner, s: PartitionState) -> CompactionEvent:
+    [event] = run.run([(CANDIDATE, s)], LAYOUT)
+    return event
+
+
 def test_a_commit_is_announced_then_reported_and_answers_the_partition():
     s = state()
     run, published = runner(FakeCompaction(SMALL_FILES))
-    event = run.run(CANDIDATE, s, LAYOUT)
+    event = run_one(run, s)
     assert [e.outcome for e in published] == [Outcome.STARTED, Outcome.COMMITTED]
     assert published[0].starting_snapshot_id == 8 and published[0].snapshot_id is None
     assert (event.snapshot_id, event.sequence_number, event.data_files_rewritten, event.kind) == (9, 5, 3, "minor")
@@ -162,7 +173,7 @@ def test_a_commit_is_announced_then_reported_and_answers_the_partition():
 def test_nothing_to_rewrite_is_skipped_and_answered_without_an_announcement(files):
     s = state()
     run, published = runner(FakeCompaction(files))
-    event = run.run(CANDIDATE, s, LAYOUT)
+    event = run_one(run, s)
     assert [e.outcome for e in published] == [Outcome.SKIPPED] and event.outcome is Outcome.SKIPPED
     assert "nothing to rewrite" in (event.reason or "") and s.answered(settled=True) and s.last_compaction is None
 
@@ -171,7 +182,7 @@ def test_nothing_to_rewrite_is_skipped_and_answered_without_an_announcement(file
 def test_losing_to_a_concurrent_change_is_a_conflict_retried_with_backoff(error):
     s = state()
     run, _ = runner(FakeCompaction(SMALL_FILES), gate=FakeGate(error))
-    event = run.run(CANDIDATE, s, LAYOUT)
+    event = run_one(run, s)
     assert event.outcome is Outcome.CONFLICT
     assert s.failures == 1 and 1005 <= (s.retry_at or 0) <= 1010 and not s.answered(settled=True)
 
@@ -180,9 +191,9 @@ def test_any_other_error_fails_and_is_retried_then_abandoned_until_the_next_writ
     s = state()
     clock = Clock()
     run, _ = runner(FakeCompaction(SMALL_FILES, RuntimeError("disk full")), clock=clock)
-    assert run.run(CANDIDATE, s, LAYOUT).outcome is Outcome.FAILED
-    assert run.run(CANDIDATE, s, LAYOUT).outcome is Outcome.FAILED
-    last = run.run(CANDIDATE, s, LAYOUT)
+    assert run_one(run, s).outcome is Outcome.FAILED
+    assert run_one(run, s).outcome is Outcome.FAILED
+    last = run_one(run, s)
     assert last.outcome is Outcome.ABANDONED and "gave up after 3 attempts" in (last.reason or "")
     assert last.attempt == 3 and s.failures == 0 and s.answered(settled=True) and s.retry_at is None
 
@@ -191,7 +202,7 @@ def test_a_lost_lease_fences_the_attempt_without_backoff_or_answer():
     s = state()
     gate = FakeGate()
     run, published = runner(FakeCompaction(SMALL_FILES), gate=gate, leases=FakeLeases(lost=True))
-    event = run.run(CANDIDATE, s, LAYOUT)
+    event = run_one(run, s)
     assert event.outcome is Outcome.FENCED and gate.leases_lost == ["db.t"]
     assert [e.outcome for e in published] == [Outcome.FENCED]
     assert not s.compacting and s.failures == 0 and s.retry_at is None and not s.answered(settled=True)
@@ -200,8 +211,52 @@ def test_a_lost_lease_fences_the_attempt_without_backoff_or_answer():
 def test_a_catalog_outage_stops_the_command_instead_of_counting_as_a_failure():
     run, published = runner(FakeCompaction(SMALL_FILES, CatalogOutage("gone for 600s")))
     with pytest.raises(CatalogOutage):
-        run.run(CANDIDATE, state(), LAYOUT)
+        run_one(run, state())
     assert published == []
+
+
+def test_a_job_of_several_partitions_commits_once_and_reports_each_partition():
+    states = [state("eu"), state("us"), state("ap")]
+    files = {"eu": SMALL_FILES, "us": PartitionFiles((), ()), "ap": SMALL_FILES}
+
+    class ThreePartitions(FakeCompaction):
+        def files(self):
+            return [files[key[0]] for key in self.partitions or []]
+
+    compaction = ThreePartitions(SMALL_FILES)
+    run, published = runner(compaction)
+    job = [(Candidate("db.t", s.path, Work.MINOR, "3 small files", 1.0, 1.0), s) for s in states]
+    events = run.run(job, LAYOUT)
+    assert compaction.partitions == [("eu",), ("us",), ("ap",)]
+    assert [len(p.rewrite) for p in compaction.plans] == [3, 0, 3]  # one plan a partition, in order
+    # The partition with nothing to do at the starting snapshot is skipped on its own, unannounced.
+    assert [(e.partition_path, e.outcome) for e in published] == [
+        ("p=eu", Outcome.STARTED),
+        ("p=ap", Outcome.STARTED),
+        ("p=eu", Outcome.COMMITTED),
+        ("p=us", Outcome.SKIPPED),
+        ("p=ap", Outcome.COMMITTED),
+    ]
+    assert [e.snapshot_id for e in events] == [9, None, 9]
+    assert all(not s.compacting and s.answered(settled=True) for s in states)
+
+
+def test_a_failed_job_fails_every_partition_it_had_work_for():
+    states = [state("eu"), state("us")]
+    run, _ = runner(FakeCompaction(SMALL_FILES), gate=FakeGate(CommitConflict("files changed")))
+    events = run.run([(CANDIDATE, states[0]), (Candidate("db.t", "p=us", Work.MINOR, "", 1.0, 1.0), states[1])], LAYOUT)
+    assert [e.outcome for e in events] == [Outcome.CONFLICT, Outcome.CONFLICT]
+    assert all(s.failures == 1 and s.retry_at is not None for s in states)
+
+
+def test_a_job_checks_the_lease_of_every_partition_it_commits():
+    leases = FakeLeases(ownership=Ownership(64, frozenset(range(64))))
+    run, _ = runner(FakeCompaction(SMALL_FILES), leases=leases)
+    job = [(Candidate("db.t", s.path, Work.MINOR, "", 1.0, 1.0), s) for s in (state("eu"), state("us"), state("ap"))]
+    run.run(job, LAYOUT)
+    slots = {slot_of("db.t", path, 64) for path in ("p=eu", "p=us", "p=ap")}
+    # Once before the job starts and once before the commit attempt, every slot.
+    assert len(leases.confirmed) == 2 * len(slots)
 
 
 def test_outcomes_that_do_not_end_an_attempt_are_refused():
@@ -295,8 +350,37 @@ def test_maintenance_that_did_nothing_is_due_again_at_once(error):
 def test_maintenance_goes_first_then_the_best_candidate_then_nothing():
     due = [("db.t", MaintenanceKind.MANIFESTS)]
     assert turns.next_step(due, [CANDIDATE]) == turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
-    assert turns.next_step([], [CANDIDATE]) == turns.Compact(CANDIDATE)
+    assert turns.next_step([], [CANDIDATE]) == turns.Compact((CANDIDATE,))
     assert turns.next_step([], []) is None
+
+
+def job_candidate(path: str, data_bytes: int, table: str = "db.t", work: Work = Work.DELETE_MERGE, hot: bool = False):
+    return Candidate(table, path, work, "", 1.0, 1.0, hot, data_bytes)
+
+
+def test_small_settled_partitions_of_a_table_share_a_job_up_to_its_limits():
+    best, other_table, hot, big = (
+        job_candidate("a", 10),
+        job_candidate("b", 10, "db.u"),
+        job_candidate("c", 10, hot=True),
+        job_candidate("d", 95),
+    )
+    fits = [job_candidate(p, 20, work=Work.MINOR) for p in "efgh"]
+    ranked = [best, other_table, hot, big, *fits]
+    assert turns.job_partitions(ranked, 16, 100) == (best, *fits)  # 10 + 4 x 20 fit in 100
+    assert turns.job_partitions(ranked, 3, 100) == (best, *fits[:2])
+    assert turns.job_partitions(ranked, 16, 60) == (best, *fits[:2])  # the third would not fit
+    assert turns.job_partitions(ranked, 1, 100) == (best,)
+    assert turns.next_step([], ranked, 16, 100) == turns.Compact((best, *fits))
+
+
+@pytest.mark.parametrize(
+    "best",
+    [job_candidate("a", 10, hot=True), job_candidate("a", 10, work=Work.CONVERT), job_candidate("a", 101)],
+    ids=["hot", "conversion", "larger than a job"],
+)
+def test_a_hot_partition_a_conversion_or_a_large_partition_gets_a_job_of_its_own(best):
+    assert turns.job_partitions([best, job_candidate("b", 10), job_candidate("c", 10)], 16, 100) == (best,)
 
 
 def test_only_owned_candidates_on_tables_without_running_maintenance():

@@ -1,0 +1,192 @@
+"""Compaction jobs of several partitions on the real stack: one Spark job and ONE commit for
+random sets of partitions (regions x days), with writer batches committed between and during
+the jobs, on format v2 and v3, with files small enough to be rewritten or large enough to have
+their equality deletes converted.
+
+The rows are checked against the independent CDC model (tests/cdc.py) at every writer snapshot,
+and every job's snapshot must hold exactly its parent's rows (time travel)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import hypothesis.strategies as st
+import orjson
+from hypothesis import HealthCheck, event, example, given, settings
+
+from icecdc import summary
+from icecdc.compactor.plans import plan_rewrite
+from icecdc.compactor.policy import Work
+from icecdc.compactor.rewrite import CompactionJob
+from icecdc.compactor.sidecar import create_sidecar
+from icecdc.config import Config, TableConfig
+from icecdc.events import CompactionOutcome
+from icecdc.jvm.bridge import JavaBridge
+from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
+from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
+from tests.integration.test_compactor import (
+    EQUALITY_DELETES,
+    POSITION_DELETES,
+    Stream,
+    assert_compactions_kept_rows,
+    compactor_config,
+    table_metadata,
+)
+from tests.integration.test_hot_partitions import rows_at
+from tests.integration.test_ingest_writer import batch_writer, qualified
+
+KB = 1024
+DAYS = (0, 1)
+
+
+def orders_of_format(config: Config, format_version: int) -> Config:
+    table = config.tables[0]
+    spec = {**orders_table(table.name, table.topic), "format_version": format_version}
+    return config.model_copy(update={"tables": [TableConfig.model_validate(spec)]})
+
+
+# One micro-batch: (key, (region, day) or None for a delete, amount). Keys move between partitions.
+changes = st.lists(
+    st.tuples(
+        st.integers(1, 40),
+        st.one_of(st.none(), st.tuples(st.sampled_from(REGIONS[:2]), st.sampled_from(DAYS))),
+        st.integers(0, 999),
+    ),
+    min_size=1,
+    max_size=25,
+)
+job = st.tuples(
+    st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True),  # which live partitions, by rank
+    st.sampled_from([Work.DELETE_MERGE, Work.DELETE_MERGE, Work.MINOR]),
+    st.one_of(st.none(), changes),  # a writer batch that commits while the job runs
+)
+history = st.lists(st.tuples(changes, st.one_of(st.none(), job)), min_size=3, max_size=5)
+
+
+def apply(source: SourceDatabase, batch: list) -> list[tuple[bytes, bytes]]:
+    pairs = []
+    for key, place, cents in batch:
+        if place is not None:
+            pairs.append(source.upsert(key, place[0], cents, place[1]))
+        elif key in source.rows:
+            pairs.append(source.delete(key))
+    return pairs
+
+
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(steps=history, format_version=st.sampled_from([2, 3]), large_file_ratio=st.sampled_from([0.75, 0.03]))
+# Four partitions in one job while the writer moves rows between two of them.
+@example(
+    steps=[
+        ([(k, (REGIONS[k % 2], k % 3 % 2), k) for k in range(1, 9)], None),
+        ([(1, ("eu", 1), 5), (2, None, 0)], ([0, 1, 2, 3], Work.DELETE_MERGE, [(3, ("eu", 0), 7), (4, None, 0)])),
+        ([(5, ("us", 0), 9)], ([1, 3], Work.DELETE_MERGE, None)),
+    ],
+    format_version=3,
+    large_file_ratio=0.03,
+)
+def test_random_histories_with_jobs_of_several_partitions_keep_every_row(
+    spark, stack_config, steps, format_version, large_file_ratio
+):
+    unique = f"jobs{time.monotonic_ns()}"
+    config = orders_of_format(
+        compactor_config(stack_config, unique, target_file_size_bytes=64 * KB, large_file_ratio=large_file_ratio), format_version
+    )
+    name = qualified(config)
+    writer_snapshots: dict[int, list] = {}  # snapshot -> the model's rows after that batch
+    jobs: list[CommittedSnapshot] = []
+    with batch_writer(spark, config) as write:
+        table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+        stream = Stream(spark, config, write)
+
+        def write_batch(batch: list) -> None:
+            pairs = apply(stream.source, batch)
+            if pairs:
+                stream(pairs)
+                table.refresh()
+                writer_snapshots[table.current_snapshot().snapshot_id] = stream.source.expected_rows()
+
+        write_batch([(k, (REGIONS[k % 2], k // 2 % 2), k) for k in range(1, 41)])
+        for batch, chosen in steps:
+            write_batch(batch)
+            if chosen is None:
+                continue
+            ranks, work, during = chosen
+            loaded = table_metadata(config)
+            live = sorted(loaded.partitions.values(), key=lambda p: loaded.layout.partition_path(_key(loaded.layout, p)))
+            keys = [_key(loaded.layout, live[r]) for r in ranks if r < len(live)]
+            if not keys:
+                continue
+            compaction = CompactionJob(
+                spark, table, loaded.layout, keys, config.catalog.properties, config.compactor.target_file_size_bytes
+            )
+            listed = compaction.files()
+            assert listed is not None
+            plans = [plan_rewrite(files, work, config.compactor) for files in listed]
+
+            def commit(attempt: Callable[[], CommittedSnapshot], during=during) -> CommittedSnapshot:
+                if during:
+                    write_batch(during)  # the writer commits after the job's starting snapshot
+                return attempt()
+
+            # Neither side may fail the other: the writer only adds files, and the job keeps the
+            # starting sequence number for what it rewrites and writes positions only.
+            results = compaction.run(plans, {summary.COMPACTOR: "property-test"}, commit=commit)
+            committed = {r.committed.snapshot_id: r.committed for r in results if r.committed is not None}
+            assert len(committed) <= 1, "one commit for the whole job"
+            jobs += committed.values()
+            if committed:
+                touched = sum(not p.empty for p in plans)
+                event(
+                    f"one commit for {min(touched, 3)}{'+' if touched > 3 else ''} partitions{' during a writer commit' if during else ''}"
+                )
+
+    assert table_rows(spark, name) == stream.source.expected_rows()
+    for snapshot_id, expected in writer_snapshots.items():
+        assert rows_at(spark, name, snapshot_id) == expected, f"writer snapshot {snapshot_id}"
+    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
+    for committed in jobs:
+        assert rows_at(spark, name, committed.snapshot_id) == rows_at(spark, name, parents[committed.snapshot_id]), committed
+    if format_version == 3:
+        positions = spark.sql(f"SELECT file_format FROM {name}.delete_files WHERE content = {POSITION_DELETES}").collect()
+        assert {r.file_format for r in positions} <= {"PUFFIN"}
+
+
+def _key(layout, partition) -> tuple:
+    return tuple(partition.partition.get(term.name) for term in layout.partition)
+
+
+def test_small_settled_partitions_are_compacted_by_one_job_and_one_commit(spark, stack_config, unique):
+    # Every partition settled at once (none is hot, which would give it a job of its own).
+    settle = {"min_seconds": 0, "initial_seconds": 0, "max_seconds": 0.001}
+    config = compactor_config(stack_config, unique, settle=settle, partitions_per_job=4)
+    name = qualified(config)
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        # Nine partitions (three regions by three days), each written by all three batches, with
+        # updates, moves between partitions and deletes.
+        for n in range(3):
+            upserts = [src.upsert(k, REGIONS[(k // 3 + n) % 3], 10 * k + n, k % 3) for k in range(1, 60)]
+            stream(upserts + [src.delete(k) for k in range(n + 1, 60, 13) if k in src.rows])
+        before = table_rows(spark, name)
+        sidecar = create_sidecar(config, spark)
+        turns = []
+        while events := sidecar.run_once(poll_timeout=0.5):
+            turns.append(events)
+        sidecar.close()
+
+    assert [len(t) for t in turns] == [4, 4, 1], turns  # four partitions a job at most
+    for events in turns:
+        assert {e.outcome for e in events} == {CompactionOutcome.COMMITTED}, events
+        assert len({e.snapshot_id for e in events}) == 1, "one commit a job"
+    first = turns[0][0].snapshot_id
+    [tags] = spark.sql(f"SELECT summary FROM {name}.snapshots WHERE snapshot_id = {first}").collect()
+    assert sorted(orjson.loads(tags.summary[summary.PARTITIONS])) == sorted(e.partition_path for e in turns[0])
+    files = spark.sql(f"SELECT partition, content, count(*) AS n FROM {name}.files GROUP BY partition, content").collect()
+    assert len(files) == 9 and all(r.content == 0 and r.n == 1 for r in files), files  # one file a partition, no deletes
+    assert table_rows(spark, name) == before == src.expected_rows()
+    assert_compactions_kept_rows(spark, name, [e for events in turns for e in events])
+    assert all(e.data_files_added == 1 and e.data_files_rewritten == 3 for events in turns for e in events), turns
+    assert not [r for r in files if r.content == EQUALITY_DELETES]
