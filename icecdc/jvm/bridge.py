@@ -168,7 +168,7 @@ class JavaBridge:
 
     def _heap_pools(self) -> list[JavaObject]:
         management = self.jvm.java.lang.management.ManagementFactory
-        return [p for p in management.getMemoryPoolMXBeans() if p.getType().toString() == "Heap memory"]
+        return [p for p in iterate(management.getMemoryPoolMXBeans()) if p.getType().toString() == "Heap memory"]
 
     def reset_heap_peak(self) -> None:
         for pool in self._heap_pools():
@@ -192,7 +192,15 @@ class JavaBridge:
 
 
 def iterate(iterable: JavaObject) -> Iterator[JavaObject]:
-    """The elements of a Java ``Iterable`` (py4j iterates collections, not every Iterable)."""
+    """The elements of a Java ``Iterable``. Also the way to iterate a Java collection: py4j's own
+    iteration ends on a NoSuchElementException, whose round trip costs about 10 ms (measured:
+    11.5 ms for a one-element list, against 0.2 ms through ``hasNext``)."""
     iterator = iterable.iterator()
     while iterator.hasNext():
         yield iterator.next()
+
+
+def string_map(java_map: JavaObject) -> dict[str, str]:
+    """A Java ``Map`` of strings as a dict, through ``iterate`` (``dict(java_map)`` pays py4j's
+    slow end of iteration, see ``iterate``)."""
+    return {str(entry.getKey()): str(entry.getValue()) for entry in iterate(java_map.entrySet())}

@@ -180,7 +180,7 @@ def _delete_file(listing: PartitionListing, delete: JavaObject) -> LiveDeleteFil
     path = str(delete.location())
     listing._delete_handles[path] = delete.copy()
     equality = delete.content().toString() == "EQUALITY_DELETES"
-    ids = tuple(int(i) for i in delete.equalityFieldIds()) if equality else ()
+    ids = tuple(int(i) for i in iterate(delete.equalityFieldIds())) if equality else ()
     referenced = delete.referencedDataFile()
     offset, length = delete.contentOffset(), delete.contentSizeInBytes()  # deletion vectors only
     return LiveDeleteFile(

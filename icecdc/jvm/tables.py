@@ -19,7 +19,7 @@ from typing import TypeVar
 
 from icecdc import summary as summary_keys
 from icecdc.errors import CatalogUnavailable, CommitStateUnknown, MissingPartitionSpec
-from icecdc.jvm.bridge import JavaBridge, JavaObject, iterate, java_errors, translate
+from icecdc.jvm.bridge import JavaBridge, JavaObject, iterate, java_errors, string_map, translate
 from icecdc.outages import CatalogRetry
 from icecdc.tableref import TableRef
 
@@ -45,7 +45,7 @@ class Snapshot:
             int(snapshot.sequenceNumber()),
             int(snapshot.timestampMillis()),
             str(snapshot.operation()),
-            dict(snapshot.summary()),
+            string_map(snapshot.summary()),
         )
 
 
@@ -203,7 +203,7 @@ class IcebergTable:
 
     def properties(self) -> dict[str, str]:
         with java_errors():
-            return dict(self._java.properties())
+            return string_map(self._java.properties())
 
     def delete_files(self, paths: Sequence[str]) -> list[str]:
         """Delete files this process wrote and nothing references; returns the ones it could
