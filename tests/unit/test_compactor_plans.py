@@ -4,6 +4,7 @@ merge touches, and which delete files each may remove, by the spec's sequence-nu
 from __future__ import annotations
 
 import pyarrow as pa
+import pytest
 
 from icecdc.compactor.plans import (
     PartitionFiles,
@@ -13,6 +14,7 @@ from icecdc.compactor.plans import (
     plan_fresh_pack,
     plan_hot,
     plan_resolution,
+    plan_together,
     read_cost_after,
 )
 from icecdc.compactor.policy import Work
@@ -142,3 +144,18 @@ def test_a_resolution_with_nothing_to_convert_still_removes_the_global_deletes()
     files = PartitionFiles.of([LiveDataFile("d1", MB, 1000, 1)], [eq("g2", 2)], may_match=[])
     plan = plan_resolution(files)
     assert plan.convert == () and plan.examined == ("d1",) and plan.remove_deletes == ("g2",) and not plan.empty
+
+
+def test_a_job_of_several_partitions_commits_every_plan_side_by_side():
+    merge = RewritePlan(Work.DELETE_MERGE, ("a1", "a2"), ("a3",), ("ea",), ("a4",))
+    minor = RewritePlan(Work.MINOR, ("b1", "b2"))
+    together = plan_together([merge, minor, RewritePlan(Work.MINOR)])
+    assert together == RewritePlan(Work.DELETE_MERGE, ("a1", "a2", "b1", "b2"), ("a3",), ("ea",), ("a4",))
+    assert plan_together([minor, minor]).work is Work.MINOR
+    assert plan_together([merge]) is merge
+
+
+def test_conversions_are_never_committed_together():
+    conversion = RewritePlan(Work.CONVERT, convert=("a1",), remove_deletes=("ea",))
+    with pytest.raises(ValueError, match="one partition at a time"):
+        plan_together([conversion, RewritePlan(Work.MINOR, ("b1", "b2"))])
