@@ -205,6 +205,19 @@ def stage_table(stages: Sequence[StageCost]) -> str:
     )
 
 
+def int_partitioned_table(name: str, topic: str) -> dict[str, Any]:
+    """A table of tiny rows partitioned by an integer column ``p``: any number of partitions,
+    with files as small as the bench wants."""
+    return {
+        "name": name,
+        "topic": topic,
+        "primary_key": ["id"],
+        "partition_by": ["p"],
+        "schema": {"id": "long", "p": "int", "v": "string"},
+        "before_image": "full",
+    }
+
+
 def clone(config: Config, **updates: Any) -> Config:
     """``config`` with top-level keys replaced (tables, topics, compactor settings...)."""
     return Config.model_validate({**config.model_dump(by_alias=True), **updates})

@@ -23,7 +23,7 @@ from typing import Any
 
 import orjson
 
-from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, progress
+from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, int_partitioned_table, progress
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 
 say = progress("jobs")
@@ -57,17 +57,6 @@ class JobsResults:
         return sorted({r.partitions_per_job for r in self.runs})
 
 
-def _table(name: str, topic: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "topic": topic,
-        "primary_key": ["id"],
-        "partition_by": ["p"],
-        "schema": {"id": "long", "p": "int", "v": "string"},
-        "before_image": "full",
-    }
-
-
 def measure(stack: BenchStack, label: str, partitions: int, rows: int, batches: int, per_job: int) -> JobsRun:
     from icecdc.compactor.sidecar import create_sidecar
     from icecdc.events import CompactionOutcome
@@ -75,7 +64,7 @@ def measure(stack: BenchStack, label: str, partitions: int, rows: int, batches: 
     spark = stack.spark
     config = clone(
         stack.config,
-        tables=[_table(f"bench.jobs_{label}_{stack.run_id}", f"jobs-{label}-{stack.run_id}")],
+        tables=[int_partitioned_table(f"bench.jobs_{label}_{stack.run_id}", f"jobs-{label}-{stack.run_id}")],
         commit_topic=f"jobs-commits-{label}-{stack.run_id}",
         compaction_topic=f"jobs-compactions-{label}-{stack.run_id}",
         state_dir=str(Path(stack.config.state_dir) / f"jobs-{label}"),

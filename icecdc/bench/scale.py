@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import orjson
 
-from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress, rss_kib, rss_peak_reset
+from icecdc.bench.harness import FeedWriter, bench_stack, clone, int_partitioned_table, progress, rss_kib, rss_peak_reset
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 
 say = progress("scale")
@@ -80,17 +80,6 @@ def _measure(step: Callable[[], T], repeats: int) -> tuple[StepCost, T]:
     return cost, result
 
 
-def _table(name: str, topic: str) -> dict[str, Any]:
-    return {
-        "name": name,
-        "topic": topic,
-        "primary_key": ["id"],
-        "partition_by": ["p"],
-        "schema": {"id": "long", "p": "int", "v": "string"},
-        "before_image": "full",
-    }
-
-
 def measure_shape(stack: Any, partitions: int, batches: int, repeats: int) -> ShapePoint:
     from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor import status
@@ -103,7 +92,7 @@ def measure_shape(stack: Any, partitions: int, batches: int, repeats: int) -> Sh
     spark = stack.spark
     config = clone(
         stack.config,
-        tables=[_table(f"bench.scale_{partitions}_{stack.run_id}", f"scale-{partitions}-{stack.run_id}")],
+        tables=[int_partitioned_table(f"bench.scale_{partitions}_{stack.run_id}", f"scale-{partitions}-{stack.run_id}")],
         commit_topic=f"scale-commits-{partitions}-{stack.run_id}",
         state_dir=str(Path(stack.config.state_dir) / f"scale-{partitions}"),
         ingest={"max_batch_records": partitions},

@@ -27,13 +27,12 @@ from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
 from tests.integration.test_compactor import (
     EQUALITY_DELETES,
-    POSITION_DELETES,
     Stream,
     assert_compactions_kept_rows,
     compactor_config,
     table_metadata,
 )
-from tests.integration.test_hot_partitions import rows_at
+from tests.integration.test_hot_partitions import assert_history_kept_rows
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
 KB = 1024
@@ -143,14 +142,7 @@ def test_random_histories_with_jobs_of_several_partitions_keep_every_row(
                 )
 
     assert table_rows(spark, name) == stream.source.expected_rows()
-    for snapshot_id, expected in writer_snapshots.items():
-        assert rows_at(spark, name, snapshot_id) == expected, f"writer snapshot {snapshot_id}"
-    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
-    for committed in jobs:
-        assert rows_at(spark, name, committed.snapshot_id) == rows_at(spark, name, parents[committed.snapshot_id]), committed
-    if format_version == 3:
-        positions = spark.sql(f"SELECT file_format FROM {name}.delete_files WHERE content = {POSITION_DELETES}").collect()
-        assert {r.file_format for r in positions} <= {"PUFFIN"}
+    assert_history_kept_rows(spark, name, writer_snapshots, jobs, format_version)
 
 
 def _key(layout, partition) -> tuple:

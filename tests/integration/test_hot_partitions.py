@@ -127,6 +127,14 @@ def test_random_histories_with_maintenance_between_and_during_commits_keep_every
                 event(f"committed {result.work.value}{' during a writer commit' if during else ''}")
 
     assert table_rows(spark, name) == stream.source.expected_rows()
+    assert_history_kept_rows(spark, name, writer_snapshots, maintenance_snapshots, format_version)
+
+
+def assert_history_kept_rows(
+    spark, name: str, writer_snapshots: dict[int, list], maintenance_snapshots: list[CommittedSnapshot], format_version: int
+) -> None:
+    """Every writer snapshot holds the model's rows after its batch, every maintenance snapshot
+    exactly its parent's rows (time travel), and format v3 holds no Parquet position deletes."""
     for snapshot_id, expected in writer_snapshots.items():
         assert rows_at(spark, name, snapshot_id) == expected, f"writer snapshot {snapshot_id}"
     parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
