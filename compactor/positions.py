@@ -91,30 +91,43 @@ def _matching_positions(data: pa.Table, deletes: pa.Table) -> pa.Array:
     return pa.chunked_array(found, pa.int64()).combine_chunks()
 
 
-def _earlier_positions(task: Conversion, io_properties: Mapping[str, str]) -> pa.Array:
+def _earlier_positions(data_file: str, position_deletes: Sequence[PositionDeletes], io_properties: Mapping[str, str]) -> pa.Array:
     found = []
-    for deletes in task.position_deletes:
+    for deletes in position_deletes:
         if deletes.deletion_vector:
-            found.append(read_deletion_vector(deletes.path, task.data_file, io_properties))
+            found.append(read_deletion_vector(deletes.path, data_file, io_properties))
             continue
         earlier = read_parquet_fields(deletes.path, [FILE_PATH_FIELD_ID, POS_FIELD_ID], io_properties)
-        mine = pc.equal(earlier[str(FILE_PATH_FIELD_ID)], task.data_file)
+        mine = pc.equal(earlier[str(FILE_PATH_FIELD_ID)], data_file)
         found.append(earlier.filter(mine)[str(POS_FIELD_ID)].combine_chunks())
     return pc.unique(pa.chunked_array(found, pa.int64()).combine_chunks()) if found else pa.array([], pa.int64())
 
 
-def convert(task: Conversion, io_properties: Mapping[str, str], read_keys: KeyReader | None = None) -> ConvertedFile:
+def deleted_positions(
+    data_file: str,
+    equality_deletes: Sequence[EqualityDeletes],
+    position_deletes: Sequence[PositionDeletes],
+    io_properties: Mapping[str, str],
+    read_keys: KeyReader | None = None,
+) -> tuple[pa.Array, pa.Array]:
+    """The rows of one data file its deletes remove: (positions its position deletes already
+    remove, positions only its equality deletes name), each without repeats. Reads the data
+    file's key columns only."""
     read = read_keys or (lambda deletes: read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties))
     keys_by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
-    for deletes in task.equality_deletes:
+    for deletes in equality_deletes:
         keys_by_ids.setdefault(deletes.field_ids, []).append(read(deletes))
     matched = []
     for field_ids, tables in keys_by_ids.items():
-        data = read_parquet_fields(task.data_file, list(field_ids), io_properties)
+        data = read_parquet_fields(data_file, list(field_ids), io_properties)
         matched.append(_matching_positions(data, pa.concat_tables(tables)))
-    earlier = _earlier_positions(task, io_properties)
+    earlier = _earlier_positions(data_file, position_deletes, io_properties)
     new = pc.unique(pa.chunked_array(matched, pa.int64()).combine_chunks()) if matched else pa.array([], pa.int64())
-    new = new.filter(pc.invert(pc.is_in(new, value_set=earlier)))
+    return earlier, new.filter(pc.invert(pc.is_in(new, value_set=earlier)))
+
+
+def convert(task: Conversion, io_properties: Mapping[str, str], read_keys: KeyReader | None = None) -> ConvertedFile:
+    earlier, new = deleted_positions(task.data_file, task.equality_deletes, task.position_deletes, io_properties, read_keys)
     if not len(new):
         return ConvertedFile(task.data_file, None, len(earlier), 0, 0)
     every = pa.concat_arrays([earlier, new])
@@ -128,9 +141,9 @@ def convert(task: Conversion, io_properties: Mapping[str, str], read_keys: KeyRe
     return ConvertedFile(task.data_file, task.output, len(ordered), len(new), size)
 
 
-def convert_all(tasks: Sequence[Conversion], io_properties: Mapping[str, str]) -> list[ConvertedFile]:
-    """Several data files' conversions in one executor task: an equality-delete file that applies
-    to several of them (a global delete applies to every file older than it) is read once."""
+def key_reader(io_properties: Mapping[str, str]) -> KeyReader:
+    """Reads each equality-delete file's keys once, however many data files it applies to (a
+    global delete applies to every file older than it): for the data files of one executor task."""
     keys: dict[str, pa.Table] = {}
 
     def read(deletes: EqualityDeletes) -> pa.Table:
@@ -138,4 +151,10 @@ def convert_all(tasks: Sequence[Conversion], io_properties: Mapping[str, str]) -
             keys[deletes.path] = read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties)
         return keys[deletes.path]
 
+    return read
+
+
+def convert_all(tasks: Sequence[Conversion], io_properties: Mapping[str, str]) -> list[ConvertedFile]:
+    """Several data files' conversions in one executor task."""
+    read = key_reader(io_properties)
     return [convert(task, io_properties, read) for task in tasks]

@@ -4,7 +4,9 @@ commit, through the Java adapter:
 1. list each partition's live files at the starting snapshot (``icecdc.jvm.listing``; for the
    table's global deletes, the files of every partition they apply to) and plan each from them
    (``plans``);
-2. rewrite the chosen data files with their deletes applied, as target-sized files (Spark);
+2. rewrite the chosen data files with their deletes applied, as target-sized files (with pyarrow
+   on executors, ``row_merge``, or through Iceberg's Spark reader and writer: the
+   ``compactor.rewrite_engine``);
 3. compute position deletes (deletion vectors on format v3) for the files whose equality deletes
    are converted, on executors (``positions.convert``);
 4. commit one ``RewriteFiles`` that validates from the starting snapshot and gives the new data
@@ -23,21 +25,25 @@ import functools
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from icecdc import failpoints, summary
 from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, keep_deletes_of_unchanged, plan_together
 from icecdc.compactor.policy import Work
 from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, PositionDeletes, convert_all
+from icecdc.compactor.row_merge import FileDeletes, MergedFile, RowMerge, bins, merge_all
+from icecdc.config import RewriteEngine
 from icecdc.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
 from icecdc.jvm.listing import PartitionListing, list_global_deletes, list_partitions
-from icecdc.jvm.rewrites import NewFile, PartitionRewrite, PositionDeleteFile
+from icecdc.jvm.rewrites import NewFile, PartitionRewrite, PositionDeleteFile, WrittenDataFile
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, Snapshot
 from icecdc.layout import PartitionKey, TableLayout
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+J = TypeVar("J")
+R = TypeVar("R")
 Committer = Callable[[Callable[[], CommittedSnapshot]], CommittedSnapshot]
 # Errors after which the commit may have landed: what the compaction wrote may be referenced.
 OUTCOME_UNKNOWN = (CommitStateUnknown, CatalogUnavailable, CatalogOutage)
@@ -84,6 +90,7 @@ class CompactionJob:
         partitions: Sequence[PartitionKey] | None,
         io_properties: Mapping[str, str],
         target_file_size: int,
+        engine: RewriteEngine = RewriteEngine.ARROW,
     ) -> None:
         if partitions is not None and not partitions:
             raise ValueError("a compaction job needs at least one partition")
@@ -93,6 +100,7 @@ class CompactionJob:
         self._partitions = None if partitions is None else tuple(partitions)
         self._io_properties = dict(io_properties)
         self._target = target_file_size
+        self._engine = engine
         self._listings: list[PartitionListing] | None = None
         self._files: list[PartitionFiles] | None = None
 
@@ -134,7 +142,11 @@ class CompactionJob:
         converted: list[PositionDeleteFile] = []
         try:
             if plan.rewrite:
-                rewrite.rewrite_data(plan.rewrite)
+                # Format v3 stays on Spark's rewrite: it carries the rows' lineage, this one does not.
+                if self._engine is RewriteEngine.ARROW and self._layout.format_version < 3:
+                    self._merge_rows(plan.rewrite, files, listings, rewrite)
+                else:
+                    rewrite.rewrite_data(plan.rewrite)
             if plan.convert:
                 converted = self._convert(plan, files, listings)
                 rewrite.add_position_deletes([c for c in converted if c.path])
@@ -197,21 +209,58 @@ class CompactionJob:
             )
             for path in plan.convert
         ]
-        # A few tasks per core, each converting several files (a task costs more than a file).
-        tasks = min(len(jobs), 2 * max(1, self._spark.sparkContext.defaultParallelism))
-        converted: Iterable[ConvertedFile] = (
-            self._spark.sparkContext.parallelize(jobs, tasks)
-            .mapPartitions(functools.partial(_convert_partition, self._io_properties))
-            .collect()
-        )
+        converted: list[ConvertedFile] = self._on_executors(jobs, convert_all)
         return [
             PositionDeleteFile(c.data_file, c.path or "", c.size, c.positions, c.content_offset, c.content_size)
             for c in converted
         ]
 
+    def _merge_rows(
+        self,
+        paths: Sequence[str],
+        files: Sequence[PartitionFiles],
+        listings: Sequence[PartitionListing],
+        rewrite: PartitionRewrite,
+    ) -> None:
+        """Rewrite the data files ``paths`` with their deletes applied, with pyarrow on executors
+        (``row_merge``): each partition's files in runs of at most the target size, a new file
+        each, beside the files it replaces."""
+        sizes = {f.path: f.size for partition in files for f in partition.data}
+        chosen, schema = set(paths), self._layout.arrow_schema()
+        jobs = []
+        for listing in listings:
+            mine = [(f.path, sizes[f.path]) for f in listing.data if f.path in chosen]
+            for run in bins(mine, self._target):
+                output = f"{run[0].rsplit('/', 1)[0]}/{uuid.uuid4().hex}-compacted.parquet"
+                jobs.append(RowMerge(tuple(self._file_deletes(rewrite, p) for p in run), schema, output))
+        merged: list[MergedFile] = self._on_executors(jobs, merge_all)
+        rewrite.add_data_files([WrittenDataFile(m.path, m.size, m.source) for m in merged if m.path])
 
-def _convert_partition(io_properties: Mapping[str, str], jobs: Iterable[Conversion]) -> list[ConvertedFile]:
-    return convert_all(list(jobs), io_properties)
+    @staticmethod
+    def _file_deletes(rewrite: PartitionRewrite, path: str) -> FileDeletes:
+        deletes = rewrite.task_deletes(path)
+        return FileDeletes(
+            path,
+            tuple(EqualityDeletes(d.path, d.equality_field_ids) for d in deletes if d.is_equality),
+            tuple(PositionDeletes(d.path, d.is_deletion_vector) for d in deletes if not d.is_equality),
+        )
+
+    def _on_executors(self, jobs: Sequence[J], run: Callable[[Sequence[J], Mapping[str, str]], list[R]]) -> list[R]:
+        """``run`` over the jobs on executors, a few tasks per core, each taking several jobs (a
+        task costs more than a job): the results, collected."""
+        tasks = min(len(jobs), 2 * max(1, self._spark.sparkContext.defaultParallelism))
+        results: list[R] = (
+            self._spark.sparkContext.parallelize(list(jobs), tasks)
+            .mapPartitions(functools.partial(_run_task, run, self._io_properties))
+            .collect()
+        )
+        return results
+
+
+def _run_task(
+    run: Callable[[Sequence[J], Mapping[str, str]], list[R]], io_properties: Mapping[str, str], jobs: Iterable[J]
+) -> list[R]:
+    return run(list(jobs), io_properties)
 
 
 class PartitionCompaction:
@@ -226,10 +275,11 @@ class PartitionCompaction:
         partition: PartitionKey | None,
         io_properties: Mapping[str, str],
         target_file_size: int,
+        engine: RewriteEngine = RewriteEngine.ARROW,
     ) -> None:
         self.table = table
         self._job = CompactionJob(
-            spark, table, layout, None if partition is None else [partition], io_properties, target_file_size
+            spark, table, layout, None if partition is None else [partition], io_properties, target_file_size, engine
         )
 
     def files(self) -> PartitionFiles | None:

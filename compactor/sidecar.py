@@ -213,7 +213,15 @@ def create_sidecar(
         return tables[name]
 
     def compaction(name: str, layout: TableLayout, partitions: Sequence[PartitionKey] | None) -> CompactionJob:
-        return CompactionJob(spark, table(name), layout, partitions, config.catalog.properties, settings.target_file_size_bytes)
+        return CompactionJob(
+            spark,
+            table(name),
+            layout,
+            partitions,
+            config.catalog.properties,
+            settings.target_file_size_bytes,
+            settings.rewrite_engine,
+        )
 
     def serve(seconds: float) -> None:
         membership.serve()

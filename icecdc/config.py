@@ -8,6 +8,7 @@ file works on a laptop, in compose and in a Kubernetes pod fed from a Secret).
 
 from __future__ import annotations
 
+import enum
 import os
 import re
 from collections.abc import Mapping
@@ -244,6 +245,13 @@ class SettleConfig(_Strict):
         return self
 
 
+class RewriteEngine(enum.Enum):
+    """What rewrites data files with their deletes applied (docs/compactor.md, "Rewrite engines")."""
+
+    ARROW = "arrow"  # pyarrow on executors (format v2 tables; v3 ones always use Spark)
+    SPARK = "spark"  # Iceberg's Spark reader and writer
+
+
 class CompactorConfig(_Strict):
     consumer_group: str = "icecdc-compactor"
     http: HttpConfig = Field(default_factory=lambda: HttpConfig(port=9402))
@@ -254,6 +262,10 @@ class CompactorConfig(_Strict):
     target_file_size_bytes: int = Field(default=128 * MIB, gt=0)
     small_file_ratio: float = Field(default=8.0, gt=1.0)
     large_file_ratio: float = Field(default=0.75, gt=0, le=1.0)
+    # arrow: a delete merge's rows are read, filtered and written with pyarrow on executors
+    # (docs/BENCHMARKS.md, "Rewrite throughput"); format v3 tables always use spark, whose
+    # rewrite carries row lineage. spark: Iceberg's own Spark reader and writer.
+    rewrite_engine: RewriteEngine = RewriteEngine.ARROW
     # Bin-packing is worth a commit from this many small files in a partition.
     min_small_files: int = Field(default=12, ge=2)
     # Small settled partitions of a table compacted by one Spark job and one commit, when they

@@ -55,3 +55,23 @@ def read_parquet_fields(path: str, field_ids: list[int], io_properties: Mapping[
             raise ValueError(f"{path} has no column with field id(s) {missing}")
         table = parquet.read(columns=[by_id[f] for f in field_ids])
     return table.rename_columns([str(f) for f in field_ids])
+
+
+def read_parquet_rows(path: str, schema: pa.Schema, io_properties: Mapping[str, str]) -> pa.Table:
+    """Every row of a Parquet data file in the table's current schema (``schema``: field ids in
+    the fields' metadata): columns found by field id, so renames do not matter; cast to the
+    current type (the promotions Iceberg allows: int to long, float to double, wider decimals);
+    a column added after the file was written read as nulls, as Iceberg reads it."""
+    with file_io(path, io_properties).new_input(path).open() as stream:
+        parquet = pq.ParquetFile(stream)
+        by_id = {}
+        for field in parquet.schema_arrow:
+            if field.metadata and FIELD_ID in field.metadata:
+                by_id[int(field.metadata[FIELD_ID])] = field.name
+        wanted = [int(field.metadata[FIELD_ID]) for field in schema]
+        read = parquet.read(columns=[by_id[f] for f in wanted if f in by_id])
+    columns = [
+        read.column(by_id[field_id]).cast(field.type) if field_id in by_id else pa.nulls(read.num_rows, field.type)
+        for field_id, field in zip(wanted, schema, strict=True)
+    ]
+    return pa.Table.from_arrays(columns, schema=schema)

@@ -57,10 +57,16 @@ class RewriteResults:
     plain_input_bytes: int
     plain_seconds: list[float]
     plain_stages: list[StageCost]
+    # The same delete merge by the arrow rewrite engine (pyarrow on executors), side by side.
+    arrow_seconds: list[float] = field(default_factory=list)
 
     @property
     def plain_mb_per_second_per_core(self) -> float:
         return self.plain_input_bytes / MB / statistics.median(self.plain_seconds) / self.cores
+
+    @property
+    def arrow_mb_per_second_per_core(self) -> float:
+        return self.input_bytes / MB / statistics.median(self.arrow_seconds) / self.cores
 
 
 @dataclass
@@ -96,6 +102,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
     from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_rewrite
     from icecdc.compactor.policy import Work
     from icecdc.compactor.rewrite import PartitionCompaction
+    from icecdc.config import RewriteEngine
     from icecdc.jvm.bridge import JavaBridge
     from icecdc.jvm.tables import IcebergTable
 
@@ -109,7 +116,9 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
         feed = FeedWriter(spark, clone(config, ingest={"max_batch_records": CHANGES_PER_BATCH}))  # creates the table
         iceberg_table = IcebergTable(JavaBridge(spark), ref)
 
-        def timed(key: tuple[object, ...], plan_of: Callable[[PartitionFiles], RewritePlan]) -> TimedRewrites:
+        def timed(
+            key: tuple[object, ...], plan_of: Callable[[PartitionFiles], RewritePlan], engine: RewriteEngine
+        ) -> TimedRewrites:
             """One warm-up and ``repeats`` timed rewrites of the partition, none committed."""
             layout = load_table_partitions(pyiceberg_catalog(config), ref, table, settings)
             if layout is None:
@@ -117,7 +126,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
             timings = TimedRewrites()
             for attempt in range(repeats + 1):
                 compaction = PartitionCompaction(
-                    spark, iceberg_table, layout.layout, key, config.catalog.properties, settings.target_file_size_bytes
+                    spark, iceberg_table, layout.layout, key, config.catalog.properties, settings.target_file_size_bytes, engine
                 )
                 files = compaction.files()
                 if files is None:
@@ -132,7 +141,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
                 if attempt:  # the first is a warm-up
                     timings.seconds.append(time.perf_counter() - started)
                     timings.stages = stages_since(spark, before)
-                    say(f"{plan.work.value} {attempt}/{repeats}: {timings.seconds[-1]:.2f}s")
+                    say(f"{plan.work.value} ({engine.value}) {attempt}/{repeats}: {timings.seconds[-1]:.2f}s")
             return timings
 
         # The rows are loaded by Spark in ``batches`` INSERTs over one day, so each adds a file to
@@ -147,7 +156,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
         largest = max(loaded.partitions.values(), key=lambda p: p.stats.data_bytes)
         key = tuple(largest.partition.get(term.name) for term in loaded.layout.partition)
         # The same machinery with no delete to apply: what reading and writing costs in Spark.
-        plain = timed(key, lambda files: RewritePlan(Work.MINOR, rewrite=tuple(f.path for f in files.data)))
+        plain = timed(key, lambda files: RewritePlan(Work.MINOR, rewrite=tuple(f.path for f in files.data)), RewriteEngine.SPARK)
         # Then the writer updates (moving some to another region) or deletes a share of the rows.
         source = ChangingTable(rows, days=1)
         changed = int(rows * deleted_share)
@@ -157,7 +166,8 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
             say(f"changed {start + len(batch):,} of {changed:,} rows")
         feed.close()
         say(f"{rows:,} rows, {len(source.changed):,} updated or deleted; rewriting partition {key}")
-        merge = timed(key, lambda files: plan_rewrite(files, Work.DELETE_MERGE, settings))
+        merge = timed(key, lambda files: plan_rewrite(files, Work.DELETE_MERGE, settings), RewriteEngine.SPARK)
+        arrow = timed(key, lambda files: plan_rewrite(files, Work.DELETE_MERGE, settings), RewriteEngine.ARROW)
         pyarrow_seconds = [_pyarrow_copy_seconds(merge.paths, config.catalog.properties) for _ in range(repeats)]
         spark.sql(f"DROP TABLE {ref.qualified} PURGE")
     results = RewriteResults(
@@ -175,6 +185,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
         plain.input_bytes,
         plain.seconds,
         plain.stages,
+        arrow.seconds,
     )
     publish(out, "rewrite", results, _plot, summary)
     return results
@@ -194,7 +205,12 @@ def summary(results: RewriteResults) -> str:
             ["path", "seconds", "MB/s per core", "vs pyarrow"],
             [
                 row(
-                    "icecdc delete merge (Spark, deletes applied, target-sized files)",
+                    "icecdc delete merge, arrow engine (pyarrow on executors; the default on format v2)",
+                    results.arrow_seconds,
+                    results.arrow_mb_per_second_per_core,
+                ),
+                row(
+                    "icecdc delete merge, spark engine (Iceberg's Spark reader and writer)",
                     results.icecdc_seconds,
                     results.icecdc_mb_per_second_per_core,
                 ),
@@ -206,7 +222,7 @@ def summary(results: RewriteResults) -> str:
                 row("pyarrow read + write, one thread, no deletes", results.pyarrow_seconds, pyarrow),
             ],
         )
-        + f"\n\nSpark stages of the last timed delete merge ({results.cores} cores; task times summed over tasks):\n\n"
+        + f"\n\nSpark stages of the last timed delete merge by the spark engine ({results.cores} cores; task times summed over tasks):\n\n"
         + stage_table(results.stages)
         + "\n\nAnd of the last rewrite with no deletes:\n\n"
         + stage_table(results.plain_stages)
@@ -217,8 +233,13 @@ def summary(results: RewriteResults) -> str:
 def _plot(results: RewriteResults, path: Path) -> None:
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(6, 3))
-    labels = ["icecdc delete merge", "icecdc rewrite, no deletes", "pyarrow read + write"]
-    values = [results.icecdc_mb_per_second_per_core, results.plain_mb_per_second_per_core, results.pyarrow_mb_per_second_per_core]
+    labels = ["delete merge, arrow engine", "delete merge, spark engine", "spark rewrite, no deletes", "pyarrow read + write"]
+    values = [
+        results.arrow_mb_per_second_per_core,
+        results.icecdc_mb_per_second_per_core,
+        results.plain_mb_per_second_per_core,
+        results.pyarrow_mb_per_second_per_core,
+    ]
     ax.barh(labels, values)
     ax.set_xlabel("MB of input data files per second per core")
     ax.set_title("Rewrite throughput")

@@ -177,8 +177,14 @@ def _list(table: IcebergTable, layout: TableLayout, partitions: Sequence[Partiti
 
 def _delete_file(listing: PartitionListing, delete: JavaObject) -> LiveDeleteFile:
     """The facts of a delete file; its Java handle is kept in the listing for the commit."""
+    facts = delete_facts(delete)
+    listing._delete_handles[facts.path] = delete.copy()
+    return facts
+
+
+def delete_facts(delete: JavaObject) -> LiveDeleteFile:
+    """The facts of a Java ``DeleteFile``."""
     path = str(delete.location())
-    listing._delete_handles[path] = delete.copy()
     equality = delete.content().toString() == "EQUALITY_DELETES"
     ids = tuple(int(i) for i in iterate(delete.equalityFieldIds())) if equality else ()
     referenced = delete.referencedDataFile()

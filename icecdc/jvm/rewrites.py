@@ -19,8 +19,9 @@ from dataclasses import dataclass
 import orjson
 
 from icecdc import summary as summary_keys
+from icecdc.files import LiveDeleteFile
 from icecdc.jvm.bridge import JavaObject, iterate, java_errors
-from icecdc.jvm.listing import PartitionListing
+from icecdc.jvm.listing import PartitionListing, delete_facts
 from icecdc.jvm.tables import CommittedSnapshot
 
 
@@ -45,6 +46,15 @@ class PositionDeleteFile:
     positions: int
     content_offset: int | None = None  # deletion vectors: the blob's place in the Puffin file
     content_size: int | None = None
+
+
+@dataclass(frozen=True)
+class WrittenDataFile:
+    """A data file written on an executor, replacing data files of one partition."""
+
+    path: str
+    size: int
+    replaces: str  # one of the data files it replaces: the new file takes its spec and partition
 
 
 class PartitionRewrite:
@@ -120,6 +130,41 @@ class PartitionRewrite:
                 for f in files
             ]
         self._added.update(zip((f.path for f in added), files, strict=True))
+        self.new_data += added
+        return added
+
+    def task_deletes(self, path: str) -> tuple[LiveDeleteFile, ...]:
+        """The delete files Iceberg's scan planning attached to a data file's scan task: every
+        delete that applies to it by the spec's rules, global ones included."""
+        with java_errors():
+            return tuple(delete_facts(d) for d in iterate(self._tasks[path].deletes()))
+
+    def add_data_files(self, written: Sequence[WrittenDataFile]) -> list[NewFile]:
+        """Register data files written on executors for the commit, each in the spec and
+        partition of a file it replaces, with metrics read from its footer."""
+        table = self._table._java
+        iceberg = self._table.bridge.iceberg
+        added = []
+        with java_errors():
+            specs, io = table.specs(), table.io()
+            metrics_config = iceberg.MetricsConfig.forTable(table)
+            for file in written:
+                replaced = self._tasks[file.replaces].file()
+                spec = specs.get(replaced.specId())
+                metrics = iceberg.parquet.ParquetUtil.fileMetrics(io.newInputFile(file.path), metrics_config)
+                data_file = (
+                    iceberg.DataFiles.builder(spec)
+                    .withPath(file.path)
+                    .withFileSizeInBytes(file.size)
+                    .withPartition(replaced.partition())
+                    .withFormat(iceberg.FileFormat.PARQUET)
+                    .withMetrics(metrics)
+                    .build()
+                )
+                self._added[file.path] = data_file
+                added.append(
+                    NewFile(file.path, file.size, int(data_file.recordCount()), str(spec.partitionToPath(replaced.partition())))
+                )
         self.new_data += added
         return added
 

@@ -73,7 +73,8 @@ def test_e2e_benchmark_harness(tmp_path):
 
 
 def test_rewrite_benchmark_harness(tmp_path):
-    """A short ``icecdc bench rewrite``: both paths timed over the same files, summary and plot written."""
+    """A short ``icecdc bench rewrite``: every path (both engines, pyarrow) timed over the same
+    files, summary and plot written."""
     out = tmp_path / "out"
     run = icecdc_process(
         "bench",
@@ -95,6 +96,7 @@ def test_rewrite_benchmark_harness(tmp_path):
     # Four loading INSERTs and the writer's batch of updates: five files in the partition.
     assert results["files"] == 5 and results["input_bytes"] > 0
     assert results["icecdc_mb_per_second_per_core"] > 0 and results["pyarrow_mb_per_second_per_core"] > 0
+    assert len(results["arrow_seconds"]) == 1  # the arrow engine's merge, side by side
     assert results["stages"] and all(stage["tasks"] > 0 for stage in results["stages"])  # Spark's profile of it
     assert (out / "rewrite.png").stat().st_size > 0 and "pyarrow" in (out / "rewrite.md").read_text()
 

@@ -18,9 +18,9 @@ from hypothesis import HealthCheck, event, example, given, settings
 from icecdc import summary
 from icecdc.compactor.plans import plan_rewrite
 from icecdc.compactor.policy import Work
-from icecdc.compactor.rewrite import CompactionJob
+from icecdc.compactor.rewrite import CompactionJob, PartitionCompaction
 from icecdc.compactor.sidecar import create_sidecar
-from icecdc.config import Config, TableConfig
+from icecdc.config import Config, RewriteEngine, TableConfig
 from icecdc.events import CompactionOutcome
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
@@ -182,3 +182,41 @@ def test_small_settled_partitions_are_compacted_by_one_job_and_one_commit(spark,
     assert_compactions_kept_rows(spark, name, [e for events in turns for e in events])
     assert all(e.data_files_added == 1 and e.data_files_rewritten == 3 for events in turns for e in events), turns
     assert not [r for r in files if r.content == EQUALITY_DELETES]
+
+
+def test_the_arrow_and_spark_engines_merge_a_partition_to_the_same_rows_and_file_statistics(spark, stack_config, unique):
+    """One partition with updates, deletes and moves out, merged by each engine from the same
+    snapshot (rolled back between the two): the same rows, the model's, and the arrow engine's
+    file carries the same Iceberg column statistics as Spark's (read from its footer)."""
+    config = compactor_config(stack_config, unique, target_file_size_bytes=1 << 20)
+    name = qualified(config)
+    table_name = config.tables[0].name
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, "eu", k, 0) for k in range(1, 200)])
+        stream([src.upsert(k, "eu", 1000 + k, 0) for k in range(1, 200, 3)] + [src.delete(k) for k in range(2, 200, 17)])
+        stream([src.upsert(k, "us", 5, 0) for k in range(4, 200, 11) if k in src.rows])  # moves out of eu
+    expected = src.expected_rows()
+    loaded = table_metadata(config)
+    eu = next(_key(loaded.layout, p) for p in loaded.partitions.values() if p.partition.get("region") == "eu")
+    table = IcebergTable(JavaBridge(spark), config.table_ref(table_name))
+    table.refresh()
+    start = table.current_snapshot()
+    assert start is not None
+    results = {}
+    for engine in (RewriteEngine.ARROW, RewriteEngine.SPARK):
+        spark.sql(f"CALL {config.catalog.name}.system.rollback_to_snapshot('{table_name}', {start.snapshot_id})")
+        job = PartitionCompaction(spark, table, loaded.layout, eu, config.catalog.properties, 1 << 20, engine)
+        files = job.files()
+        assert files is not None
+        result = job.run(plan_rewrite(files, Work.DELETE_MERGE, config.compactor), {summary.COMPACTOR: "engine-test"})
+        assert result.committed is not None and result.data_files_added == 1
+        new = spark.sql(
+            f"SELECT file_path, record_count, lower_bounds, upper_bounds FROM {name}.files WHERE partition.region = 'eu'"
+        ).collect()
+        results[engine] = (table_rows(spark, name), [(r.record_count, r.lower_bounds, r.upper_bounds) for r in new], new)
+    arrow, spark_engine = results[RewriteEngine.ARROW], results[RewriteEngine.SPARK]
+    assert arrow[0] == spark_engine[0] == expected
+    assert arrow[1] == spark_engine[1]  # one file, same count and the same bounds on every column
+    assert arrow[2][0].file_path.endswith("-compacted.parquet")  # written by the arrow engine

@@ -1,0 +1,93 @@
+"""Rewriting data files with their deletes applied, with pyarrow on executors (the ``arrow``
+rewrite engine, ``compactor.rewrite_engine``): one job item per output file, a bin of one
+partition's data files that together fit the target size.
+
+Spark's Iceberg reader applies equality deletes row by row: at 20M rows two thirds of a delete
+merge's time went there, and even with no delete at all Spark's row-based read and write ran at
+0.15x of pyarrow reading and writing the same bytes (docs/BENCHMARKS.md, "Rewrite throughput").
+Here each data file's deleted rows are found as a conversion finds them (``positions``: its key
+columns only, against the keys of the equality deletes that apply to it, plus what its position
+deletes and deletion vectors already remove), the file is read whole in the table's current
+schema (``fileio.read_parquet_rows``), the deleted rows are filtered out as one vectorized mask,
+and the bin is written as one Parquet file with the table's field ids. Which deletes apply to
+which file is not decided here: it is what Iceberg's own scan planning attached to each file's
+scan task, so global deletes and every sequence-number rule come with it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from icecdc.compactor.positions import EqualityDeletes, KeyReader, PositionDeletes, deleted_positions, key_reader
+from icecdc.fileio import read_parquet_rows, write_parquet
+
+
+@dataclass(frozen=True)
+class FileDeletes:
+    """A data file and the delete files Iceberg's planning says apply to it."""
+
+    data_file: str
+    equality_deletes: tuple[EqualityDeletes, ...] = ()
+    position_deletes: tuple[PositionDeletes, ...] = ()
+
+
+@dataclass(frozen=True)
+class RowMerge:
+    """Data files of one partition, rewritten into one new file at ``output``."""
+
+    inputs: tuple[FileDeletes, ...]
+    schema: pa.Schema  # the table's current schema, field ids in the fields' metadata
+    output: str
+
+
+@dataclass(frozen=True)
+class MergedFile:
+    path: str | None  # None when the deletes removed every row (nothing written)
+    size: int
+    records: int
+    source: str  # one of the data files it replaces (its partition is the new file's)
+
+
+def live_rows(file: FileDeletes, schema: pa.Schema, io_properties: Mapping[str, str], read_keys: KeyReader) -> pa.Table:
+    """The rows of one data file that none of its deletes removes."""
+    earlier, new = deleted_positions(file.data_file, file.equality_deletes, file.position_deletes, io_properties, read_keys)
+    rows = read_parquet_rows(file.data_file, schema, io_properties)
+    deleted = pa.concat_arrays([earlier, new])
+    if not len(deleted):
+        return rows
+    positions = pa.array(range(rows.num_rows), pa.int64())
+    return rows.filter(pc.invert(pc.is_in(positions, value_set=deleted)))
+
+
+def merge(job: RowMerge, io_properties: Mapping[str, str], read_keys: KeyReader) -> MergedFile:
+    rows = pa.concat_tables([live_rows(f, job.schema, io_properties, read_keys) for f in job.inputs])
+    source = job.inputs[0].data_file
+    if not rows.num_rows:
+        return MergedFile(None, 0, 0, source)
+    return MergedFile(job.output, write_parquet(rows, job.output, io_properties), rows.num_rows, source)
+
+
+def merge_all(jobs: Iterable[RowMerge], io_properties: Mapping[str, str]) -> list[MergedFile]:
+    """The merges of one executor task: an equality-delete file that applies to files of several
+    of them is read once."""
+    read = key_reader(io_properties)
+    return [merge(job, io_properties, read) for job in jobs]
+
+
+def bins(files: Sequence[tuple[str, int]], target_bytes: int) -> list[list[str]]:
+    """One partition's data files (path, size), in order, packed into runs of at most
+    ``target_bytes`` each (a file larger than that is a run of its own): one output file each."""
+    runs: list[list[str]] = []
+    size = 0
+    for path, length in files:
+        if runs and size + length <= target_bytes:
+            runs[-1].append(path)
+            size += length
+        else:
+            runs.append([path])
+            size = length
+    return runs
