@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -72,11 +73,11 @@ def _matching_positions(data: pa.Table, deletes: pa.Table) -> pa.Array:
     """Row numbers of ``data`` whose key equals a row of ``deletes`` (same column names).
     Equality deletes treat null as equal to null, which joins do not: keys with nulls are
     matched column by column."""
-    data = data.append_column("__pos", pa.array(range(data.num_rows), pa.int64()))
     columns = deletes.column_names
     if len(columns) == 1:
         mask = pc.is_in(data[columns[0]], value_set=deletes[columns[0]], skip_nulls=False)
-        return data.filter(mask)["__pos"].combine_chunks()
+        return pc.indices_nonzero(mask).cast(pa.int64())
+    data = data.append_column("__pos", pa.array(np.arange(data.num_rows, dtype=np.int64)))
     has_null = pc.is_null(deletes[columns[0]])
     for column in columns[1:]:
         has_null = pc.or_(has_null, pc.is_null(deletes[column]))
@@ -103,6 +104,20 @@ def _earlier_positions(data_file: str, position_deletes: Sequence[PositionDelete
     return pc.unique(pa.chunked_array(found, pa.int64()).combine_chunks()) if found else pa.array([], pa.int64())
 
 
+def _same_types(data: Sequence[pa.Table], deletes: Sequence[pa.Table]) -> tuple[pa.Table, pa.Table]:
+    """Key columns of data files and of equality deletes, each concatenated, in one type per
+    column: files written before a key column's type was promoted (int to long) hold the old type."""
+    schema = pa.unify_schemas([t.schema for t in (*data, *deletes)], promote_options="permissive")
+
+    def joined(tables: Sequence[pa.Table]) -> pa.Table:
+        return pa.concat_tables([t.cast(schema) for t in tables])
+
+    return joined(data), joined(deletes)
+
+
+FileDeletes = tuple[str, Sequence[EqualityDeletes], Sequence[PositionDeletes]]  # a data file and its deletes
+
+
 def deleted_positions(
     data_file: str,
     equality_deletes: Sequence[EqualityDeletes],
@@ -113,21 +128,49 @@ def deleted_positions(
     """The rows of one data file its deletes remove: (positions its position deletes already
     remove, positions only its equality deletes name), each without repeats. Reads the data
     file's key columns only."""
+    return deleted_positions_of([(data_file, equality_deletes, position_deletes)], io_properties, read_keys)[0]
+
+
+def deleted_positions_of(
+    files: Sequence[FileDeletes], io_properties: Mapping[str, str], read_keys: KeyReader | None = None
+) -> list[tuple[pa.Array, pa.Array]]:
+    """``deleted_positions`` of several data files, in order. Files with the same equality
+    deletes (a batch's deletes apply to every older file of the partition) are matched together,
+    their key columns side by side: the deleted keys' hash set is built once, not once a file."""
     read = read_keys or (lambda deletes: read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties))
-    keys_by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
-    for deletes in equality_deletes:
-        keys_by_ids.setdefault(deletes.field_ids, []).append(read(deletes))
-    matched = []
-    for field_ids, tables in keys_by_ids.items():
-        data = read_parquet_fields(data_file, list(field_ids), io_properties)
-        matched.append(_matching_positions(data, pa.concat_tables(tables)))
-    earlier = _earlier_positions(data_file, position_deletes, io_properties)
-    new = pc.unique(pa.chunked_array(matched, pa.int64()).combine_chunks()) if matched else pa.array([], pa.int64())
-    return earlier, new.filter(pc.invert(pc.is_in(new, value_set=earlier)))
+    sharing: dict[tuple[EqualityDeletes, ...], list[str]] = {}
+    for data_file, equality, _ in files:
+        sharing.setdefault(tuple(equality), []).append(data_file)
+    matched: dict[str, list[pa.Array]] = {data_file: [] for data_file, _, _ in files}
+    for equality, data_files in sharing.items():
+        keys_by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
+        for deletes in equality:
+            keys_by_ids.setdefault(deletes.field_ids, []).append(read(deletes))
+        for field_ids, tables in keys_by_ids.items():
+            data = [read_parquet_fields(path, list(field_ids), io_properties) for path in data_files]
+            found = _matching_positions(*_same_types(data, tables)).to_numpy()
+            offsets = np.cumsum([0, *(t.num_rows for t in data)])
+            for path, start, end in zip(data_files, offsets[:-1], offsets[1:], strict=True):
+                matched[path].append(pa.array(found[(found >= start) & (found < end)] - start, pa.int64()))
+    out = []
+    for data_file, _, position in files:
+        earlier = _earlier_positions(data_file, position, io_properties)
+        mine = matched[data_file]
+        new = pc.unique(pa.chunked_array(mine, pa.int64()).combine_chunks()) if mine else pa.array([], pa.int64())
+        out.append((earlier, new.filter(pc.invert(pc.is_in(new, value_set=earlier)))))
+    return out
 
 
-def convert(task: Conversion, io_properties: Mapping[str, str], read_keys: KeyReader | None = None) -> ConvertedFile:
-    earlier, new = deleted_positions(task.data_file, task.equality_deletes, task.position_deletes, io_properties, read_keys)
+def convert(
+    task: Conversion,
+    io_properties: Mapping[str, str],
+    read_keys: KeyReader | None = None,
+    deleted: tuple[pa.Array, pa.Array] | None = None,
+) -> ConvertedFile:
+    """``deleted``: the file's ``deleted_positions``, when already known."""
+    earlier, new = deleted or deleted_positions(
+        task.data_file, task.equality_deletes, task.position_deletes, io_properties, read_keys
+    )
     if not len(new):
         return ConvertedFile(task.data_file, None, len(earlier), 0, 0)
     every = pa.concat_arrays([earlier, new])
@@ -157,4 +200,5 @@ def key_reader(io_properties: Mapping[str, str]) -> KeyReader:
 def convert_all(tasks: Sequence[Conversion], io_properties: Mapping[str, str]) -> list[ConvertedFile]:
     """Several data files' conversions in one executor task."""
     read = key_reader(io_properties)
-    return [convert(task, io_properties, read) for task in tasks]
+    deleted = deleted_positions_of([(t.data_file, t.equality_deletes, t.position_deletes) for t in tasks], io_properties, read)
+    return [convert(task, io_properties, read, positions) for task, positions in zip(tasks, deleted, strict=True)]

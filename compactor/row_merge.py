@@ -19,10 +19,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
-from icecdc.compactor.positions import EqualityDeletes, KeyReader, PositionDeletes, deleted_positions, key_reader
+from icecdc.compactor.positions import EqualityDeletes, KeyReader, PositionDeletes, deleted_positions_of, key_reader
 from icecdc.fileio import read_parquet_rows, write_parquet
 
 
@@ -52,23 +52,28 @@ class MergedFile:
     source: str  # one of the data files it replaces (its partition is the new file's)
 
 
-def live_rows(file: FileDeletes, schema: pa.Schema, io_properties: Mapping[str, str], read_keys: KeyReader) -> pa.Table:
-    """The rows of one data file that none of its deletes removes."""
-    earlier, new = deleted_positions(file.data_file, file.equality_deletes, file.position_deletes, io_properties, read_keys)
-    rows = read_parquet_rows(file.data_file, schema, io_properties)
-    deleted = pa.concat_arrays([earlier, new])
-    if not len(deleted):
-        return rows
-    positions = pa.array(range(rows.num_rows), pa.int64())
-    return rows.filter(pc.invert(pc.is_in(positions, value_set=deleted)))
-
-
 def merge(job: RowMerge, io_properties: Mapping[str, str], read_keys: KeyReader) -> MergedFile:
-    rows = pa.concat_tables([live_rows(f, job.schema, io_properties, read_keys) for f in job.inputs])
+    deleted = deleted_positions_of(
+        [(f.data_file, f.equality_deletes, f.position_deletes) for f in job.inputs], io_properties, read_keys
+    )
+    rows = pa.concat_tables(
+        [_live_rows(f.data_file, job.schema, io_properties, *d) for f, d in zip(job.inputs, deleted, strict=True)]
+    )
     source = job.inputs[0].data_file
     if not rows.num_rows:
         return MergedFile(None, 0, 0, source)
     return MergedFile(job.output, write_parquet(rows, job.output, io_properties), rows.num_rows, source)
+
+
+def _live_rows(data_file: str, schema: pa.Schema, io_properties: Mapping[str, str], *deleted: pa.Array) -> pa.Table:
+    """The rows of one data file that none of its deletes removes (``deleted``: positions)."""
+    rows = read_parquet_rows(data_file, schema, io_properties)
+    positions = pa.concat_arrays(list(deleted))
+    if not len(positions):
+        return rows
+    keep = np.ones(rows.num_rows, dtype=bool)
+    keep[positions.to_numpy()] = False
+    return rows.filter(pa.array(keep))
 
 
 def merge_all(jobs: Iterable[RowMerge], io_properties: Mapping[str, str]) -> list[MergedFile]:
