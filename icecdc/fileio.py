@@ -46,10 +46,7 @@ def read_parquet_fields(path: str, field_ids: list[int], io_properties: Mapping[
     named by field id, so that a column renamed since the file was written is still found."""
     with file_io(path, io_properties).new_input(path).open() as stream:
         parquet = pq.ParquetFile(stream)
-        by_id = {}
-        for field in parquet.schema_arrow:
-            if field.metadata and FIELD_ID in field.metadata:
-                by_id[int(field.metadata[FIELD_ID])] = field.name
+        by_id = _columns_by_field_id(parquet)
         missing = [f for f in field_ids if f not in by_id]
         if missing:
             raise ValueError(f"{path} has no column with field id(s) {missing}")
@@ -64,10 +61,7 @@ def read_parquet_rows(path: str, schema: pa.Schema, io_properties: Mapping[str, 
     a column added after the file was written read as nulls, as Iceberg reads it."""
     with file_io(path, io_properties).new_input(path).open() as stream:
         parquet = pq.ParquetFile(stream)
-        by_id = {}
-        for field in parquet.schema_arrow:
-            if field.metadata and FIELD_ID in field.metadata:
-                by_id[int(field.metadata[FIELD_ID])] = field.name
+        by_id = _columns_by_field_id(parquet)
         wanted = [int(field.metadata[FIELD_ID]) for field in schema]
         read = parquet.read(columns=[by_id[f] for f in wanted if f in by_id])
     columns = [
@@ -75,3 +69,12 @@ def read_parquet_rows(path: str, schema: pa.Schema, io_properties: Mapping[str, 
         for field_id, field in zip(wanted, schema, strict=True)
     ]
     return pa.Table.from_arrays(columns, schema=schema)
+
+
+def _columns_by_field_id(parquet: pq.ParquetFile) -> dict[int, str]:
+    """A Parquet file's top-level column names by the Iceberg field id each carries."""
+    return {
+        int(field.metadata[FIELD_ID]): field.name
+        for field in parquet.schema_arrow
+        if field.metadata and FIELD_ID in field.metadata
+    }
