@@ -47,6 +47,15 @@ class PositionDeletes:
 
 
 @dataclass(frozen=True)
+class FileDeletes:
+    """A data file and the delete files that apply to it."""
+
+    data_file: str
+    equality_deletes: tuple[EqualityDeletes, ...] = ()
+    position_deletes: tuple[PositionDeletes, ...] = ()
+
+
+@dataclass(frozen=True)
 class Conversion:
     data_file: str
     equality_deletes: tuple[EqualityDeletes, ...]
@@ -115,9 +124,6 @@ def _same_types(data: Sequence[pa.Table], deletes: Sequence[pa.Table]) -> tuple[
     return joined(data), joined(deletes)
 
 
-FileDeletes = tuple[str, Sequence[EqualityDeletes], Sequence[PositionDeletes]]  # a data file and its deletes
-
-
 def deleted_positions(
     data_file: str,
     equality_deletes: Sequence[EqualityDeletes],
@@ -128,7 +134,8 @@ def deleted_positions(
     """The rows of one data file its deletes remove: (positions its position deletes already
     remove, positions only its equality deletes name), each without repeats. Reads the data
     file's key columns only."""
-    return deleted_positions_of([(data_file, equality_deletes, position_deletes)], io_properties, read_keys)[0]
+    file = FileDeletes(data_file, tuple(equality_deletes), tuple(position_deletes))
+    return deleted_positions_of([file], io_properties, read_keys)[0]
 
 
 def deleted_positions_of(
@@ -139,9 +146,9 @@ def deleted_positions_of(
     their key columns side by side: the deleted keys' hash set is built once, not once a file."""
     read = read_keys or (lambda deletes: read_parquet_fields(deletes.path, list(deletes.field_ids), io_properties))
     sharing: dict[tuple[EqualityDeletes, ...], list[str]] = {}
-    for data_file, equality, _ in files:
-        sharing.setdefault(tuple(equality), []).append(data_file)
-    matched: dict[str, list[pa.Array]] = {data_file: [] for data_file, _, _ in files}
+    for file in files:
+        sharing.setdefault(file.equality_deletes, []).append(file.data_file)
+    matched: dict[str, list[pa.Array]] = {file.data_file: [] for file in files}
     for equality, data_files in sharing.items():
         keys_by_ids: dict[tuple[int, ...], list[pa.Table]] = {}
         for deletes in equality:
@@ -153,9 +160,9 @@ def deleted_positions_of(
             for path, start, end in zip(data_files, offsets[:-1], offsets[1:], strict=True):
                 matched[path].append(pa.array(found[(found >= start) & (found < end)] - start, pa.int64()))
     out = []
-    for data_file, _, position in files:
-        earlier = _earlier_positions(data_file, position, io_properties)
-        mine = matched[data_file]
+    for file in files:
+        earlier = _earlier_positions(file.data_file, file.position_deletes, io_properties)
+        mine = matched[file.data_file]
         new = pc.unique(pa.chunked_array(mine, pa.int64()).combine_chunks()) if mine else pa.array([], pa.int64())
         out.append((earlier, new.filter(pc.invert(pc.is_in(new, value_set=earlier)))))
     return out
@@ -200,5 +207,6 @@ def key_reader(io_properties: Mapping[str, str]) -> KeyReader:
 def convert_all(tasks: Sequence[Conversion], io_properties: Mapping[str, str]) -> list[ConvertedFile]:
     """Several data files' conversions in one executor task."""
     read = key_reader(io_properties)
-    deleted = deleted_positions_of([(t.data_file, t.equality_deletes, t.position_deletes) for t in tasks], io_properties, read)
+    files = [FileDeletes(t.data_file, t.equality_deletes, t.position_deletes) for t in tasks]
+    deleted = deleted_positions_of(files, io_properties, read)
     return [convert(task, io_properties, read, positions) for task, positions in zip(tasks, deleted, strict=True)]

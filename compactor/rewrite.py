@@ -30,8 +30,8 @@ from typing import TYPE_CHECKING, TypeVar
 from icecdc import failpoints, summary
 from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, keep_deletes_of_unchanged, plan_together
 from icecdc.compactor.policy import Work
-from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, PositionDeletes, convert_all
-from icecdc.compactor.row_merge import FileDeletes, MergedFile, RowMerge, bins, merge_all
+from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, FileDeletes, PositionDeletes, convert_all
+from icecdc.compactor.row_merge import MergedFile, RowMerge, bins, merge_all
 from icecdc.config import RewriteEngine
 from icecdc.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
 from icecdc.jvm.listing import PartitionListing, list_global_deletes, list_partitions

@@ -22,24 +22,15 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from icecdc.compactor.positions import EqualityDeletes, KeyReader, PositionDeletes, deleted_positions_of, key_reader
+from icecdc.compactor.positions import FileDeletes, KeyReader, deleted_positions_of, key_reader
 from icecdc.fileio import read_parquet_rows, write_parquet
-
-
-@dataclass(frozen=True)
-class FileDeletes:
-    """A data file and the delete files Iceberg's planning says apply to it."""
-
-    data_file: str
-    equality_deletes: tuple[EqualityDeletes, ...] = ()
-    position_deletes: tuple[PositionDeletes, ...] = ()
 
 
 @dataclass(frozen=True)
 class RowMerge:
     """Data files of one partition, rewritten into one new file at ``output``."""
 
-    inputs: tuple[FileDeletes, ...]
+    inputs: tuple[FileDeletes, ...]  # each with the deletes Iceberg's scan planning attached to it
     schema: pa.Schema  # the table's current schema, field ids in the fields' metadata
     output: str
 
@@ -53,9 +44,7 @@ class MergedFile:
 
 
 def merge(job: RowMerge, io_properties: Mapping[str, str], read_keys: KeyReader) -> MergedFile:
-    deleted = deleted_positions_of(
-        [(f.data_file, f.equality_deletes, f.position_deletes) for f in job.inputs], io_properties, read_keys
-    )
+    deleted = deleted_positions_of(job.inputs, io_properties, read_keys)
     rows = pa.concat_tables(
         [_live_rows(f.data_file, job.schema, io_properties, *d) for f, d in zip(job.inputs, deleted, strict=True)]
     )

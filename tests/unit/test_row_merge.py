@@ -12,12 +12,13 @@ from icecdc.compactor.positions import (
     FILE_PATH_FIELD_ID,
     POSITION_DELETE_SCHEMA,
     EqualityDeletes,
+    FileDeletes,
     PositionDeletes,
     deleted_positions,
     deleted_positions_of,
     key_reader,
 )
-from icecdc.compactor.row_merge import FileDeletes, RowMerge, bins, merge
+from icecdc.compactor.row_merge import RowMerge, bins, merge
 from icecdc.fileio import FIELD_ID
 
 assert FILE_PATH_FIELD_ID  # the position-delete schema's ids are the spec's
@@ -78,7 +79,7 @@ def test_files_sharing_their_deletes_are_matched_together_with_the_same_result(t
     keys = EqualityDeletes(write(tmp_path / "eq.parquet", {ID: [3, 12, 13, 29, 99]}), (1,))
     other = EqualityDeletes(write(tmp_path / "eq2.parquet", {ID: [0, 25]}), (1,))
     deletes = [(files[0], [keys]), (files[1], [keys]), (files[2], [keys, other])]
-    together = deleted_positions_of([(path, eq, ()) for path, eq in deletes], {})
+    together = deleted_positions_of([FileDeletes(path, tuple(eq)) for path, eq in deletes], {})
     alone = [deleted_positions(path, eq, (), {}) for path, eq in deletes]
     assert (
         [sorted(new.to_pylist()) for _, new in together] == [sorted(new.to_pylist()) for _, new in alone] == [[3], [2, 3], [5, 9]]
