@@ -24,7 +24,7 @@ from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
 from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compaction_of, compactor_config, table_metadata
-from tests.integration.test_hot_partitions import rows_at
+from tests.integration.test_hot_partitions import assert_history_kept_rows, rows_at
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
 KB = 1024
@@ -199,11 +199,7 @@ def test_random_histories_with_resolutions_between_and_during_commits_keep_every
                 event(f"committed {result.work.value}{' during a writer commit' if during else ''}")
 
     assert table_rows(spark, name) == source.expected_rows()
-    for snapshot_id, expected in writer_snapshots.items():
-        assert rows_at(spark, name, snapshot_id) == expected, f"writer snapshot {snapshot_id}"
-    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
-    for committed in resolutions:
-        assert rows_at(spark, name, committed.snapshot_id) == rows_at(spark, name, parents[committed.snapshot_id]), committed
+    assert_history_kept_rows(spark, name, writer_snapshots, resolutions, format_version)
 
 
 def test_icebergs_remove_dangling_deletes_drops_a_live_global_delete_so_resolve_first(spark, stack_config, unique):

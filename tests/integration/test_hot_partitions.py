@@ -135,21 +135,28 @@ def assert_history_kept_rows(
     spark, name: str, writer_snapshots: dict[int, list], maintenance_snapshots: list[CommittedSnapshot], format_version: int
 ) -> None:
     """Every writer snapshot holds the model's rows after its batch, every maintenance snapshot
-    exactly its parent's rows (time travel), and format v3 holds no Parquet position deletes."""
+    exactly its parent's rows (time travel), and format v3 holds no Parquet position deletes.
+
+    On format v3 a maintenance snapshot also keeps every row's lineage: the spec requires a
+    rewrite to copy each row's ``_row_id`` and ``_last_updated_sequence_number``, and a row that
+    came back with new ones would read as changed to every consumer of the table's changes."""
+    lineage = format_version >= 3
     for snapshot_id, expected in writer_snapshots.items():
         assert rows_at(spark, name, snapshot_id) == expected, f"writer snapshot {snapshot_id}"
     parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
     for committed in maintenance_snapshots:
-        assert rows_at(spark, name, committed.snapshot_id) == rows_at(spark, name, parents[committed.snapshot_id]), committed
+        kept = rows_at(spark, name, committed.snapshot_id, lineage)
+        assert kept == rows_at(spark, name, parents[committed.snapshot_id], lineage), committed
     if format_version == 3:
         positions = spark.sql(f"SELECT file_format FROM {name}.delete_files WHERE content = {POSITION_DELETES}").collect()
         assert {r.file_format for r in positions} <= {"PUFFIN"}
 
 
-def rows_at(spark, name: str, snapshot_id: int) -> list:
-    return sorted(
-        tuple(r) for r in spark.sql(f"SELECT id, region, amount, updated_at FROM {name} VERSION AS OF {snapshot_id}").collect()
-    )
+def rows_at(spark, name: str, snapshot_id: int, lineage: bool = False) -> list:
+    """The rows at a snapshot, sorted; with ``lineage``, each with its v3 row id and the
+    sequence number of its last update."""
+    columns = "id, region, amount, updated_at" + (", _row_id, _last_updated_sequence_number" if lineage else "")
+    return sorted(tuple(r) for r in spark.sql(f"SELECT {columns} FROM {name} VERSION AS OF {snapshot_id}").collect())
 
 
 @pytest.mark.parametrize("format_version", [3])
