@@ -160,7 +160,9 @@ def _cmd_bench_e2e(args: argparse.Namespace) -> int:
 def _cmd_bench_rewrite(args: argparse.Namespace) -> int:
     from icecdc.bench import rewrite
 
-    results = rewrite.run(args.rows, args.batches, args.deleted_share, args.repeats, args.out, args.state_dir.resolve())
+    results = rewrite.run(
+        args.rows, args.batches, args.deleted_share, args.repeats, args.out, args.state_dir.resolve(), args.regions
+    )
     print(rewrite.summary(results))
     print(f"results: {args.out / 'rewrite.json'}, plot: {args.out / 'rewrite.png'}")
     return 0
@@ -383,6 +385,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench_rewrite.add_argument(
         "--deleted-share", type=float, default=0.1, help="share of rows then updated or deleted (default: 0.1)"
+    )
+    bench_rewrite.add_argument(
+        "--regions",
+        type=int,
+        choices=range(1, 5),
+        default=4,
+        help="regions the rows spread over, one partition each; 1 puts them all in the timed one (default: 4)",
     )
     bench_rewrite.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up (default: 3)")
     bench_rewrite.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")

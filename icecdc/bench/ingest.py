@@ -68,24 +68,25 @@ class IngestResults:
     sizes: list[SizeResult]
 
 
-def base_row(key: int, days: int = DAYS) -> dict[str, Any]:
-    """Row ``key`` of the starting table; ``base_sql`` computes the same in Spark."""
+def base_row(key: int, days: int = DAYS, regions: int = len(REGIONS)) -> dict[str, Any]:
+    """Row ``key`` of the starting table, over the first ``regions`` regions; ``base_sql``
+    computes the same in Spark."""
     return {
         "id": key,
-        "region": REGIONS[key % 4],
+        "region": REGIONS[key % regions],
         "status": STATUSES[(key // 4) % 4],
         "amount": f"{(key * 7919) % 1_000_000 // 100}.{(key * 7919) % 100:02d}",
         "updated_at": START_MICROS + (key % days) * DAY_MICROS + (key * 13 % 86_400) * 1_000_000,
     }
 
 
-def base_sql(last: int, days: int = DAYS, first: int = 1) -> str:
+def base_sql(last: int, days: int = DAYS, first: int = 1, regions: int = len(REGIONS)) -> str:
     """A SELECT of the starting rows ``first`` to ``last``, as ``base_row`` makes them."""
-    regions = ", ".join(repr(r) for r in REGIONS)
+    names = ", ".join(repr(r) for r in REGIONS)
     statuses = ", ".join(repr(s) for s in STATUSES)
     return f"""
 SELECT id,
-       element_at(array({regions}), CAST(id % 4 AS INT) + 1) AS region,
+       element_at(array({names}), CAST(id % {regions} AS INT) + 1) AS region,
        element_at(array({statuses}), CAST((id DIV 4) % 4 AS INT) + 1) AS status,
        CAST(((id * 7919) % 1000000) / 100 AS DECIMAL(12, 2)) AS amount,
        CAST(timestamp_micros({START_MICROS} + (id % {days}) * {DAY_MICROS} + ((id * 13) % 86400) * 1000000) AS TIMESTAMP_NTZ)
@@ -101,6 +102,7 @@ class ChangingTable:
     rows: int
     seed: int = 11
     days: int = DAYS  # the days the rows' timestamps spread over (one partition each per region)
+    regions: int = len(REGIONS)  # the regions the starting rows spread over (updates move rows to any)
     changed: dict[int, dict[str, Any] | None] = field(default_factory=dict)  # None: deleted
 
     def __post_init__(self) -> None:
@@ -108,7 +110,9 @@ class ChangingTable:
         self._next = self.rows + 1
 
     def current(self, key: int) -> dict[str, Any] | None:
-        return self.changed[key] if key in self.changed else (base_row(key, self.days) if key <= self.rows else None)
+        return (
+            self.changed[key] if key in self.changed else (base_row(key, self.days, self.regions) if key <= self.rows else None)
+        )
 
     def _existing_key(self) -> int:
         while True:

@@ -2,12 +2,13 @@
 of reading and writing the same bytes with pyarrow alone on the same machine (the practical
 limit: no deletes to apply, no Spark, no commit).
 
-Four partitions (one day, four regions) are loaded by Spark in several INSERTs (a file each per
-partition), then the ingester's writer updates and deletes a share of the rows (equality deletes,
-updates moving some rows to another region). The compactor's delete merge of that partition is
-timed (``PartitionCompaction.run``: listing excluded, the Spark read that applies the deletes,
-the write of target-sized files) without committing it, so that it can be repeated on the same
-files; what a failed commit leaves is deleted by the rewrite itself. The pyarrow side reads each
+Four partitions (one day, four regions; ``--regions 1`` puts every row in one) are loaded by
+Spark in several INSERTs (a file each per partition), then the ingester's writer updates and
+deletes a share of the rows (equality deletes, updates moving some rows to another region). The
+compactor's delete merge of the largest partition is timed (``PartitionCompaction.run``: listing
+excluded, the Spark read that applies the deletes, the write of target-sized files) without
+committing it, so that it can be repeated on the same files; what a failed commit leaves is
+deleted by the rewrite itself. The pyarrow side reads each
 of the same data files and writes it out again on one thread. Both are reported in MB of input
 data files per second per core, and Spark's own stage metrics of the last timed rewrite say
 where its time went.
@@ -33,7 +34,7 @@ from icecdc.bench.harness import FeedWriter, StageCost, bench_stack, clone, last
 from icecdc.bench.ingest import ChangingTable, base_sql
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.fileio import file_io
-from icecdc.workload import orders_table
+from icecdc.workload import REGIONS, orders_table
 
 MB = 1e6
 CHANGES_PER_BATCH = 200_000  # the writer's batches of updates and deletes
@@ -96,7 +97,9 @@ def _pyarrow_copy_seconds(paths: list[str], io_properties: dict[str, str]) -> fl
     return time.perf_counter() - started
 
 
-def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, state_dir: Path) -> RewriteResults:
+def run(
+    rows: int, batches: int, deleted_share: float, repeats: int, out: Path, state_dir: Path, regions: int = len(REGIONS)
+) -> RewriteResults:
     from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor.metadata import load_table_partitions
     from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_rewrite
@@ -148,7 +151,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
         # each region's partition (through the writer, the load would take most of a 20M-row run).
         for number in range(batches):
             first, last = number * rows // batches + 1, (number + 1) * rows // batches
-            spark.sql(f"INSERT INTO {ref.qualified} {base_sql(last, days=1, first=first)}")
+            spark.sql(f"INSERT INTO {ref.qualified} {base_sql(last, days=1, first=first, regions=regions)}")
             say(f"loaded rows {first:,} to {last:,}")
         loaded = load_table_partitions(pyiceberg_catalog(config), ref, table, settings)
         if loaded is None:
@@ -158,7 +161,7 @@ def run(rows: int, batches: int, deleted_share: float, repeats: int, out: Path, 
         # The same machinery with no delete to apply: what reading and writing costs in Spark.
         plain = timed(key, lambda files: RewritePlan(Work.MINOR, rewrite=tuple(f.path for f in files.data)), RewriteEngine.SPARK)
         # Then the writer updates (moving some to another region) or deletes a share of the rows.
-        source = ChangingTable(rows, days=1)
+        source = ChangingTable(rows, days=1, regions=regions)
         changed = int(rows * deleted_share)
         for number, start in enumerate(range(0, changed, CHANGES_PER_BATCH)):
             batch = source.batch(min(CHANGES_PER_BATCH, changed - start), updates=0.5, inserts=0.0)

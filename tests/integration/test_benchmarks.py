@@ -89,11 +89,13 @@ def test_rewrite_benchmark_harness(tmp_path):
         "4",
         "--repeats",
         "1",
+        "--regions",
+        "1",
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = orjson.loads((out / "rewrite.json").read_bytes())
-    # Four loading INSERTs and the writer's batch of updates: five files in the partition.
+    # Every row in one partition: four loading INSERTs and the writer's batch of updates, five files.
     assert results["files"] == 5 and results["input_bytes"] > 0
     assert results["icecdc_mb_per_second_per_core"] > 0 and results["pyarrow_mb_per_second_per_core"] > 0
     assert len(results["arrow_seconds"]) == 1  # the arrow engine's merge, side by side
