@@ -8,10 +8,9 @@ deletes a share of the rows (equality deletes, updates moving some rows to anoth
 compactor's delete merge of the largest partition is timed (``PartitionCompaction.run``: listing
 excluded, the Spark read that applies the deletes, the write of target-sized files) without
 committing it, so that it can be repeated on the same files; what a failed commit leaves is
-deleted by the rewrite itself. The pyarrow side reads each
-of the same data files and writes it out again on one thread. Both are reported in MB of input
-data files per second per core, and Spark's own stage metrics of the last timed rewrite say
-where its time went.
+deleted by the rewrite itself. The pyarrow side reads each of the same data files and writes it
+out again on one thread. Both are reported in MB of input data files per second per core, and
+Spark's own stage metrics of the last timed rewrite say where its time went.
 """
 
 from __future__ import annotations
