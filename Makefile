@@ -1,13 +1,26 @@
-# The two commands a newcomer needs; both install what is missing first (scripts/setup.sh).
+# The commands a newcomer needs; each installs what is missing first (scripts/setup.sh).
+#   make demo       the local demo on the embedded stack
+#   make test       the fast default: unit, static checks, in-memory properties, integration tests
+#                   that are neither benches nor marked slow
+#   make test-all   everything, what CI runs (.ci/run)
+#   make check      ruff, mypy and import-linter alone
+# PYTEST_ARGS adds to pytest's arguments, e.g. make test PYTEST_ARGS="tests/unit -q".
 VENV ?= $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
 export VENV
+PYTEST = $(VENV)/bin/python -m pytest --durations=15
 
-.PHONY: demo test setup
+.PHONY: demo test test-all check setup
 demo: setup
 	$(VENV)/bin/icecdc demo
 
 test: setup
-	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST) -m "not bench and not slow" $(PYTEST_ARGS)
+
+test-all: setup
+	$(PYTEST) $(PYTEST_ARGS)
+
+check: setup
+	$(VENV)/bin/python -m pytest -q tests/unit/test_static_checks.py $(PYTEST_ARGS)
 
 setup:
 	@bash scripts/setup.sh
