@@ -5,10 +5,11 @@ touches, file by file, is ``plans``.
 Read cost is counted in file reads for one full scan: every data file and every position-delete
 file (or deletion vector) once, every equality-delete file as ``EQUALITY_DELETE_WEIGHT`` reads: a
 reader builds a set of its keys and probes every row of every older data file of the partition
-against it. Measured on one partition of 21 batch files (Spark 3.5, Iceberg 1.10; docs/
-compactor.md): with 21 equality-delete files a count took 2.1x the compacted partition's time,
-with the same deletes as 20 position-delete files 1.5x, which makes an equality-delete file cost
-about three data-file reads. A fully compacted partition costs ceil(bytes / target) reads.
+against it. Measured on one partition of 21 batch files (Spark 3.5, Iceberg 1.10;
+docs/compactor.md, "The policy"): with 21 equality-delete files a count took 2.1x the compacted
+partition's time, with the same deletes as 20 position-delete files 1.5x, which makes an
+equality-delete file cost about three data-file reads. A fully compacted partition costs
+ceil(bytes / target) reads.
 
 The policy has a fixed point: after a compaction, the partition has at most one small file, no
 equality deletes older than the compaction, and only position deletes on large files that carry

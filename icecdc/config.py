@@ -276,7 +276,7 @@ class CompactorConfig(_Strict):
     # A large file carrying position deletes for at least this share of its rows is rewritten.
     position_delete_rewrite_ratio: float = Field(default=0.1, gt=0, le=1.0)
     # A partition still being written is kept within this many times the read cost of its
-    # compacted self (docs/compactor.md, "Hot partitions: a read-cost budget"): past it, the
+    # compacted self (docs/compactor.md, "Hot partitions: the read budget"): past it, the
     # cheapest of converting its equality deletes, packing the writer's small files, or a full
     # delete merge that brings it back under.
     # 3 by docs/BENCHMARKS.md, "Hot partitions": reads 1.6-2.4x the compacted copy's at a write

@@ -3,7 +3,7 @@
 It starts the embedded broker, writes the configuration it uses to ``<state_dir>/icecdc.yaml``
 (so every other command can be pointed at the same stack), and streams a synthetic Debezium
 change feed for an ``orders`` table partitioned by region and day: a snapshot of three past
-days, then three more days in bursts, where orders change soon after they are placed. The
+days, then four more days in bursts, where orders change soon after they are placed. The
 ingester mirrors the feed into Iceberg while the compactor sidecar runs beside it: today's
 partitions stay hot, yesterday's cool down and get compacted. At the end the demo checks the
 table against the state the change feed implies and shows every partition's files and deletes.

@@ -2,9 +2,10 @@
 cannot do: committing equality deletes, rewriting one partition in one commit, converting
 deletes, maintenance actions that tag their snapshots.
 
-No py4j call happens outside this package (``tests/unit/test_architecture.py`` checks it).
-Callers get typed Python objects, never Java handles, and Python exceptions of
-``icecdc.errors``: ``bridge`` translates Java's once, at this boundary.
+No py4j call happens outside this package
+(``tests/unit/test_static_checks.py::test_no_py4j_outside_the_java_adapter`` checks it). Callers
+get typed Python objects, never Java handles, and Python exceptions of ``icecdc.errors``:
+``bridge`` translates Java's once, at this boundary.
 
 - ``bridge``: the JVM of a Spark session, Java values py4j does not make on its own, and the
   translation of Java exceptions;
