@@ -10,6 +10,7 @@ metrics configuration: the same code pyiceberg uses to register the files it wri
 
 from __future__ import annotations
 
+import enum
 import functools
 from typing import Any
 
@@ -19,9 +20,14 @@ import pyarrow.parquet as pq
 from icecdc.layout import PartitionKey, TableLayout
 
 DATA_CONTENT, EQUALITY_DELETE_CONTENT = "DATA", "EQUALITY_DELETES"
-# The kinds of file a batch writes: data, equality deletes of keys in one partition, and global
-# equality deletes (under the table's unpartitioned spec: they apply to every partition).
-DATA, DELETE, GLOBAL_DELETE = "data", "delete", "global-delete"
+
+
+class FileKind(str, enum.Enum):
+    """The kinds of file a batch writes (the values travel through the stages' Spark rows)."""
+
+    DATA = "data"
+    DELETE = "delete"  # equality deletes of keys in one partition
+    GLOBAL_DELETE = "global-delete"  # the same under the table's unpartitioned spec: they apply to every partition
 
 
 @functools.lru_cache(maxsize=32)
@@ -40,14 +46,15 @@ def _map(values: dict[int, Any], encode: Any = None) -> dict[str, list[Any]]:
     return {"keys": keys, "values": [encode(values[k]) if encode else values[k] for k in keys]}
 
 
-def describe(layout: TableLayout, kind: str, path: str, partition: PartitionKey, size: int, metadata: pq.FileMetaData) -> str:
-    """The content-file JSON of one written file; ``kind`` is "data", "delete" (equality deletes
-    on the primary key, in the file's partition) or "global-delete" (the same, under the table's
-    unpartitioned spec: they apply to every partition)."""
+def describe(
+    layout: TableLayout, kind: FileKind, path: str, partition: PartitionKey, size: int, metadata: pq.FileMetaData
+) -> str:
+    """The content-file JSON of one written file: data, equality deletes on the primary key in the
+    file's partition, or global ones (under the table's unpartitioned spec)."""
     from pyiceberg.io.pyarrow import data_file_statistics_from_parquet_metadata
 
-    deletes = kind != DATA
-    global_delete = kind == GLOBAL_DELETE
+    deletes = kind != FileKind.DATA
+    global_delete = kind == FileKind.GLOBAL_DELETE
     if global_delete and layout.global_spec_id is None:
         raise ValueError(f"table {layout.table} has no unpartitioned spec for its global deletes")
     plan, mapping = _statistics_plan(layout.schema_json, layout.primary_key if deletes else None)

@@ -1,101 +1,67 @@
 """The one Spark job of a micro-batch (parse, shuffle by key, reduce and write files, in
-``stages``) and what it hands the driver, read into plain values: offset marks, rejected
-records, written files, the column changes the records' schemas ask for, the fields the tables
-lack, the records that were not row changes, and truncates.
+``stages``) and what it hands the driver, read into plain values (``plan.JobResult``): offset
+marks, rejected records, written files, the column changes the records' schemas ask for, the
+fields the tables lack, the records that were not row changes, and truncates.
 """
 
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
-from icecdc.ingest.stages import (
-    COLUMNS,
-    CONTROL,
-    DATA,
-    DELETE,
-    GLOBAL_DELETE,
-    MARK,
-    PARSED_SCHEMA,
-    RESULT_SCHEMA,
-    SCHEMA,
-    TRUNCATE,
-    parse_stage,
-    reduce_and_write_stage,
-)
-from icecdc.layout import PartitionKey, TableLayout
+from icecdc.ingest.filemeta import FileKind
+from icecdc.ingest.plan import JobResult, Position, WrittenFile
+from icecdc.ingest.stages import PARSED_SCHEMA, RESULT_SCHEMA, Tag, parse_stage, reduce_and_write_stage
+from icecdc.layout import TableLayout
 from icecdc.sourcespec import SourceRules
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-Position = tuple[str, int]  # (topic, Kafka partition)
+_FILE_KINDS = frozenset(FileKind)
 
 
-@dataclass(frozen=True)
-class WrittenFile:
-    kind: str  # DATA, DELETE (equality deletes on the primary key) or GLOBAL_DELETE (the same, in every partition)
-    path: str
-    partition: PartitionKey
-    record_count: int
-    file_size: int
-    description: str  # Iceberg's content-file JSON, made where the file was written (filemeta.py)
-
-
-@dataclass
-class JobResult:
-    seconds: float = 0.0
-    records: int = 0  # records read past the committed offsets
-    consumed: dict[str, dict[Position, int]] = field(default_factory=lambda: defaultdict(dict))  # table -> highest offset read
-    rejected: list[dict[str, Any]] = field(default_factory=list)  # rows with a reason
-    files: dict[str, list[WrittenFile]] = field(default_factory=lambda: defaultdict(list))
-    schema_changes: dict[str, list[ColumnChange]] = field(default_factory=dict)
-    unknown_columns: dict[str, Counter[str]] = field(default_factory=lambda: defaultdict(Counter))
-    skipped: dict[str, Counter[str]] = field(
-        default_factory=lambda: defaultdict(Counter)
-    )  # records that are not changes, by kind
-    truncates: dict[str, dict[Position, int]] = field(default_factory=lambda: defaultdict(dict))  # the last truncate per position
-
-    @classmethod
-    def from_rows(cls, rows: Iterable[Any], seconds: float) -> JobResult:
-        result = cls(seconds)
-        changes: dict[str, list[ColumnChange]] = defaultdict(list)
-        for row in rows:
-            if row.reason is not None:
-                result.rejected.append(row.asDict())
-            elif row.op == MARK:
-                result.records += row.records
-                if row.table is not None:
-                    consumed = result.consumed[row.table]
-                    position = (row.topic, row.kafka_partition)
-                    consumed[position] = max(row.offset, consumed.get(position, -1))
-            elif row.op in (DATA, DELETE, GLOBAL_DELETE):
-                result.files[row.table].append(
-                    WrittenFile(
-                        row.op, row.path, tuple(orjson.loads(row.partition)), row.record_count, row.file_size, row.description
-                    )
-                )
-            elif row.op == SCHEMA:
-                changes[row.table] += [ColumnChange(ChangeKind(k), c, t) for k, c, t in orjson.loads(row.detail)]
-            elif row.op == COLUMNS:
-                result.unknown_columns[row.table].update(orjson.loads(row.detail))
-            elif row.op == CONTROL:
-                result.skipped[row.table].update(orjson.loads(row.detail))
-            elif row.op == TRUNCATE:
-                truncates = result.truncates[row.table]
+def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
+    """The job's rows (``stages.RESULT``) as plain values."""
+    result = JobResult(seconds)
+    changes: dict[str, list[ColumnChange]] = defaultdict(list)
+    for row in rows:
+        if row.reason is not None:
+            result.rejected.append(row.asDict())
+        elif row.op == Tag.MARK:
+            result.records += row.records
+            if row.table is not None:
+                consumed = result.consumed[row.table]
                 position = (row.topic, row.kafka_partition)
-                truncates[position] = max(row.offset, truncates.get(position, -1))
-        result.schema_changes = {table: merge_changes(c) for table, c in changes.items()}
-        return result
-
-    def written_paths(self, table: str | None = None) -> list[str]:
-        return [f.path for t, files in self.files.items() if table in (None, t) for f in files]
+                consumed[position] = max(row.offset, consumed.get(position, -1))
+        elif row.op in _FILE_KINDS:
+            result.files[row.table].append(
+                WrittenFile(
+                    FileKind(row.op),
+                    row.path,
+                    tuple(orjson.loads(row.partition)),
+                    row.record_count,
+                    row.file_size,
+                    row.description,
+                )
+            )
+        elif row.op == Tag.SCHEMA:
+            changes[row.table] += [ColumnChange(ChangeKind(k), c, t) for k, c, t in orjson.loads(row.detail)]
+        elif row.op == Tag.COLUMNS:
+            result.unknown_columns[row.table].update(orjson.loads(row.detail))
+        elif row.op == Tag.CONTROL:
+            result.skipped[row.table].update(orjson.loads(row.detail))
+        elif row.op == Tag.TRUNCATE:
+            truncates = result.truncates[row.table]
+            position = (row.topic, row.kafka_partition)
+            truncates[position] = max(row.offset, truncates.get(position, -1))
+    result.schema_changes = {table: merge_changes(c) for table, c in changes.items()}
+    return result
 
 
 class BatchJob:
@@ -118,4 +84,4 @@ class BatchJob:
             .mapInArrow(reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)
             .collect()
         )
-        return JobResult.from_rows(rows, time.monotonic() - started)
+        return read_result(rows, time.monotonic() - started)

@@ -5,15 +5,14 @@ events (after the commit, retried until delivered)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, Message, Producer
 from tenacity import RetryCallState, retry, retry_if_result, stop_after_attempt, wait_random_exponential
 
 from icecdc.events import CommitEvent
 from icecdc.ingest import metrics
+from icecdc.ingest.plan import DeadLetter
 
 log = logging.getLogger(__name__)
 
@@ -29,18 +28,6 @@ class DeliveryError(RuntimeError):
     pass
 
 
-@dataclass(frozen=True)
-class DeadLetter:
-    topic: str
-    partition: int
-    offset: int
-    table: str | None
-    reason: str
-    detail: str
-    key: bytes | None
-    value: bytes | None
-
-
 def _headers(letter: DeadLetter) -> list[tuple[str, str | bytes | None]]:
     headers = [
         (HEADER_REASON, letter.reason),
@@ -54,24 +41,34 @@ def _headers(letter: DeadLetter) -> list[tuple[str, str | bytes | None]]:
     return [(name, value.encode()) for name, value in headers]
 
 
-def send_dead_letters(producer: Producer, topic: str, letters: Iterable[DeadLetter], timeout: float = 60.0) -> int:
-    """Produce and wait for every dead letter; raises DeliveryError if any was not delivered, so
-    the batch fails before it commits (and is retried) instead of dropping bad records."""
-    failures: list[str] = []
+class DeadLetterTopic:
+    """Where rejected records go, with their reason and source position in headers."""
 
-    def on_delivery(error: KafkaError | None, _: Message) -> None:
-        if error is not None:
-            failures.append(str(error))
+    def __init__(self, producer: Producer, topic: str, timeout: float = 60.0) -> None:
+        self._producer = producer
+        self.topic = topic
+        self._timeout = timeout
 
-    count = 0
-    for letter in letters:
-        producer.produce(topic, key=letter.key, value=letter.value, headers=_headers(letter), on_delivery=on_delivery)
-        producer.poll(0)
-        count += 1
-    remaining = producer.flush(timeout)
-    if failures or remaining:
-        raise DeliveryError(f"{len(failures) + remaining} dead letters were not delivered to {topic}: {failures[:3]}")
-    return count
+    def send(self, letters: Iterable[DeadLetter]) -> int:
+        """Produce and wait for every dead letter; raises DeliveryError if any was not delivered,
+        so the batch fails before it commits (and is retried) instead of dropping bad records."""
+        failures: list[str] = []
+
+        def on_delivery(error: KafkaError | None, _: Message) -> None:
+            if error is not None:
+                failures.append(str(error))
+
+        count = 0
+        for letter in letters:
+            self._producer.produce(
+                self.topic, key=letter.key, value=letter.value, headers=_headers(letter), on_delivery=on_delivery
+            )
+            self._producer.poll(0)
+            count += 1
+        remaining = self._producer.flush(self._timeout)
+        if failures or remaining:
+            raise DeliveryError(f"{len(failures) + remaining} dead letters were not delivered to {self.topic}: {failures[:3]}")
+        return count
 
 
 class CommitEventPublisher:
@@ -136,24 +133,3 @@ class CommitEventPublisher:
                 self._topic,
             )
         return left
-
-
-def _bytes(value: bytes | bytearray | None) -> bytes | None:
-    return bytes(value) if value is not None else None
-
-
-def dead_letters_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[DeadLetter]:
-    """From the parse stage's rejected rows (Spark hands binary columns back as bytearray)."""
-    return [
-        DeadLetter(
-            r["topic"],
-            r["kafka_partition"],
-            r["offset"],
-            r["table"],
-            r["reason"],
-            r["detail"],
-            _bytes(r["raw_key"]),
-            _bytes(r["raw_value"]),
-        )
-        for r in rows
-    ]

@@ -13,6 +13,7 @@ Rows travel between stages with JSON payloads (orjson), so one plan serves table
 
 from __future__ import annotations
 
+import enum
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -26,7 +27,7 @@ from icecdc.fileio import write_parquet_with_footer
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, decode_change, read_envelope
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
-from icecdc.ingest.filemeta import DATA, DELETE, GLOBAL_DELETE, describe
+from icecdc.ingest.filemeta import FileKind, describe
 from icecdc.layout import TableLayout
 from icecdc.sourcespec import SourceRules, TruncateMode
 
@@ -71,14 +72,27 @@ RESULT = pa.schema(
 PARSED_SCHEMA, RESULT_SCHEMA = _ddl(PARSED), _ddl(RESULT)
 
 GLOBAL_PARTITION = "[]"  # a global delete file has no partition
-# Not changes, passed through the write stage to the driver: MARK rows carry, per (table, topic,
-# partition) and input batch, the highest offset read and how many records; tombstones (SKIP)
-# advance offsets and nothing else; per (table, parse task), SCHEMA rows carry the column changes
-# the records' schemas ask for, COLUMNS rows the source fields the table lacks and will not get
-# (counted), CONTROL rows the records that are not row changes (counted by kind); a TRUNCATE row
-# per truncate record (its table, topic, partition and offset).
-MARK, SKIP, SCHEMA, COLUMNS, CONTROL, TRUNCATE = "mark", "skip", "schema", "columns", "control", "truncate"
-PASSED_THROUGH = frozenset({MARK, SCHEMA, COLUMNS, CONTROL, TRUNCATE})
+
+
+class Tag(str, enum.Enum):
+    """The ``op`` of a parsed row that is not a change (a change's ``op`` is its Debezium op, a
+    written file's its ``FileKind``); all but SKIP pass through the write stage to the driver."""
+
+    # Per (table, topic, partition) and input batch, the highest offset read and how many records.
+    MARK = "mark"
+    # A tombstone: advances offsets and nothing else (never leaves the write stage).
+    SKIP = "skip"
+    # Per (table, parse task): the column changes the records' schemas ask for.
+    SCHEMA = "schema"
+    # Per (table, parse task): the source fields the table lacks and will not get (counted).
+    COLUMNS = "columns"
+    # Per (table, parse task): the records that are not row changes (counted by kind).
+    CONTROL = "control"
+    # One per truncate record: its table, topic, partition and offset.
+    TRUNCATE = "truncate"
+
+
+PASSED_THROUGH = frozenset({Tag.MARK, Tag.SCHEMA, Tag.COLUMNS, Tag.CONTROL, Tag.TRUNCATE})
 
 ArrowStage = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -97,15 +111,15 @@ def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRule
     RejectedEvent. A record whose schema asks for column changes is not decoded: the batch is
     done again once the table has them (``writer``)."""
     if record["value"] is None:
-        return {"op": SKIP}
+        return {"op": Tag.SKIP}
     envelope = read_envelope(record["value"])
     if isinstance(envelope, Control):
         if envelope.kind is not ControlKind.TRUNCATE:
             tally.controls[envelope.kind.value] += 1
-            return {"op": SKIP}
+            return {"op": Tag.SKIP}
         if rules.truncate is TruncateMode.DEAD_LETTER:
             raise RejectedEvent(Reason.TRUNCATE, "a truncate of the table, dead-lettered (the table's truncate option)")
-        return {"op": TRUNCATE}
+        return {"op": Tag.TRUNCATE}
     if envelope.fields:
         source = compare(layout.columns, envelope.fields)
         if source.incompatible:
@@ -113,14 +127,14 @@ def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRule
         tally.unknown.update(source.unknown)
         if source.changes and rules.evolve_schema:
             tally.changes.update(source.changes)
-            return {"op": SKIP}
+            return {"op": Tag.SKIP}
         tally.unknown.update(c.column for c in source.changes if c.kind is ChangeKind.ADD)
     event = decode_change(record["key"], envelope, layout.columns, layout.primary_key)
     if event.extra:
         inferred = inferred_changes(layout.columns, event.extra) if rules.evolve_schema and rules.infer_new_columns else ()
         if inferred:
             tally.changes.update(inferred)
-            return {"op": SKIP}
+            return {"op": Tag.SKIP}
         tally.unknown.update(list(event.extra))  # counted by name (a mapping would add its values)
     change = to_key_change(event, layout, rules)
     return {
@@ -134,11 +148,11 @@ def _tally_rows(table: str, tally: _TableTally) -> list[dict[str, Any]]:
     rows = []
     if tally.changes:
         changes = [[c.kind.value, c.column, c.iceberg_type] for c in sorted(tally.changes)]
-        rows.append({"table": table, "op": SCHEMA, "detail": orjson.dumps(changes).decode()})
+        rows.append({"table": table, "op": Tag.SCHEMA, "detail": orjson.dumps(changes).decode()})
     if tally.unknown:
-        rows.append({"table": table, "op": COLUMNS, "detail": orjson.dumps(dict(tally.unknown)).decode()})
+        rows.append({"table": table, "op": Tag.COLUMNS, "detail": orjson.dumps(dict(tally.unknown)).decode()})
     if tally.controls:
-        rows.append({"table": table, "op": CONTROL, "detail": orjson.dumps(dict(tally.controls)).decode()})
+        rows.append({"table": table, "op": Tag.CONTROL, "detail": orjson.dumps(dict(tally.controls)).decode()})
     return rows
 
 
@@ -188,7 +202,7 @@ def parse_stage(
                         "kafka_partition": partition,
                         "offset": last,
                         "records": count,
-                        "op": MARK,
+                        "op": Tag.MARK,
                     }
                 )
             yield pa.RecordBatch.from_pylist(out, schema=PARSED)
@@ -209,7 +223,7 @@ def reduce_and_write_stage(
     snapshot references; files of attempts that never commit are orphans."""
 
     def reduce_and_write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        outputs: dict[tuple[str, str, str], list[dict[str, Any]]] = {}
+        outputs: dict[tuple[str, str, FileKind], list[dict[str, Any]]] = {}
         passed: list[dict[str, Any]] = []
 
         def changes() -> Iterator[dict[str, Any]]:
@@ -217,7 +231,7 @@ def reduce_and_write_stage(
                 for row in batch.to_pylist():
                     if row["op"] in PASSED_THROUGH or row["reason"] is not None:
                         passed.append(row)
-                    elif row["op"] != SKIP:
+                    elif row["op"] != Tag.SKIP:
                         yield row
 
         for (table, key), group in groupby(changes(), key=lambda r: (r["table"], r["key"])):
@@ -231,19 +245,19 @@ def reduce_and_write_stage(
             result = reduce_key(key_changes)
             if result.row is not None:
                 partition = orjson.dumps(layout.partition_of(result.row)).decode()
-                outputs.setdefault((table, partition, DATA), []).append(result.row)
+                outputs.setdefault((table, partition, FileKind.DATA), []).append(result.row)
             key_row = dict(zip(layout.primary_key, orjson.loads(key), strict=True))
             if result.global_delete:
-                outputs.setdefault((table, GLOBAL_PARTITION, GLOBAL_DELETE), []).append(key_row)
+                outputs.setdefault((table, GLOBAL_PARTITION, FileKind.GLOBAL_DELETE), []).append(key_row)
             for p in result.delete_partitions:
-                outputs.setdefault((table, orjson.dumps(p).decode(), DELETE), []).append(key_row)
+                outputs.setdefault((table, orjson.dumps(p).decode(), FileKind.DELETE), []).append(key_row)
 
         facts = []
         for (table, partition, kind), records in outputs.items():
             layout = layouts_by_table[table]
-            arrow = layout.to_arrow(records, key_only=kind != DATA)
-            partition_path = "" if kind == GLOBAL_DELETE else layout.partition_path(tuple(orjson.loads(partition)))
-            name = f"{batch_tag}-{uuid.uuid4().hex}-{kind}.parquet"
+            arrow = layout.to_arrow(records, key_only=kind != FileKind.DATA)
+            partition_path = "" if kind == FileKind.GLOBAL_DELETE else layout.partition_path(tuple(orjson.loads(partition)))
+            name = f"{batch_tag}-{uuid.uuid4().hex}-{kind.value}.parquet"
             path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
             size, footer = write_parquet_with_footer(arrow, path, io_properties)
             facts.append(

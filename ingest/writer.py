@@ -11,43 +11,40 @@ Order of work in one batch, and why:
 5. publish a commit event per commit.
 A crash anywhere before 4 leaves only unreferenced files (orphans); after 4 the table's offsets
 make the replay a no-op.
+
+``BatchRunner`` keeps that order over what it is given (the tables, the job, the dead-letter
+topic, the commit events), with ``plan`` deciding; ``BatchWriter`` wires it to Iceberg, Spark and
+Kafka.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import logging
 import threading
 import time
-from collections import Counter, defaultdict
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import Executor, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
 
-import orjson
-
-from icecdc import failpoints, summary
+from icecdc import failpoints
 from icecdc.catalog import load_metadata_table, metadata_call, pyiceberg_catalog
 from icecdc.config import Config
 from icecdc.errors import MissingPartitionSpec, NoSuchTable
-from icecdc.events import CommitEvent, PartitionDelta
-from icecdc.ingest import metrics
+from icecdc.events import CommitEvent
+from icecdc.ingest import metrics, plan
 from icecdc.ingest import offsets as offset_log
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
-from icecdc.ingest.job import BatchJob, JobResult, Position, WrittenFile
-from icecdc.ingest.publish import (
-    CommitEventPublisher,
-    dead_letters_from_rows,
-    send_dead_letters,
-)
-from icecdc.ingest.stages import DATA, DELETE, GLOBAL_DELETE
+from icecdc.ingest.filemeta import FileKind
+from icecdc.ingest.job import BatchJob
+from icecdc.ingest.plan import DeadLetter, IngestStats, JobResult, Position, TableCommit, Truncates
+from icecdc.ingest.publish import CommitEventPublisher, DeadLetterTopic
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from icecdc.layout import TableLayout, layout_from_pyiceberg
 from icecdc.outages import CatalogRetry
-from icecdc.sourcespec import UnknownPartition
+from icecdc.sourcespec import SourceRules
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
@@ -58,28 +55,38 @@ log = logging.getLogger(__name__)
 # A write task reduces and writes this many records at most; a batch of up to this size is
 # written by one task, so it adds one file per touched partition and kind.
 ROWS_PER_WRITE_TASK = 200_000
-# A batch is done again at most this many times as its tables change under it (a schema change
-# or a truncate each ask for one redo).
-MAX_REDOS = 4
 
 
-@dataclass
-class IngestStats:
-    """Running totals, for progress lines and metrics."""
+class Table(Protocol):
+    """What a batch reads from and commits to one table (``jvm.tables.IcebergTable``)."""
 
-    batches: int = 0
-    batches_skipped: int = 0
-    records: int = 0
-    dead_letters: int = 0
-    dead_letters_by_reason: dict[str, int] = field(default_factory=lambda: defaultdict(int))
-    commits: int = 0
-    data_records: int = 0
-    delete_records: int = 0
-    last_commit_seconds: float = 0.0
-    # Commits by others (the compactor) that landed during one of ours and cost it a retry.
-    interleaved_commits: int = 0
-    last_job_seconds: float = 0.0  # the Spark job: parse, shuffle, reduce, write files
-    skipped: Counter[str] = field(default_factory=Counter)  # records that are not row changes, by kind
+    def summaries_newest_first(self) -> Iterable[Mapping[str, str]]: ...
+    def commit_files(
+        self, what: str, data: Sequence[str], deletes: Sequence[str], summary: Mapping[str, str]
+    ) -> CommittedSnapshot: ...
+    def commit_truncate(self, what: str, data: Sequence[str], summary: Mapping[str, str]) -> CommittedSnapshot: ...
+    def delete_files(self, paths: Sequence[str]) -> list[str]: ...
+    def add_column(self, name: str, iceberg_type: str) -> bool: ...
+    def widen_column(self, name: str, iceberg_type: str) -> bool: ...
+    def ensure_unpartitioned_spec(self) -> int: ...
+
+
+class Job(Protocol):
+    """A batch's Spark job, from the given positions on (``job.BatchJob``)."""
+
+    def run(
+        self, df: DataFrame, layouts: Mapping[str, TableLayout], positions: Mapping[Position, int], tag: str
+    ) -> JobResult: ...
+
+
+class DeadLetters(Protocol):
+    """The dead-letter topic: ``send`` returns once every letter is delivered, or raises."""
+
+    def send(self, letters: Iterable[DeadLetter]) -> int: ...
+
+
+class CommitEvents(Protocol):
+    def publish(self, event: CommitEvent) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -93,123 +100,64 @@ class BatchResult:
     commit_seconds: dict[str, float] = field(default_factory=dict)
 
 
-def _partition_deltas(layout: TableLayout, files: list[WrittenFile]) -> list[PartitionDelta]:
-    by_partition: dict[tuple[Any, ...], dict[str, int]] = {}
-    for f in files:
-        if f.kind == GLOBAL_DELETE:
-            continue  # in no partition: the event counts them apart
-        counts = by_partition.setdefault(f.partition, defaultdict(int))
-        prefix = "data" if f.kind == DATA else "equality_delete"
-        counts[f"{prefix}_files"] += 1
-        counts[f"{prefix}_records"] += f.record_count
-        if f.kind == DATA:
-            counts["data_bytes"] += f.file_size
-    return [
-        PartitionDelta(layout.partition_record(p), layout.partition_path(p), layout.spec_id, **counts)
-        for p, counts in by_partition.items()
-    ]
-
-
-def _before_truncate(row: Mapping[str, Any], truncated: Mapping[str, Mapping[Position, int]]) -> bool:
-    """Whether a record came before its table's truncate in this batch (a redo skips it)."""
-    at = truncated.get(row.get("table") or "", {}).get((row["topic"], row["kafka_partition"]))
-    return at is not None and row["offset"] <= at
-
-
-def _with_spec_id(description: str, old: int, new: int) -> str:
-    document = orjson.loads(description)
-    if document.get("spec-id") == old:
-        document["spec-id"] = new
-    return orjson.dumps(document).decode()
-
-
-class BatchWriter:
-    """Writes micro-batches of Kafka records (Spark Kafka source schema) into the configured tables."""
+class BatchRunner:
+    """Runs micro-batches, in the order above, through the tables, job, dead-letter topic and
+    commit events it is given; ``load_layout`` reads a table's layout again after a schema change."""
 
     def __init__(
         self,
-        spark: SparkSession,
-        config: Config,
-        dead_letter_producer: Producer,
-        publisher: CommitEventPublisher,
+        *,
+        tables: Mapping[str, Table],
+        layouts: Mapping[str, TableLayout],
+        rules: Mapping[str, SourceRules],
+        job: Job,
+        dead_letters: DeadLetters,
+        events: CommitEvents,
+        load_layout: Callable[[str], TableLayout],
+        commit_pool: Executor,
         source_name: str = "kafka",
-        retry: CatalogRetry | None = None,
+        failpoint: Callable[[str], None] = failpoints.hit,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.spark = spark
-        self.config = config
+        self.tables = dict(tables)
+        self.layouts = dict(layouts)
+        self.rules = dict(rules)
         self.source_name = source_name
         self.stats = IngestStats()
-        self._dead_letter_producer = dead_letter_producer
-        self._publisher = publisher
-        catalog = metadata_call(retry, "opening the catalog", lambda: pyiceberg_catalog(config))
-        self.layouts: dict[str, TableLayout] = {}
-        for table in config.tables:
-            ref = config.table_ref(table)
-            metadata = metadata_call(retry, f"loading {ref}", functools.partial(load_metadata_table, catalog, ref))
-            if metadata is None:
-                raise NoSuchTable(f"table {ref} does not exist (icecdc creates it when its config has a schema)")
-            self.layouts[table.name] = layout_from_pyiceberg(table.name, table.topic, table.primary_key, metadata)
-        bridge = JavaBridge(spark)
-        self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in self.layouts}
-        self.rules = {table.name: table.source_rules for table in config.tables}
+        self._job = job
+        self._dead_letters = dead_letters
+        self._events = events
+        self._load_layout = load_layout
+        self._commit_pool = commit_pool
+        self._failpoint = failpoint
+        self._clock = clock
+        self._bookkeeping = threading.Lock()  # what commits on several threads share
         self._told_global: set[str] = set()  # tables whose first global deletes were explained in the log
-        for name, layout in self.layouts.items():
-            if self._may_delete_globally(name) and layout.global_spec_id is None:
-                self.layouts[name] = dataclasses.replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
-        self._retry = retry
         self._told_unknown: set[tuple[str, str]] = set()  # (table, field) named in the log already
-        # Sized from the largest batch the source can deliver, since the job cannot count its
-        # input before it runs: one write task (one file per partition and kind) for up to
-        # ROWS_PER_WRITE_TASK records.
-        write_tasks = max(1, -(-config.ingest.max_batch_records // ROWS_PER_WRITE_TASK))
-        self._job = BatchJob(self.rules, config.catalog.properties, write_tasks)
-        self._bookkeeping = threading.Lock()
-        self._commit_pool = ThreadPoolExecutor(config.ingest.commit_threads, thread_name_prefix="icecdc-commit")
-
-    def _may_delete_globally(self, table: str) -> bool:
-        layout = self.layouts[table]
-        unknown = self.rules[table].unknown_partition is UnknownPartition.GLOBAL_DELETE
-        return unknown and bool(layout.partition) and not layout.key_determines_partition
 
     def committed_offsets(self) -> dict[str, offset_log.Offsets]:
         """table -> its committed offsets, read from the table (the source of truth)."""
         return {name: offset_log.committed_offsets(table.summaries_newest_first()) for name, table in self.tables.items()}
 
-    def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[tuple[str, int], int]:
+    def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[Position, int]:
         """(topic, partition) -> next offset to read, each topic as committed by its own table."""
-        return {
-            (self.layouts[table].topic, partition): offset
-            for table, topics in committed.items()
-            for partition, offset in topics.get(self.layouts[table].topic, {}).items()
-        }
+        return plan.topic_positions(self.layouts, committed)
 
-    def __call__(self, df: DataFrame, batch_id: int | str) -> BatchResult:
-        """The ``foreachBatch`` entry point."""
-        started = time.monotonic()
+    def run(self, df: DataFrame, batch_id: int | str) -> BatchResult:
+        started = self._clock()
         tag = f"{self.source_name}:{batch_id}"
         committed = self.committed_offsets()
         positions = self.topic_positions(committed)
         first = job = self._job.run(df, self.layouts, positions, tag)
         self.stats.last_job_seconds = job.seconds
-        truncated: dict[str, dict[Position, int]] = {}
-        # A batch whose records ask for new columns, or hold a truncate, is done again once the
-        # tables are ready for it (rare: a schema change, a truncate): its files are discarded.
-        for _ in range(MAX_REDOS):
-            new_truncates = {t: p for t, p in job.truncates.items() if t not in truncated}
-            if not job.schema_changes and not new_truncates:
-                break
+        redos = plan.Redos(tag, positions)
+        while (redo := redos.after(job)) is not None:
             self._discard(job)
-            for table, changes in job.schema_changes.items():
+            for table, changes in redo.schema_changes.items():
                 self._evolve(table, changes)
-            truncated.update(new_truncates)
-            redo_positions = dict(positions)
-            for at in truncated.values():  # what precedes a truncate is emptied with the table
-                redo_positions.update({position: offset + 1 for position, offset in at.items()})
-            job = self._job.run(df, self.layouts, redo_positions, tag)
+            job = self._job.run(df, self.layouts, redo.positions, tag)
             self.stats.last_job_seconds += job.seconds
-        else:
-            raise RuntimeError(f"batch {tag}: the tables kept changing under it ({MAX_REDOS} attempts)")
-        result = self._finish(tag, committed, first, job, truncated, started)
+        result = self._finish(tag, committed, first, job, redos.truncated, started)
         metrics.BATCH_SECONDS.observe(result.seconds)
         self._log(result)
         return result
@@ -218,7 +166,7 @@ class BatchWriter:
         for table in job.files:
             self.tables[table].delete_files(job.written_paths(table))
 
-    def _evolve(self, table: str, changes: list[ColumnChange]) -> None:
+    def _evolve(self, table: str, changes: Sequence[ColumnChange]) -> None:
         """Each change its own metadata commit, before the batch's data commit; a crash between
         them leaves the change made, and the batch, done again, finds nothing to change."""
         iceberg = self.tables[table]
@@ -231,18 +179,8 @@ class BatchWriter:
             if made:
                 metrics.SCHEMA_CHANGES.labels(table, change.kind.value).inc()
                 log.info("%s: %s (the source's schema changed)", table, change, extra={"table": table})
-            failpoints.hit("after-schema-change")
-        catalog = metadata_call(self._retry, "opening the catalog", lambda: pyiceberg_catalog(self.config))
-        metadata = metadata_call(
-            self._retry, f"loading {iceberg.ref}", functools.partial(load_metadata_table, catalog, iceberg.ref)
-        )
-        if metadata is None:
-            raise NoSuchTable(f"table {iceberg.ref} disappeared while its schema was changed")
-        table_config = self.config.table(table)
-        layout = layout_from_pyiceberg(table, table_config.topic, table_config.primary_key, metadata)
-        self.layouts[table] = dataclasses.replace(
-            layout, global_spec_id=layout.global_spec_id or self.layouts[table].global_spec_id
-        )
+            self._failpoint("after-schema-change")
+        self.layouts[table] = plan.reloaded_layout(self.layouts[table], self._load_layout(table))
 
     def _finish(
         self,
@@ -250,54 +188,32 @@ class BatchWriter:
         committed: Mapping[str, offset_log.Offsets],
         first: JobResult,
         job: JobResult,
-        truncated: Mapping[str, Mapping[Position, int]],
+        truncated: Truncates,
         started: float,
     ) -> BatchResult:
         # Offsets and counts come from the first run, which read every new record; the records
         # a redo did not parse again (before a truncate) keep the first run's rejections.
         records = first.records
-        self.stats.batches += 1
-        self.stats.records += records
+        self.stats.count_batch(records)
         metrics.BATCHES.inc()
         metrics.RECORDS.inc(records)
         if not records:
-            self.stats.batches_skipped += 1
-            return BatchResult(tag, 0, 0, {}, time.monotonic() - started)
-        failpoints.hit("after-files")
+            return BatchResult(tag, 0, 0, {}, self._clock() - started)
+        self._failpoint("after-files")
 
-        rejected = job.rejected if job is first else job.rejected + [r for r in first.rejected if _before_truncate(r, truncated)]
-        letters = dead_letters_from_rows(rejected)
+        letters = plan.dead_letters(first, job, truncated)
         if letters:
-            send_dead_letters(self._dead_letter_producer, self.config.dead_letter_topic, letters)
-            self.stats.dead_letters += len(letters)
+            self._dead_letters.send(letters)
+            self.stats.count_dead_letters(letters)
             for letter in letters:
-                self.stats.dead_letters_by_reason[letter.reason] += 1
                 metrics.DEAD_LETTERS.labels(letter.reason).inc()
-        failpoints.hit("after-dead-letters")
+        self._failpoint("after-dead-letters")
         self._count_not_written(job)
 
-        rejected_tables = {letter.table for letter in letters}
-
-        def commit(table: str) -> tuple[str, CommittedSnapshot, float]:
-            offsets = offset_log.advance(committed.get(table, {}), first.consumed[table])
-            snapshot, seconds = self._commit(table, job.files.get(table, []), offsets, tag, truncate=table in truncated, job=job)
-            failpoints.hit("after-commit")
-            return table, snapshot, seconds
-
-        # A batch of tombstones only is not worth a snapshot: replaying it changes nothing.
-        tables = [t for t in first.consumed if job.files.get(t) or t in rejected_tables or t in truncated]
-        if len(tables) > 1:
-            # Each table's commit is its own (its offsets ride in it), so they need no order; a
-            # commit is mostly waiting on files and the catalog, so a batch spanning many tables
-            # commits them side by side. Every commit ends before an error of one is raised.
-            futures = [self._commit_pool.submit(commit, table) for table in tables]
-            wait(futures)
-            done = [future.result() for future in futures]
-        else:
-            done = [commit(t) for t in tables]
+        done = self._commit_all(plan.table_commits(tag, committed, first, job, truncated, letters), job)
         commits = {table: snapshot for table, snapshot, _ in done}
         commit_seconds = {table: seconds for table, _, seconds in done}
-        return BatchResult(tag, records, len(letters), commits, time.monotonic() - started, commit_seconds)
+        return BatchResult(tag, records, len(letters), commits, self._clock() - started, commit_seconds)
 
     def _count_not_written(self, job: JobResult) -> None:
         """Fields the tables lack and records that are not changes: counted, and each unknown
@@ -317,82 +233,69 @@ class BatchWriter:
         for table, kinds in job.skipped.items():
             for kind, count in kinds.items():
                 metrics.SKIPPED.labels(table, kind).inc(count)
-                self.stats.skipped[kind] += count
+        self.stats.count_skipped(job.skipped)
 
-    def _commit(
-        self, table: str, files: list[WrittenFile], offsets: offset_log.Offsets, tag: str, truncate: bool, job: JobResult
-    ) -> tuple[CommittedSnapshot, float]:
+    def _commit_all(self, commits: Sequence[TableCommit], job: JobResult) -> list[tuple[str, CommittedSnapshot, float]]:
+        def commit(planned: TableCommit) -> tuple[str, CommittedSnapshot, float]:
+            snapshot, seconds = self._commit(planned, job)
+            self._failpoint("after-commit")
+            return planned.table, snapshot, seconds
+
+        if len(commits) > 1:
+            # Each table's commit is its own (its offsets ride in it), so they need no order; a
+            # commit is mostly waiting on files and the catalog, so a batch spanning many tables
+            # commits them side by side. Every commit ends before an error of one is raised.
+            futures = [self._commit_pool.submit(commit, planned) for planned in commits]
+            wait(futures)
+            return [future.result() for future in futures]
+        return [commit(planned) for planned in commits]
+
+    def _commit(self, planned: TableCommit, job: JobResult) -> tuple[CommittedSnapshot, float]:
         """One table's commit of the batch, and how long it took; called on several threads at
         once for different tables (what they share is updated under ``_bookkeeping``)."""
-        layout = self.layouts[table]
-        commit_started = time.monotonic()
-        data = [f.description for f in files if f.kind == DATA]
-        deletes = [f.description for f in files if f.kind != DATA]
-        what, tags = f"committing batch {tag} to {table}", offset_log.batch_summary(offsets, tag)
-        if truncate:
-            # After a truncate the batch's own rows are all there is: its delete files have
-            # nothing to apply to.
-            self.tables[table].delete_files([f.path for f in files if f.kind != DATA])
-            files = [f for f in files if f.kind == DATA]
-            snapshot = self.tables[table].commit_truncate(f"{what} (a truncate)", data, tags)
-            metrics.TRUNCATES.labels(table).inc()
-            log.info("%s: truncated by the source (batch %s)", table, tag, extra={"table": table})
+        name, table, layout = planned.table, self.tables[planned.table], self.layouts[planned.table]
+        commit_started = self._clock()
+        if planned.truncate:
+            table.delete_files(planned.discarded)
+            snapshot = table.commit_truncate(planned.what, planned.data, planned.summary)
+            metrics.TRUNCATES.labels(name).inc()
+            log.info("%s: truncated by the source (batch %s)", name, planned.batch_id, extra={"table": name})
         else:
             try:
-                snapshot = self.tables[table].commit_files(what, data, deletes, tags)
+                snapshot = table.commit_files(planned.what, planned.data, planned.deletes, planned.summary)
             except MissingPartitionSpec as missing:
                 # The unpartitioned spec of the global deletes was expired with the metadata that
                 # no live file used any more: add it again and name it in this batch's files.
-                spec_id = self.tables[table].ensure_unpartitioned_spec()
-                self.layouts[table] = dataclasses.replace(layout, global_spec_id=spec_id)
-                deletes = [_with_spec_id(d, missing.spec_id, spec_id) for d in deletes]
-                snapshot = self.tables[table].commit_files(what, data, deletes, tags)
-        seconds = time.monotonic() - commit_started
-        rows = {kind: sum(f.record_count for f in files if f.kind == kind) for kind in (DATA, DELETE, GLOBAL_DELETE)}
-        global_files = sum(f.kind == GLOBAL_DELETE for f in files)
+                spec_id = table.ensure_unpartitioned_spec()
+                self.layouts[name] = replace(layout, global_spec_id=spec_id)
+                deletes = [plan.with_spec_id(d, missing.spec_id, spec_id) for d in planned.deletes]
+                snapshot = table.commit_files(planned.what, planned.data, deletes, planned.summary)
+        seconds = self._clock() - commit_started
+        global_deletes = planned.rows(FileKind.GLOBAL_DELETE)
         with self._bookkeeping:
-            self.stats.last_commit_seconds = seconds
-            self.stats.commits += 1
-            self.stats.interleaved_commits += snapshot.interleaved
-            self.stats.data_records += rows[DATA]
-            self.stats.delete_records += rows[DELETE] + rows[GLOBAL_DELETE]
-            explain_global = bool(global_files) and table not in self._told_global
+            self.stats.count_commit(planned, snapshot, seconds)
+            explain_global = bool(planned.global_delete_files) and name not in self._told_global
             if explain_global:
-                self._told_global.add(table)
-        metrics.COMMITS.labels(table).inc()
-        metrics.COMMIT_SECONDS.labels(table).observe(seconds)
-        metrics.COMMIT_INTERLEAVED.labels(table).inc(snapshot.interleaved)
-        metrics.ROWS_WRITTEN.labels(table, "data").inc(rows[DATA])
-        metrics.ROWS_WRITTEN.labels(table, "equality-delete").inc(rows[DELETE])
-        metrics.ROWS_WRITTEN.labels(table, "global-equality-delete").inc(rows[GLOBAL_DELETE])
+                self._told_global.add(name)
+        metrics.COMMITS.labels(name).inc()
+        metrics.COMMIT_SECONDS.labels(name).observe(seconds)
+        metrics.COMMIT_INTERLEAVED.labels(name).inc(snapshot.interleaved)
+        metrics.ROWS_WRITTEN.labels(name, "data").inc(planned.rows(FileKind.DATA))
+        metrics.ROWS_WRITTEN.labels(name, "equality-delete").inc(planned.rows(FileKind.DELETE))
+        metrics.ROWS_WRITTEN.labels(name, "global-equality-delete").inc(global_deletes)
         if explain_global:
             log.info(
                 "%s: %d keys whose old partition is unknown (before_image: %s) were deleted in every partition; the "
                 "compactor resolves such global deletes. A source that sends the whole old row (MySQL's default, "
                 "PostgreSQL with REPLICA IDENTITY FULL) needs none: set before_image: full (docs/ingest.md)",
-                table,
-                rows[GLOBAL_DELETE],
-                self.rules[table].before_image.value,
-                extra={"table": table},
+                name,
+                global_deletes,
+                self.rules[name].before_image.value,
+                extra={"table": name},
             )
-        event = CommitEvent(
-            table=table,
-            snapshot_id=snapshot.snapshot_id,
-            parent_snapshot_id=snapshot.parent_snapshot_id,
-            sequence_number=snapshot.sequence_number,
-            commit_time_ms=snapshot.timestamp_ms,
-            operation=snapshot.operation,
-            writer=summary.INGEST_WRITER,
-            batch_id=tag,
-            source_offsets={t: {str(p): o for p, o in parts.items()} for t, parts in offsets.items()},
-            partitions=_partition_deltas(layout, files),
-            global_delete_files=global_files,
-            global_delete_records=rows[GLOBAL_DELETE],
-            truncated=truncate,
-            unknown_columns=dict(job.unknown_columns.get(table, {})),
-        )
+        event = plan.commit_event(planned, snapshot, layout, job.unknown_columns.get(name, {}))
         with self._bookkeeping:  # the publisher keeps undelivered events to send again
-            self._publisher.publish(event)
+            self._events.publish(event)
         return snapshot, seconds
 
     def _log(self, result: BatchResult) -> None:
@@ -428,3 +331,79 @@ class BatchWriter:
                     "sequence_number": snapshot.sequence_number,
                 },
             )
+
+
+class BatchWriter:
+    """Writes micro-batches of Kafka records (Spark Kafka source schema) into the configured
+    tables: a ``BatchRunner`` over the tables in Iceberg, the batch's Spark job and Kafka. Its
+    construction reads the tables' layouts from the catalog and adds the unpartitioned spec that
+    global deletes need where a table lacks it."""
+
+    def __init__(
+        self,
+        spark: SparkSession,
+        config: Config,
+        dead_letter_producer: Producer,
+        publisher: CommitEventPublisher,
+        source_name: str = "kafka",
+        retry: CatalogRetry | None = None,
+    ) -> None:
+        self.spark = spark
+        self.config = config
+        self._retry = retry
+        names = [table.name for table in config.tables]
+        layouts = self._load_layouts(names, "table {ref} does not exist (icecdc creates it when its config has a schema)")
+        bridge = JavaBridge(spark)
+        self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in names}
+        rules = {table.name: table.source_rules for table in config.tables}
+        for name, layout in layouts.items():
+            if plan.may_delete_globally(layout, rules[name]) and layout.global_spec_id is None:
+                layouts[name] = replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
+        # Sized from the largest batch the source can deliver, since the job cannot count its
+        # input before it runs: one write task (one file per partition and kind) for up to
+        # ROWS_PER_WRITE_TASK records.
+        write_tasks = max(1, -(-config.ingest.max_batch_records // ROWS_PER_WRITE_TASK))
+        self.batches = BatchRunner(
+            tables=self.tables,
+            layouts=layouts,
+            rules=rules,
+            job=BatchJob(rules, config.catalog.properties, write_tasks),
+            dead_letters=DeadLetterTopic(dead_letter_producer, config.dead_letter_topic),
+            events=publisher,
+            load_layout=self._reload_layout,
+            commit_pool=ThreadPoolExecutor(config.ingest.commit_threads, thread_name_prefix="icecdc-commit"),
+            source_name=source_name,
+        )
+
+    def _load_layouts(self, names: Sequence[str], missing: str) -> dict[str, TableLayout]:
+        """The tables' layouts as the catalog has them now; ``missing`` says why one is not there."""
+        catalog = metadata_call(self._retry, "opening the catalog", lambda: pyiceberg_catalog(self.config))
+        layouts = {}
+        for name in names:
+            ref, table = self.config.table_ref(name), self.config.table(name)
+            metadata = metadata_call(self._retry, f"loading {ref}", functools.partial(load_metadata_table, catalog, ref))
+            if metadata is None:
+                raise NoSuchTable(missing.format(ref=ref))
+            layouts[name] = layout_from_pyiceberg(name, table.topic, table.primary_key, metadata)
+        return layouts
+
+    def _reload_layout(self, name: str) -> TableLayout:
+        return self._load_layouts([name], "table {ref} disappeared while its schema was changed")[name]
+
+    @property
+    def stats(self) -> IngestStats:
+        return self.batches.stats
+
+    @property
+    def layouts(self) -> dict[str, TableLayout]:
+        return self.batches.layouts
+
+    def committed_offsets(self) -> dict[str, offset_log.Offsets]:
+        return self.batches.committed_offsets()
+
+    def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[Position, int]:
+        return self.batches.topic_positions(committed)
+
+    def __call__(self, df: DataFrame, batch_id: int | str) -> BatchResult:
+        """The ``foreachBatch`` entry point."""
+        return self.batches.run(df, batch_id)

@@ -278,6 +278,22 @@ class IcebergTable:
                 ours = replace(ours, interleaved=ours.interleaved + 1)
         return ours
 
+    def _content_files(self, descriptions: Sequence[str]) -> list[JavaObject]:
+        """The DataFiles or DeleteFiles that content-file JSON describes, each under the partition
+        spec it names (as of the last refresh). Raises ``MissingPartitionSpec`` when a named spec
+        is gone."""
+        iceberg = self.bridge.iceberg
+        mapper = iceberg.util.JsonUtil.mapper()
+        files = []
+        for description in descriptions:
+            node = mapper.readTree(description)
+            spec_id = int(node.get("spec-id").asInt())
+            spec = self._java.specs().get(spec_id)
+            if spec is None:
+                raise MissingPartitionSpec(spec_id, str(self.ref))
+            files.append(iceberg.ContentFileParser.fromJson(node, spec))
+        return files
+
     def commit_files(
         self, what: str, data: Sequence[str], deletes: Sequence[str], summary: Mapping[str, str]
     ) -> CommittedSnapshot:
@@ -287,23 +303,13 @@ class IcebergTable:
         concurrent compaction carries older sequence numbers, so these deletes still apply to
         what it rewrote, and Iceberg's own retry re-applies the delta on top of whatever
         committed meanwhile. Raises ``MissingPartitionSpec`` when a file's spec is gone."""
-        iceberg = self.bridge.iceberg
-        mapper = iceberg.util.JsonUtil.mapper()
-
-        def parse(description: str) -> JavaObject:
-            node = mapper.readTree(description)
-            spec_id = int(node.get("spec-id").asInt())
-            spec = self._java.specs().get(spec_id)
-            if spec is None:
-                raise MissingPartitionSpec(spec_id, str(self.ref))
-            return iceberg.ContentFileParser.fromJson(node, spec)
 
         def build() -> JavaObject:
             delta = self._java.newRowDelta()
-            for description in data:
-                delta = delta.addRows(parse(description))
-            for description in deletes:
-                delta = delta.addDeletes(parse(description))
+            for file in self._content_files(data):
+                delta = delta.addRows(file)
+            for file in self._content_files(deletes):
+                delta = delta.addDeletes(file)
             return delta
 
         return self.commit(what, build, summary)
@@ -311,16 +317,13 @@ class IcebergTable:
     def commit_truncate(self, what: str, data: Sequence[str], summary: Mapping[str, str]) -> CommittedSnapshot:
         """A truncate and what the batch wrote after it, in one commit: an ``OverwriteFiles``
         that removes every data and delete file of the table (a row filter that matches all) and
-        adds the batch's data files, given as content-file JSON."""
-        iceberg = self.bridge.iceberg
-        mapper = iceberg.util.JsonUtil.mapper()
+        adds the batch's data files, given as content-file JSON. Raises ``MissingPartitionSpec``
+        when a file's spec is gone."""
 
         def build() -> JavaObject:
-            update = self._java.newOverwrite().overwriteByRowFilter(iceberg.expressions.Expressions.alwaysTrue())
-            for description in data:
-                node = mapper.readTree(description)
-                spec = self._java.specs().get(int(node.get("spec-id").asInt()))
-                update = update.addFile(iceberg.ContentFileParser.fromJson(node, spec))
+            update = self._java.newOverwrite().overwriteByRowFilter(self.bridge.iceberg.expressions.Expressions.alwaysTrue())
+            for file in self._content_files(data):
+                update = update.addFile(file)
             return update
 
         return self.commit(what, build, summary)
