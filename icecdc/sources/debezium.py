@@ -12,20 +12,53 @@ and a create, and TRUNCATE is an ``op: "t"`` record with a null key (skipped.ope
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
 from icecdc.config import KafkaConfig
 from icecdc.errors import UserError
-from icecdc.sources.engine_process import EngineSpec
 
 # A small JVM that starts fast: the engine moves a few records a second in a demo or a test,
 # on a machine it shares with Spark.
 JVM_OPTIONS = ("-Xms64m", "-Xmx384m", "-XX:TieredStopAtLevel=1")
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    """What the engine process needs, written to a JSON file by its parent."""
+
+    kafka: KafkaConfig
+    # Debezium engine and connector properties, as strings (java.util.Properties).
+    properties: dict[str, str]
+    # Partitions of a topic the process creates on its first record to it (Connect's topic.creation).
+    topic_partitions: int = 1
+    jvm_options: Sequence[str] = field(default_factory=tuple)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "kafka": self.kafka.model_dump(mode="json"),
+                "properties": self.properties,
+                "topic_partitions": self.topic_partitions,
+                "jvm_options": list(self.jvm_options),
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> EngineSpec:
+        data = json.loads(text)
+        return cls(
+            kafka=KafkaConfig.model_validate(data["kafka"]),
+            properties=data["properties"],
+            topic_partitions=data["topic_partitions"],
+            jvm_options=tuple(data["jvm_options"]),
+        )
 
 
 class EngineError(UserError):

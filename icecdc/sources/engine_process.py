@@ -22,60 +22,28 @@ a second JVM's memory beside Spark's.
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icecdc.config import KafkaConfig
+import jpype
+from pydbzengine import BasePythonChangeHandler, DebeziumEngine
+from pydbzengine.engine.jvm import ensure_jvm_started
+
 from icecdc.kafka import ensure_topics, producer
+from icecdc.sources.debezium import EngineSpec
 
 log = logging.getLogger("icecdc.sources.engine_process")
 
 
-@dataclass(frozen=True)
-class EngineSpec:
-    """What the engine process needs, written to a JSON file by its parent."""
-
-    kafka: KafkaConfig
-    # Debezium engine and connector properties, as strings (java.util.Properties).
-    properties: dict[str, str]
-    # Partitions of a topic the process creates on its first record to it (Connect's topic.creation).
-    topic_partitions: int = 1
-    jvm_options: Sequence[str] = field(default_factory=tuple)
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "kafka": self.kafka.model_dump(mode="json"),
-                "properties": self.properties,
-                "topic_partitions": self.topic_partitions,
-                "jvm_options": list(self.jvm_options),
-            }
-        )
-
-    @classmethod
-    def from_json(cls, text: str) -> EngineSpec:
-        data = json.loads(text)
-        return cls(
-            kafka=KafkaConfig.model_validate(data["kafka"]),
-            properties=data["properties"],
-            topic_partitions=data["topic_partitions"],
-            jvm_options=tuple(data["jvm_options"]),
-        )
-
-
-class ConnectProducer:
-    """The ``handleJsonBatch`` handler pydbzengine calls from the engine's thread with a batch
-    of ``RecordChangeEvent<SourceRecord>``: converts and produces them as Kafka Connect does."""
+class ConnectProducer(BasePythonChangeHandler):
+    """The handler pydbzengine calls from the engine's thread with a batch of
+    ``RecordChangeEvent<SourceRecord>``: converts and produces them as Kafka Connect does."""
 
     def __init__(self, spec: EngineSpec) -> None:
-        import jpype
-
         json_converter = jpype.JClass("org.apache.kafka.connect.json.JsonConverter")
         header_converter = jpype.JClass("org.apache.kafka.connect.storage.SimpleHeaderConverter")
         hash_map = jpype.JClass("java.util.HashMap")
@@ -133,14 +101,10 @@ class ConnectProducer:
 
 def run(spec: EngineSpec, stop_requested: threading.Event, wake: threading.Event) -> None:
     """Run the engine until ``stop_requested`` is set (``wake`` too) or the engine fails (then raise)."""
-    import jpype
-    from pydbzengine import DebeziumEngine
-    from pydbzengine.engine.jvm import ensure_jvm_started
-
     # The converters are Java objects: the JVM starts first, with the engine's class path.
     ensure_jvm_started(jvm_opts=list(spec.jvm_options))
     handler = ConnectProducer(spec)
-    engine = DebeziumEngine(spec.properties, handler, format="connect")  # type: ignore[arg-type]
+    engine = DebeziumEngine(spec.properties, handler, format="connect")
     failure: list[BaseException] = []
 
     def run_engine() -> None:

@@ -11,8 +11,7 @@ import pytest
 
 from icecdc.config import KafkaConfig
 from icecdc.sources import postgres
-from icecdc.sources.debezium import DebeziumPostgresSource
-from icecdc.sources.engine_process import EngineSpec
+from icecdc.sources.debezium import DebeziumPostgresSource, EngineSpec
 from icecdc.sources.postgres import PostgresError, ThrowawayPostgres, server_bindir
 
 
