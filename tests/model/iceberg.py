@@ -21,6 +21,7 @@ number; the compactor's two are validated from their starting snapshot as Iceber
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -247,17 +248,30 @@ class Table:
         added_data: Iterable[tuple[Partition, Sequence[Row]]],
         added_positions: Iterable[tuple[str, Iterable[int]]],
         removed_deletes: Sequence[str],
+        starting_sequence_number: bool = True,
     ) -> Snapshot:
         """A ``RewriteFiles`` validated from ``start``, its new data files at ``start``'s sequence
         number (``use-starting-sequence-number``): equality deletes committed since still apply to
         them, so they do not conflict; a position delete committed since that names a replaced
-        file does ("found new position delete for replaced data file")."""
+        file does ("found new position delete for replaced data file"). Without the starting
+        sequence number (new files at the commit's), any delete committed since that applies to
+        a replaced file conflicts ("found new delete for replaced data file")."""
         self._require_live(rewritten, removed_deletes)
-        replaced = set(rewritten)
-        if new := [d for d in self._added_since(start) if isinstance(d, PositionDelete) and d.data_file in replaced]:
-            raise CommitConflict(f"found new position deletes for replaced data files: {new}")
+        added = self._added_since(start)
+        for path in rewritten:
+            # Iceberg asks which deletes added since apply to the file as if it were as old as the start.
+            replaced = dataclasses.replace(start.data[path], sequence_number=start.sequence_number)
+            applying = [
+                d
+                for d in added
+                if (isinstance(d, PositionDelete) and position_delete_applies(d, replaced))
+                or (not starting_sequence_number and isinstance(d, EqualityDelete) and equality_delete_applies(d, replaced))
+            ]
+            if applying:
+                raise CommitConflict(f"found new deletes for replaced data file {path}: {applying}")
         sequence = self.current.sequence_number + 1
-        data = [self.new_data_file(p, rows, start.sequence_number) for p, rows in added_data]
+        new_sequence = start.sequence_number if starting_sequence_number else sequence
+        data = [self.new_data_file(p, rows, new_sequence) for p, rows in added_data]
         positions = [self.new_position_delete(start.data[path], pos, sequence) for path, pos in added_positions]
         return self._commit("replace", data, rewritten, positions, removed_deletes)
 

@@ -73,3 +73,12 @@ def test_format_v3_allows_one_deletion_vector_per_data_file():
     table.row_delta(start, [(data.path, [0])], [], [data.path])
     with pytest.raises(SpecViolation):
         table.row_delta(start, [(data.path, [0, 1])], [], [data.path])
+
+
+def test_a_rewrite_without_the_starting_sequence_number_conflicts_with_an_equality_delete_committed_meanwhile():
+    table = Table(("id",))
+    start = table.append({EU: [row(1), row(2)]}, {})
+    table.append({}, {EU: [(1,)]})
+    with pytest.raises(CommitConflict):
+        table.rewrite(start, list(start.data), [], [], [], starting_sequence_number=False)
+    assert table.rewrite(start, list(start.data), [], [], []).operation == "replace"
