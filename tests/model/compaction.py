@@ -10,7 +10,7 @@ model's own rules, which are the spec's:
   nothing to the positions its position deletes already remove: then nothing is written and the
   plan keeps them (``plans.keep_deletes_of_unchanged``);
 - a plan of conversions alone commits as a ``RowDelta``, any other as one ``RewriteFiles``;
-- writer batches may commit between the listing and the commit.
+- writer batches, and other compactions, may commit between the listing and the commit.
 """
 
 from __future__ import annotations
@@ -125,16 +125,12 @@ def packed(rows: Sequence[Row], target_rows: int) -> Iterable[Sequence[Row]]:
         yield rows[start : start + target_rows]
 
 
-def execute(
-    table: Table,
-    start: Snapshot,
-    plans: Sequence[RewritePlan],
-    files: Sequence[PartitionFiles],
-    settings: CompactorConfig,
-    meanwhile: Callable[[], object] = lambda: None,
-) -> Snapshot | None:
-    """Carry out one plan per listing, all listed at ``start``, as one commit; ``meanwhile``
-    runs between the listing and the commit (the writer's batches). None: nothing to commit."""
+def prepare(
+    table: Table, start: Snapshot, plans: Sequence[RewritePlan], files: Sequence[PartitionFiles], settings: CompactorConfig
+) -> Callable[[], Snapshot] | None:
+    """Carry out one plan per listing, all listed at ``start``, up to its commit: returns the
+    commit, to be called when the test sees fit (writer batches or other compactions may commit
+    first). None: nothing to commit."""
     plan = plan_together(plans)
     if plan.empty:
         return None
@@ -157,7 +153,7 @@ def execute(
     if unchanged:
         plans = [keep_deletes_of_unchanged(p, f, unchanged) for p, f in zip(plans, files, strict=True)]
         plan = plan_together(plans)
-    meanwhile()
     if plan.work in CONVERSIONS:
-        return table.row_delta(start, positions, plan.remove_deletes, (*plan.convert, *plan.examined))
-    return table.rewrite(start, plan.rewrite, new_data, positions, plan.remove_deletes)
+        examined = (*plan.convert, *plan.examined)
+        return lambda: table.row_delta(start, positions, plan.remove_deletes, examined)
+    return lambda: table.rewrite(start, plan.rewrite, new_data, positions, plan.remove_deletes)

@@ -66,13 +66,24 @@ def test_a_conversion_conflicts_when_a_file_it_examined_was_rewritten_meanwhile(
         table.row_delta(start, [], [], list(start.data))
 
 
-def test_format_v3_allows_one_deletion_vector_per_data_file():
+def test_format_v3_refuses_a_conversion_whose_file_got_a_deletion_vector_meanwhile():
     table = Table(("id",), format_version=3)
     start = table.append({EU: [row(1), row(2)]}, {})
     [data] = start.data.values()
     table.row_delta(start, [(data.path, [0])], [], [data.path])
-    with pytest.raises(SpecViolation):
+    with pytest.raises(CommitConflict):
         table.row_delta(start, [(data.path, [0, 1])], [], [data.path])
+
+
+def test_two_deletion_vectors_for_one_data_file_break_a_v3_table():
+    table = Table(("id",), format_version=3)
+    start = table.append({EU: [row(1), row(2)], US: [row(3)]}, {})
+    eu = next(f for f in start.data.values() if f.partition == EU)
+    table.row_delta(start, [(eu.path, [0])], [], [eu.path])
+    # A rewrite of another file that also converts this one: RewriteFiles does not validate DVs.
+    other = [p for p in start.data if p != eu.path]
+    with pytest.raises(SpecViolation):
+        table.rewrite(start, other, [(US, [row(3)])], [(eu.path, [1])], [])
 
 
 def test_a_rewrite_without_the_starting_sequence_number_conflicts_with_an_equality_delete_committed_meanwhile():
