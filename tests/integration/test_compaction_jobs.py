@@ -9,7 +9,6 @@ and every job's snapshot must hold exactly its parent's rows (time travel)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 import hypothesis.strategies as st
 import orjson
@@ -18,13 +17,14 @@ from hypothesis import HealthCheck, event, example, given, settings
 from icecdc import summary
 from icecdc.compactor.plans import plan_rewrite
 from icecdc.compactor.policy import Work
-from icecdc.compactor.rewrite import CompactionJob, PartitionCompaction
+from icecdc.compactor.rewrite import Committer, CompactionJob, CompactionResult, PartitionCompaction
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.config import Config, RewriteEngine, TableConfig
 from icecdc.events import CompactionOutcome
 from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
-from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
+from icecdc.jvm.tables import IcebergTable
+from tests.cdc import REGIONS, changes, orders_table, table_rows
+from tests.histories import History, run_history
 from tests.integration.test_compactor import (
     EQUALITY_DELETES,
     Stream,
@@ -32,7 +32,6 @@ from tests.integration.test_compactor import (
     compactor_config,
     table_metadata,
 )
-from tests.integration.test_hot_partitions import assert_history_kept_rows
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
 KB = 1024
@@ -45,42 +44,53 @@ def orders_of_format(config: Config, format_version: int) -> Config:
     return config.model_copy(update={"tables": [TableConfig.model_validate(spec)]})
 
 
-# One micro-batch: (key, (region, day) or None for a delete, amount). Keys move between partitions.
-changes = st.lists(
-    st.tuples(
-        st.integers(1, 40),
-        st.one_of(st.none(), st.tuples(st.sampled_from(REGIONS[:2]), st.sampled_from(DAYS))),
-        st.integers(0, 999),
-    ),
-    min_size=1,
-    max_size=25,
-)
+# One micro-batch: keys move between partitions (two regions by two days).
+batch = changes(keys=40, regions=REGIONS[:2], days=len(DAYS), max_size=25)
 job = st.tuples(
-    st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True),  # which live partitions, by rank
-    st.sampled_from([Work.DELETE_MERGE, Work.DELETE_MERGE, Work.MINOR]),
-    st.one_of(st.none(), changes),  # a writer batch that commits while the job runs
+    st.tuples(
+        st.lists(st.integers(0, 3), min_size=1, max_size=4, unique=True),  # which live partitions, by rank
+        st.sampled_from([Work.DELETE_MERGE, Work.DELETE_MERGE, Work.MINOR]),
+    ),
+    st.one_of(st.none(), batch),  # a writer batch that commits while the job runs
 )
-history = st.lists(st.tuples(changes, st.one_of(st.none(), job)), min_size=3, max_size=5)
+history = st.lists(st.tuples(batch, st.one_of(st.none(), job)), min_size=3, max_size=5)
 
 
-def apply(source: SourceDatabase, batch: list) -> list[tuple[bytes, bytes]]:
-    pairs = []
-    for key, place, cents in batch:
-        if place is not None:
-            pairs.append(source.upsert(key, place[0], cents, place[1]))
-        elif key in source.rows:
-            pairs.append(source.delete(key))
-    return pairs
+def compact(history: History, chosen: tuple[list[int], Work], commit: Committer) -> list[CompactionResult]:
+    """One job of the chosen live partitions, one plan each, in one commit."""
+    ranks, work = chosen
+    config = history.config
+    loaded = table_metadata(config)
+    live = sorted(loaded.partitions.values(), key=lambda p: loaded.layout.partition_path(_key(loaded.layout, p)))
+    keys = [_key(loaded.layout, live[r]) for r in ranks if r < len(live)]
+    if not keys:
+        return []
+    compaction = CompactionJob(
+        history.stream.spark,
+        history.table,
+        loaded.layout,
+        keys,
+        config.catalog.properties,
+        config.compactor.target_file_size_bytes,
+    )
+    listed = compaction.files()
+    assert listed is not None
+    plans = [plan_rewrite(files, work, config.compactor) for files in listed]
+    results = compaction.run(plans, {summary.COMPACTOR: "property-test"}, commit=commit)
+    if any(r.committed for r in results):
+        touched = sum(not p.empty for p in plans)
+        event(f"one commit for {min(touched, 3)}{'+' if touched > 3 else ''} partitions")
+    return results
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=history, format_version=st.sampled_from([2, 3]), large_file_ratio=st.sampled_from([0.75, 0.03]))
 # Four partitions in one job while the writer moves rows between two of them.
 @example(
     steps=[
-        ([(k, (REGIONS[k % 2], k % 3 % 2), k) for k in range(1, 9)], None),
-        ([(1, ("eu", 1), 5), (2, None, 0)], ([0, 1, 2, 3], Work.DELETE_MERGE, [(3, ("eu", 0), 7), (4, None, 0)])),
-        ([(5, ("us", 0), 9)], ([1, 3], Work.DELETE_MERGE, None)),
+        ([(k, REGIONS[k % 2], k % 3 % 2, k) for k in range(1, 9)], None),
+        ([(1, "eu", 1, 5), (2, None, 0, 0)], (([0, 1, 2, 3], Work.DELETE_MERGE), [(3, "eu", 0, 7), (4, None, 0, 0)])),
+        ([(5, "us", 0, 9)], (([1, 3], Work.DELETE_MERGE), None)),
     ],
     format_version=3,
     large_file_ratio=0.03,
@@ -92,57 +102,7 @@ def test_random_histories_with_jobs_of_several_partitions_keep_every_row(
     config = orders_of_format(
         compactor_config(stack_config, unique, target_file_size_bytes=64 * KB, large_file_ratio=large_file_ratio), format_version
     )
-    name = qualified(config)
-    writer_snapshots: dict[int, list] = {}  # snapshot -> the model's rows after that batch
-    jobs: list[CommittedSnapshot] = []
-    with batch_writer(spark, config) as write:
-        table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
-        stream = Stream(spark, config, write)
-
-        def write_batch(batch: list) -> None:
-            pairs = apply(stream.source, batch)
-            if pairs:
-                stream(pairs)
-                table.refresh()
-                writer_snapshots[table.current_snapshot().snapshot_id] = stream.source.expected_rows()
-
-        write_batch([(k, (REGIONS[k % 2], k // 2 % 2), k) for k in range(1, 41)])
-        for batch, chosen in steps:
-            write_batch(batch)
-            if chosen is None:
-                continue
-            ranks, work, during = chosen
-            loaded = table_metadata(config)
-            live = sorted(loaded.partitions.values(), key=lambda p: loaded.layout.partition_path(_key(loaded.layout, p)))
-            keys = [_key(loaded.layout, live[r]) for r in ranks if r < len(live)]
-            if not keys:
-                continue
-            compaction = CompactionJob(
-                spark, table, loaded.layout, keys, config.catalog.properties, config.compactor.target_file_size_bytes
-            )
-            listed = compaction.files()
-            assert listed is not None
-            plans = [plan_rewrite(files, work, config.compactor) for files in listed]
-
-            def commit(attempt: Callable[[], CommittedSnapshot], during=during) -> CommittedSnapshot:
-                if during:
-                    write_batch(during)  # the writer commits after the job's starting snapshot
-                return attempt()
-
-            # Neither side may fail the other: the writer only adds files, and the job keeps the
-            # starting sequence number for what it rewrites and writes positions only.
-            results = compaction.run(plans, {summary.COMPACTOR: "property-test"}, commit=commit)
-            committed = {r.committed.snapshot_id: r.committed for r in results if r.committed is not None}
-            assert len(committed) <= 1, "one commit for the whole job"
-            jobs += committed.values()
-            if committed:
-                touched = sum(not p.empty for p in plans)
-                event(
-                    f"one commit for {min(touched, 3)}{'+' if touched > 3 else ''} partitions{' during a writer commit' if during else ''}"
-                )
-
-    assert table_rows(spark, name) == stream.source.expected_rows()
-    assert_history_kept_rows(spark, name, writer_snapshots, jobs, format_version)
+    run_history(spark, config, [(k, REGIONS[k % 2], k // 2 % 2, k) for k in range(1, 41)], steps, compact)
 
 
 def _key(layout, partition) -> tuple:

@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from icecdc.compactor.plans import plan_hot, plan_resolution
+from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH
 from icecdc.config import Config, TableConfig
 from icecdc.events import CompactionOutcome
 from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
-from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
+from icecdc.jvm.tables import IcebergTable
+from tests.cdc import REGIONS, SourceDatabase, changes, orders_table, table_rows
+from tests.histories import History, rows_at, run_history
 from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compaction_of, compactor_config, table_metadata
-from tests.integration.test_hot_partitions import assert_history_kept_rows, rows_at
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
 KB = 1024
@@ -114,92 +114,55 @@ def test_global_deletes_can_be_dead_lettered_or_taken_in_place_instead(spark, st
     assert table_rows(spark, name) == expected
 
 
-# One micro-batch of a key-only source: (key, region or None for a delete, day, cents).
-changes = st.lists(
-    st.tuples(st.integers(1, 24), st.one_of(st.none(), st.sampled_from(REGIONS)), st.integers(0, 2), st.integers(0, 9_999)),
-    min_size=1,
-    max_size=16,
-)
+# One micro-batch of a key-only source.
+batch = changes(keys=24, days=3, max_size=16)
 # After a batch: maybe a resolution of the global deletes or a hot conversion of a partition, with
 # maybe a writer batch committing while it runs.
 maintenance = st.tuples(
-    st.sampled_from(["resolve", "resolve", "convert"]), st.sampled_from(REGIONS), st.one_of(st.none(), changes)
+    st.tuples(st.sampled_from(["resolve", "resolve", "convert"]), st.sampled_from(REGIONS)), st.one_of(st.none(), batch)
 )
-history = st.lists(st.tuples(changes, st.one_of(st.none(), maintenance)), min_size=3, max_size=6)
+history = st.lists(st.tuples(batch, st.one_of(st.none(), maintenance)), min_size=3, max_size=6)
 
 
-def apply(source: SourceDatabase, batch: list[tuple[int, str | None, int, int]]) -> list[tuple[bytes, bytes]]:
-    pairs = []
-    for key, region, day, cents in batch:
-        if region is not None:
-            pairs.append(source.upsert(key, region, cents, day))
-        elif key in source.rows:
-            pairs.append(source.delete(key))
-    return pairs
+def maintain(history: History, chosen: tuple[str, str], commit: Committer) -> list[CompactionResult]:
+    """A resolution of the table's global deletes, or a hot partition's plan for a partition of
+    the region, from the files at the current snapshot."""
+    kind, region = chosen
+    config = history.config
+    spark, target = history.stream.spark, config.compactor.target_file_size_bytes
+    loaded = table_metadata(config)
+    if kind == "resolve":
+        compaction = compaction_of(spark, config, loaded.layout, None, target)
+    else:
+        key = next((p.partition for p in loaded.partitions.values() if p.partition.get("region") == region), None)
+        if key is None:
+            return []
+        partition = tuple(key[t.name] for t in loaded.layout.partition)
+        compaction = compaction_of(spark, config, loaded.layout, partition, target)
+    files = compaction.files()
+    if files is None:
+        return []
+    chosen_plan = plan_resolution(files) if kind == "resolve" else plan_hot(files, config.compactor)
+    return [compaction.run(chosen_plan, {"icecdc.compactor": "property-test"}, commit=commit)]
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=history, format_version=st.sampled_from([2, 3]))
 # A resolution while a writer batch adds global deletes for keys it is converting.
 @example(
-    steps=[([(2, "us", 0, 1)], ("resolve", "eu", [(2, "eu", 1, 2), (3, None, 0, 0)])), ([(2, None, 0, 0)], None)],
+    steps=[([(2, "us", 0, 1)], (("resolve", "eu"), [(2, "eu", 1, 2), (3, None, 0, 0)])), ([(2, None, 0, 0)], None)],
     format_version=2,
 )
 @example(
-    steps=[([(5, "us", 1, 1)], ("convert", "us", None)), ([(5, "eu", 0, 3)], ("resolve", "eu", [(5, "apac", 2, 4)]))],
+    steps=[([(5, "us", 1, 1)], (("convert", "us"), None)), ([(5, "eu", 0, 3)], (("resolve", "eu"), [(5, "apac", 2, 4)]))],
     format_version=3,
 )
 def test_random_histories_with_resolutions_between_and_during_commits_keep_every_row(spark, stack_config, steps, format_version):
     unique = f"glob{time.monotonic_ns()}"
     base = compactor_config(stack_config, unique, target_file_size_bytes=64 * KB, hot_read_budget=2)
     config = key_only_table(base, ["region", "days(updated_at)"], format_version=format_version)  # type: ignore[arg-type]
-    name = qualified(config)
-    writer_snapshots: dict[int, list] = {}
-    resolutions: list[CommittedSnapshot] = []
-    with batch_writer(spark, config) as write:
-        table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
-        stream = Stream(spark, config, write)
-        stream.source = source = SourceDatabase(key_only_before=True)
-
-        def write_batch(batch: list[tuple[int, str | None, int, int]]) -> None:
-            pairs = apply(source, batch)
-            if pairs:
-                stream(pairs)
-                table.refresh()
-                writer_snapshots[table.current_snapshot().snapshot_id] = source.expected_rows()
-
-        write_batch([(k, REGIONS[k % 3], k % 3, k) for k in range(1, 25)])
-        for batch, maintain in steps:
-            write_batch(batch)
-            if maintain is None:
-                continue
-            kind, region, during = maintain
-            loaded = table_metadata(config)
-            if kind == "resolve":
-                compaction = compaction_of(spark, config, loaded.layout, None, config.compactor.target_file_size_bytes)
-            else:
-                key = next((p.partition for p in loaded.partitions.values() if p.partition.get("region") == region), None)
-                if key is None:
-                    continue
-                partition = tuple(key[t.name] for t in loaded.layout.partition)
-                compaction = compaction_of(spark, config, loaded.layout, partition, config.compactor.target_file_size_bytes)
-            files = compaction.files()
-            if files is None:
-                continue
-            chosen = plan_resolution(files) if kind == "resolve" else plan_hot(files, config.compactor)
-
-            def commit(attempt: Callable[[], CommittedSnapshot], during=during) -> CommittedSnapshot:
-                if during:
-                    write_batch(during)  # commits after the resolution's starting snapshot
-                return attempt()
-
-            result = compaction.run(chosen, {"icecdc.compactor": "property-test"}, commit=commit)
-            if result.committed is not None:
-                resolutions.append(result.committed)
-                event(f"committed {result.work.value}{' during a writer commit' if during else ''}")
-
-    assert table_rows(spark, name) == source.expected_rows()
-    assert_history_kept_rows(spark, name, writer_snapshots, resolutions, format_version)
+    initial = [(k, REGIONS[k % 3], k % 3, k) for k in range(1, 25)]
+    run_history(spark, config, initial, steps, maintain, SourceDatabase(key_only_before=True))
 
 
 def test_icebergs_remove_dangling_deletes_drops_a_live_global_delete_so_resolve_first(spark, stack_config, unique):

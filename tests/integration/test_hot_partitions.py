@@ -10,20 +10,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
 
 import hypothesis.strategies as st
 import pytest
-from hypothesis import HealthCheck, event, example, given, settings
+from hypothesis import HealthCheck, example, given, settings
 
 from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_conversion, plan_hot, plan_rewrite
 from icecdc.compactor.policy import Work
+from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.config import CompactorConfig, Config, TableConfig
 from icecdc.events import CompactionOutcome
-from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
-from tests.cdc import SourceDatabase, orders_table, table_rows
+from tests.cdc import changes, orders_table, table_rows
+from tests.histories import History, run_history
 from tests.integration.test_compactor import (
     EQUALITY_DELETES,
     POSITION_DELETES,
@@ -45,28 +44,15 @@ def region_table(config: Config, format_version: int) -> Config:
     return config.model_copy(update={"tables": [TableConfig.model_validate(spec)]})
 
 
-# One micro-batch: (key, region or None for a delete, amount in cents). Keys move between regions.
-changes = st.lists(
-    st.tuples(st.integers(1, 30), st.one_of(st.none(), st.sampled_from(REGIONS)), st.integers(0, 9_999)), min_size=1, max_size=20
-)
+# One micro-batch: keys move between regions, all on day 0.
+batch = changes(keys=30, regions=REGIONS)
 maintenance = st.tuples(
-    st.sampled_from(["convert", "convert", "hot", "merge"]),
-    st.sampled_from(REGIONS),
-    st.one_of(st.none(), changes),  # a writer batch that commits while the maintenance runs
+    st.tuples(st.sampled_from(["convert", "convert", "hot", "merge"]), st.sampled_from(REGIONS)),
+    st.one_of(st.none(), batch),  # a writer batch that commits while the maintenance runs
 )
 # Rounds of a writer batch and maybe maintenance after it: repeated conversions of the same files,
 # with new deletes between them, are where merged positions could be lost.
-history = st.lists(st.tuples(changes, st.one_of(st.none(), maintenance)), min_size=3, max_size=6)
-
-
-def apply(source: SourceDatabase, batch: list[tuple[int, str | None, int]]) -> list[tuple[bytes, bytes]]:
-    pairs = []
-    for key, region, cents in batch:
-        if region is not None:
-            pairs.append(source.upsert(key, region, cents, 0))
-        elif key in source.rows:
-            pairs.append(source.delete(key))
-    return pairs
+history = st.lists(st.tuples(batch, st.one_of(st.none(), maintenance)), min_size=3, max_size=6)
 
 
 def plan(kind: str, files: PartitionFiles, compactor: CompactorConfig) -> RewritePlan:
@@ -77,86 +63,33 @@ def plan(kind: str, files: PartitionFiles, compactor: CompactorConfig) -> Rewrit
     return plan_rewrite(files, Work.DELETE_MERGE, compactor)
 
 
-@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+def maintain(history: History, chosen: tuple[str, str], commit: Committer) -> list[CompactionResult]:
+    """One partition's maintenance, planned from its files at the current snapshot."""
+    kind, region = chosen
+    config = history.config
+    loaded = table_metadata(config)
+    compaction = compaction_of(history.stream.spark, config, loaded.layout, (region,), config.compactor.target_file_size_bytes)
+    files = compaction.files()
+    if files is None:
+        return []
+    return [compaction.run(plan(kind, files, config.compactor), {"icecdc.compactor": "property-test"}, commit=commit)]
+
+
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=history, format_version=st.sampled_from([2, 3]))
 # A file converted twice, with new deletes between: the second conversion must keep the first's positions.
-@example(steps=[([(2, "eu", 1)], ("convert", "eu", None)), ([(4, "eu", 2)], ("convert", "eu", None))], format_version=2)
-@example(steps=[([(2, "eu", 1)], ("convert", "eu", None)), ([(4, "eu", 2)], ("convert", "eu", [(6, "eu", 3)]))], format_version=3)
+@example(steps=[([(2, "eu", 0, 1)], (("convert", "eu"), None)), ([(4, "eu", 0, 2)], (("convert", "eu"), None))], format_version=2)
+@example(
+    steps=[([(2, "eu", 0, 1)], (("convert", "eu"), None)), ([(4, "eu", 0, 2)], (("convert", "eu"), [(6, "eu", 0, 3)]))],
+    format_version=3,
+)
 def test_random_histories_with_maintenance_between_and_during_commits_keep_every_row(spark, stack_config, steps, format_version):
     unique = f"prop{time.monotonic_ns()}"
     # Small targets and a tight budget make every kind of plan reachable with a few rows.
     config = region_table(
         compactor_config(stack_config, unique, target_file_size_bytes=64 * KB, hot_read_budget=2), format_version
     )
-    name = qualified(config)
-    writer_snapshots: dict[int, list] = {}  # snapshot -> the model's rows after that batch
-    maintenance_snapshots: list[CommittedSnapshot] = []
-    with batch_writer(spark, config) as write:
-        table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
-        stream = Stream(spark, config, write)
-
-        def write_batch(batch: list[tuple[int, str | None, int]]) -> None:
-            pairs = apply(stream.source, batch)
-            if pairs:
-                stream(pairs)
-                table.refresh()
-                writer_snapshots[table.current_snapshot().snapshot_id] = stream.source.expected_rows()
-
-        write_batch([(k, REGIONS[k % 2], k) for k in range(1, 31)])
-        for batch, maintain in steps:
-            write_batch(batch)
-            if maintain is None:
-                continue
-            kind, region, during = maintain
-            loaded = table_metadata(config)
-            compaction = compaction_of(spark, config, loaded.layout, (region,), config.compactor.target_file_size_bytes)
-            files = compaction.files()
-            if files is None:
-                continue
-            chosen = plan(kind, files, config.compactor)
-
-            def commit(attempt: Callable[[], CommittedSnapshot], during=during) -> CommittedSnapshot:
-                if during:
-                    write_batch(during)  # the writer commits after the maintenance's starting snapshot
-                return attempt()
-
-            # Neither side may fail the other: the writer only adds files, and every plan keeps
-            # the starting sequence number or writes positions only.
-            result = compaction.run(chosen, {"icecdc.compactor": "property-test"}, commit=commit)
-            if result.committed is not None:
-                maintenance_snapshots.append(result.committed)
-                event(f"committed {result.work.value}{' during a writer commit' if during else ''}")
-
-    assert table_rows(spark, name) == stream.source.expected_rows()
-    assert_history_kept_rows(spark, name, writer_snapshots, maintenance_snapshots, format_version)
-
-
-def assert_history_kept_rows(
-    spark, name: str, writer_snapshots: dict[int, list], maintenance_snapshots: list[CommittedSnapshot], format_version: int
-) -> None:
-    """Every writer snapshot holds the model's rows after its batch, every maintenance snapshot
-    exactly its parent's rows (time travel), and format v3 holds no Parquet position deletes.
-
-    On format v3 a maintenance snapshot also keeps every row's lineage: the spec requires a
-    rewrite to copy each row's ``_row_id`` and ``_last_updated_sequence_number``, and a row that
-    came back with new ones would read as changed to every consumer of the table's changes."""
-    lineage = format_version >= 3
-    for snapshot_id, expected in writer_snapshots.items():
-        assert rows_at(spark, name, snapshot_id) == expected, f"writer snapshot {snapshot_id}"
-    parents = {r.snapshot_id: r.parent_id for r in spark.sql(f"SELECT snapshot_id, parent_id FROM {name}.snapshots").collect()}
-    for committed in maintenance_snapshots:
-        kept = rows_at(spark, name, committed.snapshot_id, lineage)
-        assert kept == rows_at(spark, name, parents[committed.snapshot_id], lineage), committed
-    if format_version == 3:
-        positions = spark.sql(f"SELECT file_format FROM {name}.delete_files WHERE content = {POSITION_DELETES}").collect()
-        assert {r.file_format for r in positions} <= {"PUFFIN"}
-
-
-def rows_at(spark, name: str, snapshot_id: int, lineage: bool = False) -> list:
-    """The rows at a snapshot, sorted; with ``lineage``, each with its v3 row id and the
-    sequence number of its last update."""
-    columns = "id, region, amount, updated_at" + (", _row_id, _last_updated_sequence_number" if lineage else "")
-    return sorted(tuple(r) for r in spark.sql(f"SELECT {columns} FROM {name} VERSION AS OF {snapshot_id}").collect())
+    run_history(spark, config, [(k, REGIONS[k % 2], 0, k) for k in range(1, 31)], steps, maintain)
 
 
 @pytest.mark.parametrize("format_version", [3])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import time
 from contextlib import contextmanager
 
-import hypothesis.strategies as st
 import orjson
 from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
@@ -23,7 +22,7 @@ from icecdc.ingest.sources import records_to_dataframe
 from icecdc.ingest.writer import BatchWriter
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
-from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
+from tests.cdc import REGIONS, SourceDatabase, flavoured_batches, flavoured_history, kafka_records, orders_table, table_rows
 
 
 def qualified(config: Config, index: int = 0) -> str:
@@ -65,56 +64,16 @@ def read_topic(config: Config, topic: str, expected: int, timeout: float = 30.0)
     return messages
 
 
-# One step of a random history: (key, region or None for delete, amount cents, day, flags).
-steps = st.lists(
-    st.tuples(
-        st.integers(1, 6),
-        st.one_of(st.none(), st.sampled_from(REGIONS)),
-        st.integers(0, 99_999),
-        st.integers(0, 3),
-        st.sampled_from(["plain", "plain", "snapshot", "no-before", "wrapped"]),
-        st.booleans(),  # end the micro-batch after this step
-    ),
-    min_size=1,
-    max_size=40,
-)
-
-
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(history=steps)
+@given(history=flavoured_history)
 def test_random_histories_end_in_the_state_they_imply(spark, stack_config, history):
     unique = f"p{time.monotonic_ns()}"
     config = config_for(stack_config, unique)
     topic = config.tables[0].topic
     source = SourceDatabase()
-    batches: list[list[tuple[bytes, bytes]]] = [[]]
-    for key, region, cents, day, flavour, cut in history:
-        if region is None:
-            if key in source.rows:
-                batches[-1].append(source.delete(key))
-        else:
-            existing = source.rows.get(key)
-            stays = existing is None or (
-                existing["region"] == region
-                and source.row(key, region, cents, day, key)["updated_at"] // 86_400_000_000
-                == existing["updated_at"] // 86_400_000_000
-            )
-            # An update without a before-image gets a global delete (unknown_partition's default);
-            # a re-snapshot read is taken not to have moved (docs/ingest.md), so the history only
-            # sends those where that holds.
-            omit = flavour == "no-before" and existing is not None
-            snapshot_read = flavour == "snapshot" and stays
-            batches[-1].append(
-                source.upsert(
-                    key, region, cents, day, snapshot_read=snapshot_read, omit_before=omit, wrapped=flavour == "wrapped"
-                )
-            )
-        if cut:
-            batches.append([])
-
     with batch_writer(spark, config) as write:
         offset = 0
-        for number, pairs in enumerate(b for b in batches if b):
+        for number, pairs in enumerate(flavoured_batches(source, history)):
             write(records_to_dataframe(spark, kafka_records(topic, pairs, offset)), number)
             offset += len(pairs)
     name = qualified(config)

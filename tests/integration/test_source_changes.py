@@ -324,7 +324,7 @@ def common_rows(spark, name: str, snapshot_id: int, columns: list[str]) -> list[
     return sorted(map(tuple, found))
 
 
-@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=schema_history, format_version=st.sampled_from([2, 3]))
 # A table a truncate emptied has a snapshot without manifests: its metadata must still be read.
 @example(steps=[([("truncate",)], None), ([("truncate",)], ("convert", "eu", None))], format_version=2)

@@ -1,0 +1,217 @@
+"""Random histories on the in-memory Iceberg model (tests/model), thousands in seconds: the
+ingester's per-batch rules and the compactor's real plans, against the rows the change stream
+implies (tests/cdc.py). The Spark property tests (tests/integration) run a few such histories on
+the real stack; these run the same kinds of history by the thousand on the spec's rules."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import hypothesis.strategies as st
+import pytest
+from hypothesis import event, given, settings
+from hypothesis.control import currently_in_test_context
+
+from icecdc.compactor.plans import (
+    PartitionFiles,
+    RewritePlan,
+    plan_conversion,
+    plan_for,
+    plan_hot,
+    plan_resolution,
+    plan_rewrite,
+)
+from icecdc.compactor.policy import Work, hot_work, needed_work
+from icecdc.config import CompactorConfig
+from icecdc.layout import TableLayout
+from icecdc.sourcespec import SourceRules
+from tests.cdc import REGIONS, Change, SourceDatabase, changes, flavoured_batches, flavoured_history, image
+from tests.model.compaction import global_delete_files, partition_files, partition_stats, partitions, prepare
+from tests.model.iceberg import Snapshot, SpecViolation, Table
+from tests.model.writer import FULL_BEFORE_IMAGES, KEY_ONLY_BEFORE_IMAGES, commit_batch, orders_layout
+
+KB = 1024
+EXAMPLES = settings(max_examples=1000, deadline=None)
+
+
+def read(snapshot: Snapshot) -> list[tuple]:
+    return sorted(image(row) for row in snapshot.rows())
+
+
+# --- the ingester: one history of micro-batches, flavoured as a Debezium source sends them ---
+
+PARTITIONINGS = [["region"], ["region", "days(updated_at)"], ["days(updated_at)"], ["bucket(4, id)"], []]
+
+
+@EXAMPLES
+@given(
+    history=flavoured_history,
+    partition_by=st.sampled_from(PARTITIONINGS),
+    source_sends=st.sampled_from(["full before-images", "full before-images, trusted for the key only", "the key only"]),
+)
+def test_every_batch_of_a_random_history_leaves_the_rows_the_stream_implies(history, partition_by, source_sends):
+    source = SourceDatabase(key_only_before=source_sends == "the key only")
+    rules = FULL_BEFORE_IMAGES if source_sends == "full before-images" else KEY_ONLY_BEFORE_IMAGES
+    layout = orders_layout(partition_by)
+    table = Table(layout.primary_key)
+    for number, batch in enumerate(flavoured_batches(source, history), start=1):
+        snapshot = commit_batch(table, layout, rules, batch)
+        assert read(snapshot) == source.expected_images(), f"after batch {number}"
+
+
+# --- the compactor: writer batches, with maintenance between them and during them ---
+
+PLANNED = ["convert", "hot", "merge", "minor", "policy", "job", "resolve"]
+maintenance = st.tuples(
+    st.sampled_from(PLANNED),
+    st.integers(1, 63),  # which live partitions, by rank: a bit each
+    st.sampled_from([Work.DELETE_MERGE, Work.MINOR]),  # a job's work
+    st.lists(changes(keys=30, days=2, max_size=5), max_size=2),  # writer batches committed while it runs
+    # A compaction of other partitions from the same snapshot, committed after it (not a
+    # resolution: see test_a_resolution_then_a_merge_converting_the_same_file_leave_two_deletion_vectors).
+    st.one_of(
+        st.none(), st.tuples(st.sampled_from(PLANNED[:-1]), st.integers(1, 63), st.sampled_from([Work.DELETE_MERGE, Work.MINOR]))
+    ),
+)
+compaction_history = st.lists(
+    st.tuples(changes(keys=30, days=2, max_size=10), st.one_of(st.none(), maintenance)), min_size=1, max_size=6
+)
+TARGET = 16 * KB
+SETTINGS = {
+    ratio: CompactorConfig(target_file_size_bytes=TARGET, min_small_files=2, hot_read_budget=2, large_file_ratio=ratio)
+    for ratio in (0.75, 0.25)
+}
+
+
+def plans_for(
+    kind: str, ranks: int, work: Work, snapshot: Snapshot, config: CompactorConfig
+) -> list[tuple[RewritePlan, PartitionFiles]]:
+    """The product's plans for one maintenance step, each with the listing it was made from."""
+    if kind == "resolve":
+        files = global_delete_files(snapshot)
+        return [] if files is None else [(plan_resolution(files), files)]
+    live = partitions(snapshot)
+    if not live:
+        return []
+    if kind == "job":
+        chosen = [partition_files(snapshot, p) for r, p in enumerate(live) if ranks >> r & 1]
+        return [(plan_rewrite(files, work, config), files) for files in chosen]
+    files = partition_files(snapshot, live[ranks % len(live)])
+    if kind == "convert":
+        return [(plan_conversion(files), files)]
+    if kind == "hot":
+        return [(plan_hot(files, config), files)]
+    if kind in ("merge", "minor"):
+        return [(plan_rewrite(files, Work.DELETE_MERGE if kind == "merge" else Work.MINOR, config), files)]
+    # What the sidecar would choose: a hot partition by its read budget, else by what it needs.
+    stats = partition_stats(files, config)
+    hot = ranks & 1 == 0
+    needed = hot_work(stats, config) if hot else needed_work(stats, config)
+    return [] if needed is None else [(plan_for(needed[0], files, config, hot), files)]
+
+
+def run_history(
+    steps: Sequence[tuple[list[Change], tuple | None]],
+    layout: TableLayout,
+    rules: SourceRules,
+    source: SourceDatabase,
+    table: Table,
+    config: CompactorConfig,
+) -> tuple[dict[int, list], list[Snapshot]]:
+    """Write the history's batches and run its maintenance on the model; returns the rows the
+    stream implies after each writer snapshot, and the maintenance snapshots."""
+    expected: dict[int, list] = {}
+
+    def write(batch: list[Change]) -> None:
+        pairs = source.apply(batch)
+        if pairs:
+            expected[commit_batch(table, layout, rules, pairs).snapshot_id] = source.expected_images()
+
+    write([(k, REGIONS[k % 2], k % 2, k) for k in range(1, 31)])
+    maintained = []
+    for batch, maintain in steps:
+        write(batch)
+        if maintain is None:
+            continue
+        *first, during, overlapping = maintain
+        start = table.current
+        commits = []
+        listed: set[str] = set()
+        for kind, ranks, work in (first, *([overlapping] if overlapping else [])):
+            planned = plans_for(kind, ranks, work, start, config)
+            paths = {f.path for _, files in planned for f in (*files.data, *files.deletes)}
+            if not planned or paths & listed:
+                continue  # one compaction of a partition at a time (the coordinator's rule)
+            listed |= paths
+            plans, files = zip(*planned, strict=True)
+            commit = prepare(table, start, plans, files, config)
+            if commit is not None:
+                commits.append((kind, commit))
+        for batch in during:
+            write(batch)
+        # Neither the writer's batches nor a compaction of other partitions refuse a compaction.
+        for n, (kind, commit) in enumerate(commits):
+            committed = commit()
+            maintained.append(committed)
+            if currently_in_test_context():  # the explicit tests below run it too
+                event(
+                    f"{kind}: {committed.operation}{' during writer commits' if during else ''}{' beside another' if n else ''}"
+                )
+    return expected, maintained
+
+
+def assert_history_kept_rows(table: Table, expected: dict[int, list], maintained: list[Snapshot]) -> None:
+    """Every writer snapshot holds the rows the stream implies after its batch; every
+    maintenance snapshot exactly its parent's rows."""
+    for snapshot_id, rows in expected.items():
+        assert read(table.snapshot(snapshot_id)) == rows, f"writer snapshot {snapshot_id}"
+    for snapshot in maintained:
+        assert snapshot.parent_id is not None
+        parent = expected.get(snapshot.parent_id) or read(table.snapshot(snapshot.parent_id))
+        assert read(snapshot) == parent, f"maintenance snapshot {snapshot.snapshot_id}"
+
+
+@EXAMPLES
+@given(
+    steps=compaction_history,
+    partition_by=st.sampled_from([["region"], ["region", "days(updated_at)"]]),
+    key_only=st.booleans(),
+    format_version=st.sampled_from([2, 3]),
+    row_bytes=st.sampled_from([256, 1024, 4096]),
+    large_file_ratio=st.sampled_from(sorted(SETTINGS)),
+)
+def test_random_histories_with_compactions_between_and_during_writer_commits_keep_every_row(
+    steps, partition_by, key_only, format_version, row_bytes, large_file_ratio
+):
+    # A source of full before-images deletes in partitions; one of keys alone deletes globally.
+    source = SourceDatabase(key_only_before=key_only)
+    rules = KEY_ONLY_BEFORE_IMAGES if key_only else FULL_BEFORE_IMAGES
+    layout = orders_layout(partition_by, format_version)
+    table = Table(layout.primary_key, format_version, row_bytes)
+    expected, maintained = run_history(steps, layout, rules, source, table, SETTINGS[large_file_ratio])
+    assert read(table.current) == source.expected_images()
+    assert_history_kept_rows(table, expected, maintained)
+
+
+@pytest.mark.xfail(raises=SpecViolation, strict=True, reason="found by the model; the product is not changed here")
+def test_a_resolution_then_a_merge_converting_the_same_file_leave_two_deletion_vectors():
+    """On format v3, a resolution of the global deletes (a ``RowDelta``) and a delete merge of a
+    partition (a ``RewriteFiles``), both from one snapshot, each convert the same large file: the
+    resolution commits its deletion vector, and the merge, which Iceberg does not validate for
+    concurrently added deletion vectors, commits a second one. Two sidecar replicas may run
+    them at once (the global deletes and the partition hash to different ownership slots)."""
+    layout = orders_layout(["region"], format_version=3)
+    table = Table(layout.primary_key, format_version=3, row_bytes=1024)
+    source, config = SourceDatabase(key_only_before=True), SETTINGS[0.25]
+    # Key 1 (in us, in a large file) deleted by a key-only source (a global delete), then
+    # inserted again (an equality delete in us).
+    for batch in ([(k, REGIONS[k % 2], 0, k) for k in range(1, 31)], [(1, None, 0, 0)], [(1, "us", 0, 0)]):
+        commit_batch(table, layout, KEY_ONLY_BEFORE_IMAGES, source.apply(batch))
+    start = table.current
+    global_files, us = global_delete_files(start), partition_files(start, ("us",))
+    assert global_files is not None
+    resolution = prepare(table, start, [plan_resolution(global_files)], [global_files], config)
+    merge = prepare(table, start, [plan_rewrite(us, Work.DELETE_MERGE, config)], [us], config)
+    assert resolution is not None and merge is not None
+    resolution()
+    merge()
