@@ -1,5 +1,5 @@
 """An in-memory model of an Iceberg table's rows (format v2 and v3), written from the spec's
-"Scan Planning" and "Sequence Numbers" rules as docs/DESIGN.md states them, and sharing no code
+"Scan Planning" and "Sequence Numbers" rules as the project design notes state them, and sharing no code
 with the product: the property tests check the product's pure decisions (what a batch writes,
 what a compaction plan touches) against it, thousands of histories in seconds.
 

@@ -177,7 +177,7 @@ _json_values = st.one_of(
 )
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.dictionaries(
         st.sampled_from(["op", "before", "after", "source", "ts_ms", "ts_us", "transaction", "x"]),
@@ -208,7 +208,7 @@ _json = st.recursive(
 _rows = st.dictionaries(st.sampled_from([c.name for c in COLUMNS] + ["other"]), _json, max_size=5)
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     op=st.one_of(st.sampled_from(["c", "r", "u", "d"]), _json),
     before=st.one_of(st.none(), _rows),
