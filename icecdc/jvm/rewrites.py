@@ -210,9 +210,10 @@ class PartitionRewrite:
         table, start = self._table, self._listing.snapshot
 
         def build() -> JavaObject:
-            update = table._java.newRewrite().validateFromSnapshot(start.snapshot_id)
-            if self.new_data:
-                update = update.dataSequenceNumber(start.sequence_number)
+            # Set even when nothing is written (every rewritten row was deleted): Iceberg's
+            # validation ignores the writer's new equality deletes only when it is set, and would
+            # otherwise fail the rewrite of fully deleted files on any batch that lands meanwhile.
+            update = table._java.newRewrite().validateFromSnapshot(start.snapshot_id).dataSequenceNumber(start.sequence_number)
             for path in rewritten:
                 update = update.deleteFile(self._tasks[path].file())
             for java in self._added.values():
