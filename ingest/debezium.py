@@ -46,6 +46,7 @@ import orjson
 from icecdc.ingest.evolution import source_fields
 from icecdc.layout import EPOCH_DATE, Column
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
+from icecdc.tablespec import decimal_type
 
 ROW_OPS = frozenset({"c", "r", "u", "d"})
 TRUNCATE, MESSAGE = "t", "m"
@@ -154,7 +155,10 @@ def _iso_micros(text: str) -> int:
 
 @functools.cache
 def _decimal_shape(iceberg_type: str) -> tuple[int, int, re.Pattern[str]]:
-    precision, scale = (int(p) for p in iceberg_type[len("decimal(") : -1].split(","))
+    shape = decimal_type(iceberg_type)
+    if shape is None:
+        raise ValueError(f"not a decimal type: {iceberg_type!r}")
+    precision, scale = shape.precision, shape.scale
     # Already canonical: exactly `scale` decimals and no more digits than the precision allows.
     integer_digits = precision - scale
     integer = "0" if integer_digits == 0 else f"(0|[1-9]\\d{{0,{integer_digits - 1}}})"
