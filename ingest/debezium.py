@@ -75,8 +75,9 @@ TRANSACTION_SCHEMA = "io.debezium.connector.common.TransactionMetadataValue"
 HEARTBEAT_SCHEMA_SUFFIX = "Heartbeat"  # io.debezium.connector.common.Heartbeat, <prefix>.Heartbeat
 
 
-class Reason:
-    """Why a record went to the dead-letter topic (the ``icecdc.reason`` header)."""
+class Reason(str, enum.Enum):
+    """Why a record went to the dead-letter topic: the value is the ``icecdc.reason`` header and
+    the dead-letter counter's label."""
 
     UNPARSEABLE = "unparseable-json"
     NOT_AN_ENVELOPE = "not-a-debezium-envelope"
@@ -89,10 +90,13 @@ class Reason:
     TRUNCATE = "truncate"  # a truncate, dead-lettered because the table's truncate option says so
     INCOMPATIBLE_SCHEMA = "incompatible-schema-change"  # a source type Iceberg cannot change the column to
 
+    def __str__(self) -> str:
+        return self.value  # in headers, labels and messages, not "Reason.NULL_KEY"
+
 
 @dataclass(frozen=True)
 class Rejection:
-    reason: str
+    reason: Reason
     detail: str
 
     def __str__(self) -> str:
@@ -100,7 +104,7 @@ class Rejection:
 
 
 class RejectedEvent(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: Reason, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.rejection = Rejection(reason, detail)
 
