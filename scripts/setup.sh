@@ -2,7 +2,8 @@
 # Installs what icecdc needs on this machine, and nothing when it is already there.
 #   - Java 17 and the SQLite JDBC driver from Debian (when missing and run as root; otherwise it
 #     says what to install);
-#   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc and its test deps,
+#   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc, its test deps and the
+#     benchmarks' plotting library (the suite runs the benchmarks' smoke tests),
 #     reinstalled only when pyproject.toml or this script changed since the last install.
 # Idempotent: a second run prints "setup: up to date" and touches nothing.
 set -euo pipefail
@@ -52,7 +53,7 @@ stamp="$VENV/.icecdc-setup"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1) $(pwd)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing icecdc and its dependencies into $VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test]'
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,bench]'
   echo "$want" > "$stamp"
   changed=1
 fi
