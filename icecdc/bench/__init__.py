@@ -24,36 +24,35 @@ INSTALL_HINT = "pip install 'icecdc[bench]'"
 @dataclass(frozen=True)
 class Benchmark:
     name: str  # the subcommand
-    module: str  # under icecdc.bench
     help: str  # its line in ``icecdc bench --help``
+
+    @property
+    def module(self) -> str:
+        return f"{__name__}.{self.name.replace('-', '_')}"
 
 
 BENCHMARKS = (
-    Benchmark("ingest", "ingest", "icecdc's writer against MERGE INTO (merge-on-read) on growing tables"),
-    Benchmark("contention", "contention", "the writer's commit latency beside no compactor, a naive one and the coordinated one"),
+    Benchmark("ingest", "icecdc's writer against MERGE INTO (merge-on-read) on growing tables"),
+    Benchmark("contention", "the writer's commit latency beside no compactor, a naive one and the coordinated one"),
     Benchmark(
-        "e2e",
         "e2e",
         "query latency, files, write amplification and writer latency over a CDC run, "
         "per maintenance strategy (none, cron, threshold, icecdc)",
     ),
-    Benchmark("rewrite", "rewrite", "the compactor's rewrite throughput (deletes applied) against pyarrow read+write"),
+    Benchmark("rewrite", "the compactor's rewrite throughput (deletes applied) against pyarrow read+write"),
     Benchmark(
-        "manifests",
         "manifests",
         "point-lookup latency with N small manifests against the same data files with the manifests merged",
     ),
     Benchmark(
         "global-deletes",
-        "global_deletes",
         "reads with unresolved global equality deletes (key-only before-images) against the same table resolved, "
         "and what resolving costs",
     ),
-    Benchmark("scale", "scale", "the compactor's metadata reads, decisions, status and listings against partitions and files"),
-    Benchmark("jobs", "jobs", "settled partitions compacted per minute, one Spark job per partition against several a job"),
+    Benchmark("scale", "the compactor's metadata reads, decisions, status and listings against partitions and files"),
+    Benchmark("jobs", "settled partitions compacted per minute, one Spark job per partition against several a job"),
     Benchmark(
         "ingest-shape",
-        "ingest_shape",
         "the ingester's cost per batch against the batch's size and the tables it spans, with memory",
     ),
 )
@@ -68,7 +67,7 @@ class _BenchmarkParser(argparse.ArgumentParser):
 
     def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
         if self._undeclared is not None:
-            module = importlib.import_module(f"{__name__}.{self._undeclared.module}")
+            module = importlib.import_module(self._undeclared.module)
             module.add_arguments(self)
             self.set_defaults(handler=lambda parsed: _run(module, parsed))
             self._undeclared = None
