@@ -9,7 +9,6 @@ only: it cannot scan tables that carry equality deletes.
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
@@ -21,6 +20,7 @@ from icecdc.jvm.bridge import java_errors
 from icecdc.outages import CatalogRetry
 from icecdc.tableref import TableRef
 from icecdc.tablespec import PartitionField, TableShape
+from icecdc.transient import MAX_CHAIN, Symptoms, classify
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -28,12 +28,6 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 T = TypeVar("T")
-# What a database, an object store or a REST catalog says when it is only busy for now.
-_TRANSIENT_TEXT = re.compile(
-    r"database is locked|SQLITE_BUSY|could not connect|connection (refused|reset)|timed out|"
-    r"SlowDown|Throttl|Too Many Requests|Service Unavailable",
-    re.IGNORECASE,
-)
 
 
 class TableMismatchError(UserError):
@@ -74,22 +68,33 @@ def translate_pyiceberg(error: BaseException) -> BaseException:
         return error
     if isinstance(error, pyiceberg_errors.NoSuchTableError):
         return NoSuchTable(str(error))
-    transient: tuple[type[BaseException], ...] = (
-        pyiceberg_errors.ServerError,
-        pyiceberg_errors.ServiceUnavailableError,
-        pyiceberg_errors.TooManyRequestsError,
-        ConnectionError,
-        TimeoutError,
-    )
-    try:
-        from sqlalchemy import exc as sql
-
-        transient += (sql.OperationalError, sql.InterfaceError, sql.DisconnectionError, sql.TimeoutError)
-    except ImportError:  # no SQL catalog installed
-        pass
-    if isinstance(error, transient) or (isinstance(error, OSError) and _TRANSIENT_TEXT.search(str(error))):
-        return CatalogUnavailable(f"{type(error).__name__}: {error}")
+    diagnosis = classify(_symptoms(error))
+    if diagnosis is not None:
+        return CatalogUnavailable(f"{diagnosis.kind.value}: {type(error).__name__}: {error}")
     return error
+
+
+def _symptoms(error: BaseException) -> Iterator[Symptoms]:
+    """What a Python error and the errors under it say about themselves, outermost first: a
+    SQLAlchemy error's DBAPI error (``orig``, with psycopg's SQLState), the HTTP error pyiceberg's
+    REST client raised its own from (with the status)."""
+    seen: set[int] = set()
+    pending: list[BaseException] = [error]
+    while pending and len(seen) < MAX_CHAIN:
+        link = pending.pop(0)
+        if id(link) in seen:
+            continue
+        seen.add(id(link))
+        state = getattr(link, "pgcode", None) or getattr(link, "sqlstate", None)
+        status = getattr(getattr(link, "response", None), "status_code", None)
+        yield Symptoms(
+            message=str(link),
+            classes=frozenset(f"{c.__module__}.{c.__qualname__}" for c in type(link).__mro__),
+            sql_state=state if isinstance(state, str) else None,
+            http_status=status if isinstance(status, int) else None,
+            disconnected=getattr(link, "connection_invalidated", False) is True,
+        )
+        pending.extend(e for e in (getattr(link, "orig", None), link.__cause__) if isinstance(e, BaseException))
 
 
 @contextmanager

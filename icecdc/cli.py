@@ -10,9 +10,11 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from icecdc.config import DEFAULT_STATE_DIR, EMBEDDED_BROKER_PORT, load_config
+from icecdc.bench import add_benchmarks
+from icecdc.config import load_config
 from icecdc.errors import CatalogOutage, UserError
 from icecdc.logs import setup_logging
+from icecdc.options import embedded_stack_arguments
 
 log = logging.getLogger("icecdc")
 EXIT_CATALOG_OUTAGE = 75
@@ -93,134 +95,6 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
-def _positive_numbers(text: str, option: str) -> list[float]:
-    """A comma-separated list of positive numbers, or a clear error."""
-    try:
-        values = [float(x) for x in text.split(",")]
-    except ValueError:
-        raise UserError(f"{option} wants comma-separated numbers, like 30,120; got {text!r}") from None
-    if min(values) <= 0:
-        raise UserError(f"{option}: every value must be above 0; got {text!r}")
-    return values
-
-
-def _cmd_bench_ingest(args: argparse.Namespace) -> int:
-    from icecdc.bench import ingest
-
-    sizes = [int(s) for s in _positive_numbers(args.sizes, "--sizes")]
-    results = ingest.run(sizes, args.changes, args.batches, args.out, args.state_dir.resolve())
-    print(ingest.summary(results))
-    print(f"results: {args.out / 'ingest.json'}, plot: {args.out / 'ingest.png'}")
-    return 0
-
-
-def _cmd_bench_contention(args: argparse.Namespace) -> int:
-    from icecdc.bench import contention
-
-    results = contention.run(args.batches, args.changes, args.interval, args.out, args.state_dir.resolve())
-    print(contention.summary(results))
-    print(f"results: {args.out / 'contention.json'}, plot: {args.out / 'contention.png'}")
-    return 0
-
-
-def _cmd_bench_e2e(args: argparse.Namespace) -> int:
-    from icecdc.bench import e2e
-
-    try:
-        updates, inserts = (float(x) for x in args.mix.split(","))
-    except ValueError:
-        raise UserError(f"--mix wants two shares, updates and inserts, like 0.7,0.2; got {args.mix!r}") from None
-    if min(updates, inserts) < 0 or updates + inserts > 1:
-        raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
-    cron_seconds = _positive_numbers(args.cron_seconds, "--cron-seconds")
-    workload = e2e.Workload(
-        keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning
-    )
-    strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
-    results = e2e.run(
-        args.minutes,
-        args.out,
-        args.state_dir.resolve(),
-        workload=workload,
-        batch_seconds=args.batch_seconds,
-        probe_seconds=args.probe_seconds,
-        cron_seconds=cron_seconds,
-        drain_seconds=args.drain_seconds,
-        drain_max_seconds=args.drain_max_seconds,
-        lookups=args.lookups,
-        strategies=strategies,
-        format_version=args.format_version,
-        hot_read_budget=args.hot_read_budget,
-    )
-    print(e2e.summary(results))
-    print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")
-    return 0
-
-
-def _cmd_bench_rewrite(args: argparse.Namespace) -> int:
-    from icecdc.bench import rewrite
-
-    results = rewrite.run(
-        args.rows, args.batches, args.deleted_share, args.repeats, args.out, args.state_dir.resolve(), args.regions
-    )
-    print(rewrite.summary(results))
-    print(f"results: {args.out / 'rewrite.json'}, plot: {args.out / 'rewrite.png'}")
-    return 0
-
-
-def _cmd_bench_manifests(args: argparse.Namespace) -> int:
-    from icecdc.bench import manifests
-
-    counts = [int(n) for n in _positive_numbers(args.manifests, "--manifests")]
-    results = manifests.run(args.rows, counts, args.lookups, args.out, args.state_dir.resolve())
-    print(manifests.summary(results))
-    print(f"results: {args.out / 'manifests.json'}, plot: {args.out / 'manifests.png'}")
-    return 0
-
-
-def _cmd_bench_global_deletes(args: argparse.Namespace) -> int:
-    from icecdc.bench import global_deletes
-
-    results = global_deletes.run(
-        args.rows, args.changes, args.batches, args.repeats, args.lookups, args.out, args.state_dir.resolve()
-    )
-    print(global_deletes.summary(results))
-    print(f"results: {args.out / 'global-deletes.json'}, plot: {args.out / 'global-deletes.png'}")
-    return 0
-
-
-def _cmd_bench_scale(args: argparse.Namespace) -> int:
-    from icecdc.bench import scale
-
-    counts = [int(n) for n in _positive_numbers(args.partitions, "--partitions")]
-    results = scale.run(counts, args.batches, args.repeats, args.out, args.state_dir.resolve())
-    print(scale.summary(results))
-    print(f"results: {args.out / 'scale.json'}, plot: {args.out / 'scale.png'}")
-    return 0
-
-
-def _cmd_bench_jobs(args: argparse.Namespace) -> int:
-    from icecdc.bench import jobs
-
-    settings = [int(n) for n in _positive_numbers(args.per_job, "--per-job")]
-    results = jobs.run(args.partitions, args.rows, args.batches, settings, args.repeats, args.out, args.state_dir.resolve())
-    print(jobs.summary(results))
-    print(f"results: {args.out / 'jobs.json'}, plot: {args.out / 'jobs.png'}")
-    return 0
-
-
-def _cmd_bench_ingest_shape(args: argparse.Namespace) -> int:
-    from icecdc.bench import ingest_shape
-
-    changes = [int(n) for n in _positive_numbers(args.changes, "--changes")]
-    tables = [int(n) for n in _positive_numbers(args.tables, "--tables")]
-    threads = [int(n) for n in _positive_numbers(args.commit_threads, "--commit-threads")]
-    results = ingest_shape.run(changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads)
-    print(ingest_shape.summary(results))
-    print(f"results: {args.out / 'ingest-shape.json'}, plot: {args.out / 'ingest-shape.png'}")
-    return 0
-
-
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import run_demo
 
@@ -247,24 +121,13 @@ def build_parser() -> argparse.ArgumentParser:
             sub.set_defaults(handler=handler)
         return sub
 
-    def add_state(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument(
-            "--state-dir",
-            type=Path,
-            default=Path(DEFAULT_STATE_DIR),
-            help=f"local state directory (default: {DEFAULT_STATE_DIR})",
-        )
-        sub.add_argument(
-            "--port", type=int, default=EMBEDDED_BROKER_PORT, help=f"embedded broker port (default: {EMBEDDED_BROKER_PORT})"
-        )
-
     demo = add("demo", _cmd_demo, "run the local demo on the embedded stack (broker, SQLite catalog, local warehouse)")
-    add_state(demo)
+    embedded_stack_arguments(demo)
     demo.add_argument("--keep-broker", action="store_true", help="leave the embedded broker running afterwards")
 
     broker = add("broker", _cmd_broker, "start, stop or check the embedded Kafka-protocol broker")
     broker.add_argument("action", choices=["start", "stop", "status"])
-    add_state(broker)
+    embedded_stack_arguments(broker)
 
     ingest = add("ingest", _cmd_ingest, "mirror the configured Debezium topics into their Iceberg tables")
     _config_arg(ingest)
@@ -303,196 +166,7 @@ def build_parser() -> argparse.ArgumentParser:
     tables = add("tables", _cmd_tables, "create the configured tables that do not exist and check the ones that do")
     _config_arg(tables)
 
-    bench = add("bench", None, "benchmarks against the alternatives (see docs/BENCHMARKS.md)")
-    benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK")
-    bench_ingest = benches.add_parser("ingest", help="icecdc's writer against MERGE INTO (merge-on-read) on growing tables")
-    bench_ingest.set_defaults(handler=_cmd_bench_ingest)
-    bench_ingest.add_argument("--sizes", default="1000000,5000000", help="starting table sizes, comma-separated (default: 1M,5M)")
-    bench_ingest.add_argument("--changes", type=int, default=10_000, help="changes per batch (default: 10000)")
-    bench_ingest.add_argument("--batches", type=int, default=5, help="measured batches per size, after one warm-up (default: 5)")
-    bench_ingest.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
-    contention = benches.add_parser(
-        "contention", help="the writer's commit latency beside no compactor, a naive one and the coordinated one"
-    )
-    contention.set_defaults(handler=_cmd_bench_contention)
-    add_state(contention)
-    contention.add_argument("--batches", type=int, default=60, help="writer batches per mode (default: 60)")
-    contention.add_argument("--changes", type=int, default=2000, help="changes per batch (default: 2000)")
-    contention.add_argument("--interval", type=float, default=2.0, help="seconds between the writer's batches (default: 2)")
-    contention.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
-    bench_ingest.add_argument("--state-dir", type=Path, default=Path(".icecdc-bench"), help="catalog, warehouse and broker state")
-    e2e = benches.add_parser(
-        "e2e",
-        help="query latency, files, write amplification and writer latency over a CDC run, "
-        "per maintenance strategy (none, cron, threshold, icecdc)",
-    )
-    e2e.set_defaults(handler=_cmd_bench_e2e)
-    add_state(e2e)
-    e2e.add_argument("--minutes", type=float, default=10, help="how long the stream is written (default: 10)")
-    e2e.add_argument("--keys", type=int, default=20_000, help="rows in the initial load (default: 20000)")
-    e2e.add_argument("--changes", type=int, default=1500, help="changes per micro-batch outside bursts (default: 1500)")
-    e2e.add_argument(
-        "--mix",
-        default="0.7,0.2",
-        metavar="UPDATES,INSERTS",
-        help="shares of updates and inserts; deletes are the rest (default: 0.7,0.2)",
-    )
-    e2e.add_argument("--batch-seconds", type=float, default=10, help="one micro-batch every this many seconds (default: 10)")
-    e2e.add_argument("--probe-seconds", type=float, default=60, help="measure every table this often (default: 60)")
-    e2e.add_argument(
-        "--cron-seconds",
-        default="30,120",
-        metavar="K[,K...]",
-        help="periods of the cron strategies, one table each (default: 30,120)",
-    )
-    e2e.add_argument(
-        "--drain-seconds",
-        type=float,
-        default=90,
-        help="how long maintenance runs on after the last batch, at least (default: 90)",
-    )
-    e2e.add_argument(
-        "--drain-max-seconds",
-        type=float,
-        help="the drain goes on until the sidecar has answered every partition, at most this long "
-        "(default: --drain-seconds + 300)",
-    )
-    e2e.add_argument("--lookups", type=int, default=100, help="point lookups per table per probe (default: 100)")
-    e2e.add_argument(
-        "--strategies",
-        metavar="S[,S...]",
-        help="only these strategies (icecdc always; fewer tables, more probes while writing); default: all",
-    )
-    e2e.add_argument(
-        "--partitioning",
-        choices=("days", "region"),
-        default="days",
-        help="days: region and day, yesterday's partitions settle; region: four partitions written every batch, "
-        "none settles while the stream runs (default: days)",
-    )
-    e2e.add_argument("--format-version", type=int, choices=(2, 3), default=2, help="Iceberg format of the tables (default: 2)")
-    e2e.add_argument(
-        "--hot-read-budget", type=float, help="the sidecar's compactor.hot_read_budget (default: the configuration's default)"
-    )
-    bench_rewrite = benches.add_parser(
-        "rewrite", help="the compactor's rewrite throughput (deletes applied) against pyarrow read+write"
-    )
-    bench_rewrite.set_defaults(handler=_cmd_bench_rewrite)
-    add_state(bench_rewrite)
-    bench_rewrite.add_argument("--rows", type=int, default=1_000_000, help="rows written (default: 1000000)")
-    bench_rewrite.add_argument(
-        "--batches", type=int, default=12, help="batches they are written in: files per partition (default: 12)"
-    )
-    bench_rewrite.add_argument(
-        "--deleted-share", type=float, default=0.1, help="share of rows then updated or deleted (default: 0.1)"
-    )
-    bench_rewrite.add_argument(
-        "--regions",
-        type=int,
-        choices=range(1, 5),
-        default=4,
-        help="regions the rows spread over, one partition each; 1 puts them all in the timed one (default: 4)",
-    )
-    bench_rewrite.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up (default: 3)")
-    bench_rewrite.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
-    e2e.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plots and summary")
-    bench_manifests = benches.add_parser(
-        "manifests", help="point-lookup latency with N small manifests against the same data files with the manifests merged"
-    )
-    bench_manifests.set_defaults(handler=_cmd_bench_manifests)
-    bench_manifests.add_argument(
-        "--state-dir",
-        type=Path,
-        default=Path(DEFAULT_STATE_DIR),
-        help=f"local state directory: catalog and warehouse, no broker (default: {DEFAULT_STATE_DIR})",
-    )
-    bench_manifests.add_argument("--rows", type=int, default=100_000, help="rows in each table (default: 100000)")
-    bench_manifests.add_argument(
-        "--manifests",
-        default="2,8,20,50",
-        metavar="N[,N...]",
-        help="commits (so manifests) each table is loaded in (default: 2,8,20,50)",
-    )
-    bench_manifests.add_argument("--lookups", type=int, default=100, help="point lookups on each snapshot (default: 100)")
-    bench_manifests.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
-
-    bench_global = benches.add_parser(
-        "global-deletes",
-        help="reads with unresolved global equality deletes (key-only before-images) against the same table resolved, "
-        "and what resolving costs",
-    )
-    bench_global.set_defaults(handler=_cmd_bench_global_deletes)
-    bench_global.add_argument(
-        "--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"local state directory (default: {DEFAULT_STATE_DIR})"
-    )
-    bench_global.add_argument("--rows", type=int, default=200_000, help="rows loaded first (default: 200000)")
-    bench_global.add_argument("--changes", type=int, default=2_000, help="key-only updates and deletes a batch (default: 2000)")
-    bench_global.add_argument(
-        "--batches", type=int, default=5, help="batches before the first resolution, and after (default: 5)"
-    )
-    bench_global.add_argument("--repeats", type=int, default=7, help="counts and aggregations on each snapshot (default: 7)")
-    bench_global.add_argument("--lookups", type=int, default=50, help="point lookups on each snapshot (default: 50)")
-    bench_global.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
-
-    bench_scale = benches.add_parser(
-        "scale", help="the compactor's metadata reads, decisions, status and listings against partitions and files"
-    )
-    bench_scale.set_defaults(handler=_cmd_bench_scale)
-    bench_scale.add_argument(
-        "--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"local state directory (default: {DEFAULT_STATE_DIR})"
-    )
-    bench_scale.add_argument(
-        "--partitions", default="100,1000,10000", metavar="N[,N...]", help="partitions of each table (default: 100,1000,10000)"
-    )
-    bench_scale.add_argument(
-        "--batches", type=int, default=5, help="writer batches per table, two files per partition each (default: 5)"
-    )
-    bench_scale.add_argument("--repeats", type=int, default=3, help="measurements of each step (default: 3)")
-    bench_scale.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
-
-    bench_jobs = benches.add_parser(
-        "jobs", help="settled partitions compacted per minute, one Spark job per partition against several a job"
-    )
-    bench_jobs.set_defaults(handler=_cmd_bench_jobs)
-    bench_jobs.add_argument(
-        "--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"local state directory (default: {DEFAULT_STATE_DIR})"
-    )
-    bench_jobs.add_argument("--partitions", type=int, default=64, help="small settled partitions a run (default: 64)")
-    bench_jobs.add_argument("--rows", type=int, default=200, help="rows in each partition (default: 200)")
-    bench_jobs.add_argument(
-        "--batches", type=int, default=3, help="writer batches, each rewriting every partition's rows (default: 3)"
-    )
-    bench_jobs.add_argument(
-        "--per-job",
-        default="1,16",
-        metavar="N[,N...]",
-        help="compactor.partitions_per_job settings compared side by side, run by run (default: 1,16)",
-    )
-    bench_jobs.add_argument("--repeats", type=int, default=3, help="runs of each setting (default: 3)")
-    bench_jobs.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
-
-    bench_shape = benches.add_parser(
-        "ingest-shape", help="the ingester's cost per batch against the batch's size and the tables it spans, with memory"
-    )
-    bench_shape.set_defaults(handler=_cmd_bench_ingest_shape)
-    bench_shape.add_argument(
-        "--state-dir", type=Path, default=Path(DEFAULT_STATE_DIR), help=f"local state directory (default: {DEFAULT_STATE_DIR})"
-    )
-    bench_shape.add_argument(
-        "--changes", default="10000,50000,200000", metavar="N[,N...]", help="batch sizes, one table (default: 10000,50000,200000)"
-    )
-    bench_shape.add_argument("--tables", default="1,10,50", metavar="N[,N...]", help="tables one batch spans (default: 1,10,50)")
-    bench_shape.add_argument(
-        "--fan-out-changes", type=int, default=10_000, help="changes per batch over all tables, for --tables (default: 10000)"
-    )
-    bench_shape.add_argument(
-        "--commit-threads",
-        default="1,4",
-        metavar="N[,N...]",
-        help="ingest.commit_threads settings compared side by side at each table count (default: 1,4)",
-    )
-    bench_shape.add_argument("--batches", type=int, default=3, help="measured batches per point, after one warm-up (default: 3)")
-    bench_shape.add_argument("--out", type=Path, default=Path("bench-results"), help="where to write JSON, plot and summary")
+    add_benchmarks(add("bench", None, "benchmarks against the alternatives (see docs/BENCHMARKS.md)"))
 
     config = add("config", _cmd_config, "validate a configuration file and print it with secrets masked")
     _config_arg(config)

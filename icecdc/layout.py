@@ -19,7 +19,7 @@ from urllib.parse import quote_plus
 import pyarrow as pa
 
 from icecdc.fileio import FIELD_ID
-from icecdc.tablespec import PartitionField, TableSpecError, parse_partition_field
+from icecdc.tablespec import PartitionField, TableSpecError, decimal_type, parse_partition_field
 
 EPOCH_DATE = dt.date(1970, 1, 1)
 
@@ -49,9 +49,9 @@ class Column:
 
 
 def arrow_type(iceberg_type: str) -> pa.DataType:
-    if iceberg_type.startswith("decimal("):
-        precision, scale = (int(p) for p in iceberg_type[len("decimal(") : -1].split(","))
-        return pa.decimal128(precision, scale)
+    shape = decimal_type(iceberg_type)
+    if shape is not None:
+        return pa.decimal128(shape.precision, shape.scale)
     return _ARROW_TYPES[iceberg_type]
 
 

@@ -2,8 +2,8 @@
 
 Every catalog call of the ingester, the compactor and maintenance goes through one
 ``CatalogRetry`` per command: a call that fails with ``CatalogUnavailable`` (a lock held past the
-busy timeout, a refused connection, a 5xx, throttling) is tried again with jittered exponential
-backoff. The outage is visible while it lasts: a warning when it starts and a line when it ends,
+busy timeout, a refused connection, a 5xx, throttling: ``icecdc.transient`` tells them, on the Java
+side and on pyiceberg's alike) is tried again with jittered exponential backoff. The outage is visible while it lasts: a warning when it starts and a line when it ends,
 ``icecdc_catalog_available`` at 0, ``/readyz`` failing its ``catalog-calls`` check. Liveness keeps
 beating: restarting a process does not bring a catalog back. Once the catalog has been unavailable
 for ``catalog.retry.give_up_seconds`` without one call getting through, ``CatalogOutage`` ends the

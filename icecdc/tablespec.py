@@ -31,13 +31,29 @@ _DECIMAL = re.compile(r"^decimal\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
 SUPPORTED_TYPES = (*_PRIMITIVES, "decimal(P, S)")
 
 
+@dataclass(frozen=True)
+class DecimalType:
+    precision: int
+    scale: int
+
+    def __str__(self) -> str:
+        return f"decimal({self.precision}, {self.scale})"
+
+
+def decimal_type(iceberg_type: str) -> DecimalType | None:
+    """The precision and scale of ``decimal(P, S)`` (spaces around P and S allowed); None for
+    any other type. Not range-checked: ``normalize_type`` does that for configured columns."""
+    match = _DECIMAL.match(iceberg_type)
+    return DecimalType(int(match.group(1)), int(match.group(2))) if match else None
+
+
 def widens_to(narrow: str, wide: str) -> bool:
     """Whether Iceberg may change a column of type ``narrow`` to ``wide`` (spec, "Schema
     Evolution"): int to long, float to double, a decimal's precision up at the same scale."""
     if (narrow, wide) in {("int", "long"), ("float", "double")}:
         return True
-    a, b = _DECIMAL.match(narrow), _DECIMAL.match(wide)
-    return bool(a and b and a.group(2) == b.group(2) and int(b.group(1)) > int(a.group(1)))
+    a, b = decimal_type(narrow), decimal_type(wide)
+    return a is not None and b is not None and a.scale == b.scale and b.precision > a.precision
 
 
 _TEMPORAL = {"date", "timestamp", "timestamptz"}
@@ -80,12 +96,11 @@ def normalize_type(name: str) -> str:
     text = name.strip().lower()
     if text in _PRIMITIVES:
         return text
-    match = _DECIMAL.match(text)
-    if match:
-        precision, scale = int(match.group(1)), int(match.group(2))
-        if not 1 <= precision <= 38 or scale > precision:
-            raise TableSpecError(f"decimal({precision}, {scale}) is out of range (precision 1..38, scale <= precision)")
-        return f"decimal({precision}, {scale})"
+    decimal = decimal_type(text)
+    if decimal is not None:
+        if not 1 <= decimal.precision <= 38 or decimal.scale > decimal.precision:
+            raise TableSpecError(f"{decimal} is out of range (precision 1..38, scale <= precision)")
+        return str(decimal)
     raise TableSpecError(f"unknown column type {name!r}; supported: {', '.join(SUPPORTED_TYPES)}")
 
 

@@ -46,6 +46,7 @@ import orjson
 from icecdc.ingest.evolution import source_fields
 from icecdc.layout import EPOCH_DATE, Column
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
+from icecdc.tablespec import decimal_type
 
 ROW_OPS = frozenset({"c", "r", "u", "d"})
 TRUNCATE, MESSAGE = "t", "m"
@@ -74,8 +75,9 @@ TRANSACTION_SCHEMA = "io.debezium.connector.common.TransactionMetadataValue"
 HEARTBEAT_SCHEMA_SUFFIX = "Heartbeat"  # io.debezium.connector.common.Heartbeat, <prefix>.Heartbeat
 
 
-class Reason:
-    """Why a record went to the dead-letter topic (the ``icecdc.reason`` header)."""
+class Reason(str, enum.Enum):
+    """Why a record went to the dead-letter topic: the value is the ``icecdc.reason`` header and
+    the dead-letter counter's label."""
 
     UNPARSEABLE = "unparseable-json"
     NOT_AN_ENVELOPE = "not-a-debezium-envelope"
@@ -88,10 +90,13 @@ class Reason:
     TRUNCATE = "truncate"  # a truncate, dead-lettered because the table's truncate option says so
     INCOMPATIBLE_SCHEMA = "incompatible-schema-change"  # a source type Iceberg cannot change the column to
 
+    def __str__(self) -> str:
+        return self.value  # in headers, labels and messages, not "Reason.NULL_KEY"
+
 
 @dataclass(frozen=True)
 class Rejection:
-    reason: str
+    reason: Reason
     detail: str
 
     def __str__(self) -> str:
@@ -99,7 +104,7 @@ class Rejection:
 
 
 class RejectedEvent(Exception):
-    def __init__(self, reason: str, detail: str) -> None:
+    def __init__(self, reason: Reason, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.rejection = Rejection(reason, detail)
 
@@ -154,7 +159,10 @@ def _iso_micros(text: str) -> int:
 
 @functools.cache
 def _decimal_shape(iceberg_type: str) -> tuple[int, int, re.Pattern[str]]:
-    precision, scale = (int(p) for p in iceberg_type[len("decimal(") : -1].split(","))
+    shape = decimal_type(iceberg_type)
+    if shape is None:
+        raise ValueError(f"not a decimal type: {iceberg_type!r}")
+    precision, scale = shape.precision, shape.scale
     # Already canonical: exactly `scale` decimals and no more digits than the precision allows.
     integer_digits = precision - scale
     integer = "0" if integer_digits == 0 else f"(0|[1-9]\\d{{0,{integer_digits - 1}}})"

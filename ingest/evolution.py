@@ -12,13 +12,12 @@ from __future__ import annotations
 
 import enum
 import functools
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from icecdc.layout import Column
-from icecdc.tablespec import widens_to
+from icecdc.tablespec import DecimalType, decimal_type, widens_to
 
 # Connect's primitive types -> Iceberg's.
 _CONNECT_PRIMITIVES = {
@@ -63,7 +62,6 @@ _CONNECT_LOGICAL = {
     "io.debezium.data.VariableScaleDecimal": "string",
 }
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
-_DECIMAL = re.compile(r"^decimal\((\d+), ?(\d+)\)$")
 
 
 def connect_type(field: Mapping[str, Any]) -> str | None:
@@ -77,7 +75,7 @@ def connect_type(field: Mapping[str, Any]) -> str | None:
             precision = int(parameters.get("connect.decimal.precision", 38))
         except (TypeError, ValueError):
             return None
-        return f"decimal({min(precision, 38)}, {scale})" if 0 <= scale <= precision else None
+        return str(DecimalType(min(precision, 38), scale)) if 0 <= scale <= precision else None
     if isinstance(name, str) and name in _CONNECT_LOGICAL:
         return _CONNECT_LOGICAL[name]
     kind = field.get("type")
@@ -118,11 +116,6 @@ class Incompatible(Exception):
     """A source type the table's column cannot take and Iceberg cannot change it to."""
 
 
-def _decimal(kind: str) -> tuple[int, int] | None:
-    match = _DECIMAL.match(kind)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
 def _category(kind: str) -> str:
     if kind in ("int", "long"):
         return "integer"
@@ -130,7 +123,7 @@ def _category(kind: str) -> str:
         return "floating"
     if kind in ("timestamp", "timestamptz"):
         return "timestamp"
-    if kind == "variable-decimal" or _decimal(kind):
+    if kind == "variable-decimal" or decimal_type(kind):
         return "decimal"
     return kind  # string, binary, boolean, date
 

@@ -4,9 +4,10 @@
 #     says what to install);
 #   - PostgreSQL's server from Debian, for the real Debezium source (icecdc/sources/; when missing
 #     and run as root; otherwise it says so and goes on: only that source needs it);
-#   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc, its test deps and the
-#     postgres extra (the Debezium engine, a 200 MB wheel), reinstalled only when pyproject.toml or
-#     this script changed since the last install.
+#   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc, its test deps, the
+#     benchmarks' plotting library (the suite runs the benchmarks' smoke tests) and the postgres
+#     extra (the Debezium engine, a 200 MB wheel), reinstalled only when pyproject.toml or this
+#     script changed since the last install.
 # Idempotent: a second run prints "setup: up to date" and touches nothing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,7 +70,7 @@ stamp="$VENV/.icecdc-setup"
 want="$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1) $(pwd)"
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   say "installing icecdc and its dependencies into $VENV"
-  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,postgres]'
+  "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check -e '.[test,bench,postgres]'
   echo "$want" > "$stamp"
   changed=1
 fi

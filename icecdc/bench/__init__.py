@@ -1,2 +1,119 @@
 """``icecdc bench ...``: benchmarks that compare icecdc with the alternatives side by side, in
-one run, on the same data; results are medians, written as JSON, a plot and a markdown table."""
+one run, on the same data; results are medians, written as JSON, a plot and a markdown table.
+
+This is their registry. Each benchmark's module declares its options beside its code
+(``add_arguments(parser)``) and runs from them (``main(args)``); the CLI lists the benchmarks
+from here and imports a benchmark's module only when that benchmark is chosen, so no other
+command loads them. They plot with matplotlib, which only the ``bench`` extra installs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from icecdc.errors import UserError
+
+INSTALL_HINT = "pip install 'icecdc[bench]'"
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str  # the subcommand
+    help: str  # its line in ``icecdc bench --help``
+
+    @property
+    def module(self) -> str:
+        return f"{__name__}.{self.name.replace('-', '_')}"
+
+
+BENCHMARKS = (
+    Benchmark("ingest", "icecdc's writer against MERGE INTO (merge-on-read) on growing tables"),
+    Benchmark("contention", "the writer's commit latency beside no compactor, a naive one and the coordinated one"),
+    Benchmark(
+        "e2e",
+        "query latency, files, write amplification and writer latency over a CDC run, "
+        "per maintenance strategy (none, cron, threshold, icecdc)",
+    ),
+    Benchmark("rewrite", "the compactor's rewrite throughput (deletes applied) against pyarrow read+write"),
+    Benchmark(
+        "manifests",
+        "point-lookup latency with N small manifests against the same data files with the manifests merged",
+    ),
+    Benchmark(
+        "global-deletes",
+        "reads with unresolved global equality deletes (key-only before-images) against the same table resolved, "
+        "and what resolving costs",
+    ),
+    Benchmark("scale", "the compactor's metadata reads, decisions, status and listings against partitions and files"),
+    Benchmark("jobs", "settled partitions compacted per minute, one Spark job per partition against several a job"),
+    Benchmark(
+        "ingest-shape",
+        "the ingester's cost per batch against the batch's size and the tables it spans, with memory",
+    ),
+)
+
+
+class _BenchmarkParser(argparse.ArgumentParser):
+    """A benchmark's parser, whose options its module declares once the benchmark is chosen."""
+
+    def __init__(self, *args: Any, benchmark: Benchmark | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._undeclared = benchmark
+
+    def parse_known_args(self, args: Iterable[str] | None = None, namespace: Any = None) -> tuple[Any, list[str]]:
+        if self._undeclared is not None:
+            module = importlib.import_module(self._undeclared.module)
+            module.add_arguments(self)
+            self.set_defaults(handler=lambda parsed: _run(module, parsed))
+            self._undeclared = None
+        return super().parse_known_args(args, namespace)
+
+
+def add_benchmarks(bench: argparse.ArgumentParser) -> None:
+    """The ``icecdc bench`` subcommands, one per benchmark."""
+    benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=_BenchmarkParser)
+    for benchmark in BENCHMARKS:
+        benches.add_parser(benchmark.name, help=benchmark.help, benchmark=benchmark)
+
+
+def _run(module: Any, args: argparse.Namespace) -> int:
+    # Before the run rather than at its first plot, which may come after an hour of measuring.
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        raise UserError(f"the benchmarks plot with matplotlib, which is not installed: {INSTALL_HINT}") from None
+    result: int = module.main(args)
+    return result
+
+
+# ---- options and output the benchmarks share ----
+
+
+def out_argument(parser: argparse.ArgumentParser, plots: str = "plot") -> None:
+    parser.add_argument("--out", type=Path, default=Path("bench-results"), help=f"where to write JSON, {plots} and summary")
+
+
+def positive_numbers(text: str, option: str) -> list[float]:
+    """A comma-separated list of positive numbers, or a clear error."""
+    try:
+        values = [float(x) for x in text.split(",")]
+    except ValueError:
+        raise UserError(f"{option} wants comma-separated numbers, like 30,120; got {text!r}") from None
+    if min(values) <= 0:
+        raise UserError(f"{option}: every value must be above 0; got {text!r}")
+    return values
+
+
+def positive_integers(text: str, option: str) -> list[int]:
+    return [int(n) for n in positive_numbers(text, option)]
+
+
+def print_results(out: Path, name: str, summary: str) -> None:
+    """The summary, and where the results and the plot are."""
+    print(summary)
+    print(f"results: {out / f'{name}.json'}, plot: {out / f'{name}.png'}")

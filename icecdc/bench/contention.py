@@ -14,15 +14,18 @@ metrics endpoint. At the end the three tables must hold the same rows as the wor
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icecdc.bench import out_argument, print_results
 from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
 from icecdc.config import Config
+from icecdc.options import embedded_stack_arguments
 from icecdc.workload import OrdersWorkload, orders_table
 
 # unmerged: no compactor either, and Iceberg's own manifest merging (from 100 manifests on) instead
@@ -223,3 +226,20 @@ def _plot(results: ContentionResults, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ---- icecdc bench contention ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    embedded_stack_arguments(parser)
+    parser.add_argument("--batches", type=int, default=60, help="writer batches per mode (default: 60)")
+    parser.add_argument("--changes", type=int, default=2000, help="changes per batch (default: 2000)")
+    parser.add_argument("--interval", type=float, default=2.0, help="seconds between the writer's batches (default: 2)")
+    out_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    results = run(args.batches, args.changes, args.interval, args.out, args.state_dir.resolve())
+    print_results(args.out, "contention", summary(results))
+    return 0

@@ -19,6 +19,7 @@ last write, how long until a maintenance commit touched it.
 
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 import threading
@@ -29,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icecdc.bench import out_argument, positive_numbers
 from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
 from icecdc.bench.strategies import (
@@ -47,6 +49,7 @@ from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.config import CompactorConfig, Config
 from icecdc.errors import UserError
 from icecdc.files import DataFileContent
+from icecdc.options import embedded_stack_arguments
 from icecdc.summary import COMPACTOR
 from icecdc.workload import ORDERS_PARTITIONING, OrdersWorkload, orders_table
 
@@ -760,3 +763,87 @@ def plot(results: E2EResults, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path.with_name("e2e-writer_commit_ms.png"), dpi=100)
     plt.close(fig)
+
+
+# ---- icecdc bench e2e ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    embedded_stack_arguments(parser)
+    parser.add_argument("--minutes", type=float, default=10, help="how long the stream is written (default: 10)")
+    parser.add_argument("--keys", type=int, default=20_000, help="rows in the initial load (default: 20000)")
+    parser.add_argument("--changes", type=int, default=1500, help="changes per micro-batch outside bursts (default: 1500)")
+    parser.add_argument(
+        "--mix",
+        default="0.7,0.2",
+        metavar="UPDATES,INSERTS",
+        help="shares of updates and inserts; deletes are the rest (default: 0.7,0.2)",
+    )
+    parser.add_argument("--batch-seconds", type=float, default=10, help="one micro-batch every this many seconds (default: 10)")
+    parser.add_argument("--probe-seconds", type=float, default=60, help="measure every table this often (default: 60)")
+    parser.add_argument(
+        "--cron-seconds",
+        default="30,120",
+        metavar="K[,K...]",
+        help="periods of the cron strategies, one table each (default: 30,120)",
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=90,
+        help="how long maintenance runs on after the last batch, at least (default: 90)",
+    )
+    parser.add_argument(
+        "--drain-max-seconds",
+        type=float,
+        help="the drain goes on until the sidecar has answered every partition, at most this long "
+        "(default: --drain-seconds + 300)",
+    )
+    parser.add_argument("--lookups", type=int, default=100, help="point lookups per table per probe (default: 100)")
+    parser.add_argument(
+        "--strategies",
+        metavar="S[,S...]",
+        help="only these strategies (icecdc always; fewer tables, more probes while writing); default: all",
+    )
+    parser.add_argument(
+        "--partitioning",
+        choices=("days", "region"),
+        default="days",
+        help="days: region and day, yesterday's partitions settle; region: four partitions written every batch, "
+        "none settles while the stream runs (default: days)",
+    )
+    parser.add_argument("--format-version", type=int, choices=(2, 3), default=2, help="Iceberg format of the tables (default: 2)")
+    parser.add_argument(
+        "--hot-read-budget", type=float, help="the sidecar's compactor.hot_read_budget (default: the configuration's default)"
+    )
+    out_argument(parser, "plots")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        updates, inserts = (float(x) for x in args.mix.split(","))
+    except ValueError:
+        raise UserError(f"--mix wants two shares, updates and inserts, like 0.7,0.2; got {args.mix!r}") from None
+    if min(updates, inserts) < 0 or updates + inserts > 1:
+        raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
+    cron_seconds = positive_numbers(args.cron_seconds, "--cron-seconds")
+    workload = Workload(keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning)
+    strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
+    results = run(
+        args.minutes,
+        args.out,
+        args.state_dir.resolve(),
+        workload=workload,
+        batch_seconds=args.batch_seconds,
+        probe_seconds=args.probe_seconds,
+        cron_seconds=cron_seconds,
+        drain_seconds=args.drain_seconds,
+        drain_max_seconds=args.drain_max_seconds,
+        lookups=args.lookups,
+        strategies=strategies,
+        format_version=args.format_version,
+        hot_read_budget=args.hot_read_budget,
+    )
+    print(summary(results))
+    print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")
+    return 0

@@ -13,6 +13,7 @@ the sidecar does: seconds per resolution, and the files it read and wrote.
 
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 import time
@@ -23,9 +24,11 @@ from typing import Any
 
 import orjson
 
+from icecdc.bench import out_argument, print_results
 from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.config import Config
+from icecdc.options import state_dir_argument
 from icecdc.workload import OrdersWorkload, orders_table
 
 say = progress("global-deletes")
@@ -238,3 +241,22 @@ def _plot(results: GlobalDeleteResults, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ---- icecdc bench global-deletes ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    state_dir_argument(parser)
+    parser.add_argument("--rows", type=int, default=200_000, help="rows loaded first (default: 200000)")
+    parser.add_argument("--changes", type=int, default=2_000, help="key-only updates and deletes a batch (default: 2000)")
+    parser.add_argument("--batches", type=int, default=5, help="batches before the first resolution, and after (default: 5)")
+    parser.add_argument("--repeats", type=int, default=7, help="counts and aggregations on each snapshot (default: 7)")
+    parser.add_argument("--lookups", type=int, default=50, help="point lookups on each snapshot (default: 50)")
+    out_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    results = run(args.rows, args.changes, args.batches, args.repeats, args.lookups, args.out, args.state_dir.resolve())
+    print_results(args.out, "global-deletes", summary(results))
+    return 0

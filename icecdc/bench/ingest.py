@@ -10,6 +10,7 @@ rows, so the faster path is also shown to be right.
 
 from __future__ import annotations
 
+import argparse
 import datetime as dt
 import random
 import statistics
@@ -20,9 +21,11 @@ from typing import Any
 
 import orjson
 
+from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import line_plot, machine, markdown_table, publish
 from icecdc.catalog import ensure_tables
+from icecdc.options import state_dir_argument
 from icecdc.workload import REGIONS, STATUSES, orders_table
 
 DAY_MICROS = 86_400_000_000
@@ -273,3 +276,21 @@ def _plot(results: IngestResults, path: Path) -> None:
         "starting table size (million rows)",
         f"seconds per batch of {results.changes_per_batch:,} changes (median)",
     )
+
+
+# ---- icecdc bench ingest ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--sizes", default="1000000,5000000", help="starting table sizes, comma-separated (default: 1M,5M)")
+    parser.add_argument("--changes", type=int, default=10_000, help="changes per batch (default: 10000)")
+    parser.add_argument("--batches", type=int, default=5, help="measured batches per size, after one warm-up (default: 5)")
+    out_argument(parser)
+    state_dir_argument(parser, "catalog, warehouse and broker state", Path(".icecdc-bench"))
+
+
+def main(args: argparse.Namespace) -> int:
+    sizes = positive_integers(args.sizes, "--sizes")
+    results = run(sizes, args.changes, args.batches, args.out, args.state_dir.resolve())
+    print_results(args.out, "ingest", summary(results))
+    return 0

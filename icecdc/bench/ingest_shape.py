@@ -18,6 +18,7 @@ each table must hold exactly the rows the changes imply.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Sequence
@@ -27,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.harness import (
     FeedWriter,
     StageCost,
@@ -42,6 +44,7 @@ from icecdc.bench.harness import (
 )
 from icecdc.bench.ingest import ChangingTable
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.options import state_dir_argument
 from icecdc.workload import orders_table
 
 say = progress("ingest-shape")
@@ -235,3 +238,34 @@ def _plot(results: ShapeResults, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ---- icecdc bench ingest-shape ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    state_dir_argument(parser)
+    parser.add_argument(
+        "--changes", default="10000,50000,200000", metavar="N[,N...]", help="batch sizes, one table (default: 10000,50000,200000)"
+    )
+    parser.add_argument("--tables", default="1,10,50", metavar="N[,N...]", help="tables one batch spans (default: 1,10,50)")
+    parser.add_argument(
+        "--fan-out-changes", type=int, default=10_000, help="changes per batch over all tables, for --tables (default: 10000)"
+    )
+    parser.add_argument(
+        "--commit-threads",
+        default="1,4",
+        metavar="N[,N...]",
+        help="ingest.commit_threads settings compared side by side at each table count (default: 1,4)",
+    )
+    parser.add_argument("--batches", type=int, default=3, help="measured batches per point, after one warm-up (default: 3)")
+    out_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    changes = positive_integers(args.changes, "--changes")
+    tables = positive_integers(args.tables, "--tables")
+    threads = positive_integers(args.commit_threads, "--commit-threads")
+    results = run(changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads)
+    print_results(args.out, "ingest-shape", summary(results))
+    return 0

@@ -14,6 +14,7 @@ that each partition ends as one file with no delete and that no row was lost.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Sequence
@@ -23,8 +24,10 @@ from typing import Any
 
 import orjson
 
+from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, int_partitioned_table, progress
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.options import state_dir_argument
 
 say = progress("jobs")
 
@@ -175,3 +178,30 @@ def _plot(results: JobsResults, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ---- icecdc bench jobs ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    state_dir_argument(parser)
+    parser.add_argument("--partitions", type=int, default=64, help="small settled partitions a run (default: 64)")
+    parser.add_argument("--rows", type=int, default=200, help="rows in each partition (default: 200)")
+    parser.add_argument(
+        "--batches", type=int, default=3, help="writer batches, each rewriting every partition's rows (default: 3)"
+    )
+    parser.add_argument(
+        "--per-job",
+        default="1,16",
+        metavar="N[,N...]",
+        help="compactor.partitions_per_job settings compared side by side, run by run (default: 1,16)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="runs of each setting (default: 3)")
+    out_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    settings = positive_integers(args.per_job, "--per-job")
+    results = run(args.partitions, args.rows, args.batches, settings, args.repeats, args.out, args.state_dir.resolve())
+    print_results(args.out, "jobs", summary(results))
+    return 0

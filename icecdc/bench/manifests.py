@@ -9,6 +9,7 @@ both alike. This is the measurement behind the compactor's ``max_small_manifests
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import random
 import statistics
@@ -18,8 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.harness import bench_stack, progress
 from icecdc.bench.report import line_plot, machine, markdown_table, publish
+from icecdc.config import DEFAULT_STATE_DIR
+from icecdc.options import state_dir_argument
 
 DAYS = 8
 say = progress("manifests")
@@ -146,3 +150,26 @@ def _plot(results: ManifestResults, path: Path) -> None:
         "point lookup, median ms",
         size=(6, 3.5),
     )
+
+
+# ---- icecdc bench manifests ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    state_dir_argument(parser, f"local state directory: catalog and warehouse, no broker (default: {DEFAULT_STATE_DIR})")
+    parser.add_argument("--rows", type=int, default=100_000, help="rows in each table (default: 100000)")
+    parser.add_argument(
+        "--manifests",
+        default="2,8,20,50",
+        metavar="N[,N...]",
+        help="commits (so manifests) each table is loaded in (default: 2,8,20,50)",
+    )
+    parser.add_argument("--lookups", type=int, default=100, help="point lookups on each snapshot (default: 100)")
+    out_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    counts = positive_integers(args.manifests, "--manifests")
+    results = run(args.rows, counts, args.lookups, args.out, args.state_dir.resolve())
+    print_results(args.out, "manifests", summary(results))
+    return 0

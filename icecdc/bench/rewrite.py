@@ -15,6 +15,7 @@ Spark's own stage metrics of the last timed rewrite say where its time went.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import statistics
@@ -29,10 +30,12 @@ import orjson
 import pyarrow.parquet as pq
 
 from icecdc import summary as summary_keys
+from icecdc.bench import out_argument, print_results
 from icecdc.bench.harness import FeedWriter, StageCost, bench_stack, clone, last_stage_id, progress, stage_table, stages_since
 from icecdc.bench.ingest import ChangingTable, base_sql
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.fileio import file_io
+from icecdc.options import embedded_stack_arguments
 from icecdc.workload import REGIONS, orders_table
 
 MB = 1e6
@@ -248,3 +251,28 @@ def _plot(results: RewriteResults, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ---- icecdc bench rewrite ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    embedded_stack_arguments(parser)
+    parser.add_argument("--rows", type=int, default=1_000_000, help="rows written (default: 1000000)")
+    parser.add_argument("--batches", type=int, default=12, help="batches they are written in: files per partition (default: 12)")
+    parser.add_argument("--deleted-share", type=float, default=0.1, help="share of rows then updated or deleted (default: 0.1)")
+    parser.add_argument(
+        "--regions",
+        type=int,
+        choices=range(1, 5),
+        default=4,
+        help="regions the rows spread over, one partition each; 1 puts them all in the timed one (default: 4)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs after one warm-up (default: 3)")
+    out_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    results = run(args.rows, args.batches, args.deleted_share, args.repeats, args.out, args.state_dir.resolve(), args.regions)
+    print_results(args.out, "rewrite", summary(results))
+    return 0

@@ -23,6 +23,7 @@ grow; a cost per file that grows with the table is what this is here to catch.
 
 from __future__ import annotations
 
+import argparse
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -32,8 +33,10 @@ from typing import Any, TypeVar
 
 import orjson
 
+from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.harness import FeedWriter, bench_stack, clone, int_partitioned_table, progress, rss_kib, rss_peak_reset
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.options import state_dir_argument
 
 say = progress("scale")
 STEPS = ("reconcile", "re-reconcile", "decision", "status", "listing")
@@ -213,3 +216,25 @@ def _plot(results: ScaleResults, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+# ---- icecdc bench scale ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    state_dir_argument(parser)
+    parser.add_argument(
+        "--partitions", default="100,1000,10000", metavar="N[,N...]", help="partitions of each table (default: 100,1000,10000)"
+    )
+    parser.add_argument(
+        "--batches", type=int, default=5, help="writer batches per table, two files per partition each (default: 5)"
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="measurements of each step (default: 3)")
+    out_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    counts = positive_integers(args.partitions, "--partitions")
+    results = run(counts, args.batches, args.repeats, args.out, args.state_dir.resolve())
+    print_results(args.out, "scale", summary(results))
+    return 0

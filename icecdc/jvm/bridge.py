@@ -5,14 +5,13 @@ py4j converts Python ints to ``Integer`` (so the adapter passes typed values thr
 parsers, see ``listing.java_partition``), and static methods that share a name with an instance
 method need reflection. Every
 call that reaches Iceberg goes through ``java_errors``, which turns what crossed py4j into the
-kinds of ``icecdc.errors`` by the Java exception's class (walking its causes), never by matching
-a message's wording alone.
+kinds of ``icecdc.errors``: Iceberg's own by the Java exception's class (walking its causes); an
+unavailable catalog as ``icecdc.transient`` tells it from the chain's classes, codes and messages.
 """
 
 from __future__ import annotations
 
 import functools
-import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -25,6 +24,7 @@ from icecdc.errors import (
     IcebergError,
     NoSuchTable,
 )
+from icecdc.transient import MAX_CHAIN, Symptoms, classify
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -32,32 +32,19 @@ if TYPE_CHECKING:
 JavaObject = Any
 T = TypeVar("T")
 
+# Iceberg's own verdicts, which decide before anything else in the chain: a commit whose state is
+# unknown must never be retried as if the catalog had only been busy.
 _KINDS: dict[str, type[IcebergError]] = {
     "org.apache.iceberg.exceptions.ValidationException": CommitConflict,
     "org.apache.iceberg.exceptions.CommitFailedException": CompareAndSetLost,
     "org.apache.iceberg.exceptions.CommitStateUnknownException": CommitStateUnknown,
     "org.apache.iceberg.exceptions.NoSuchTableException": NoSuchTable,
     "org.apache.spark.sql.catalyst.analysis.NoSuchTableException": NoSuchTable,
-    # What an unreachable catalog or store raises, directly or as a cause: the REST catalog's
-    # 5xx, JDBC's transient and connection errors (a lock held past the busy timeout is an
-    # SQLException whose message names SQLITE_BUSY, matched below), the network's.
-    "org.apache.iceberg.exceptions.ServiceUnavailableException": CatalogUnavailable,
-    "org.apache.iceberg.exceptions.ServiceFailureException": CatalogUnavailable,
-    "java.sql.SQLTransientException": CatalogUnavailable,
-    "java.sql.SQLRecoverableException": CatalogUnavailable,
-    "java.sql.SQLNonTransientConnectionException": CatalogUnavailable,
-    "java.net.ConnectException": CatalogUnavailable,
-    "java.net.SocketTimeoutException": CatalogUnavailable,
-    "java.net.NoRouteToHostException": CatalogUnavailable,
 }
-# Drivers that report lock timeouts and throttling as plain exceptions, told by their codes:
-# SQLite's BUSY and LOCKED, PostgreSQL's lock_not_available and serialization failures, S3's
-# and GCS's throttling answers.
-_TRANSIENT_TEXT = re.compile(
-    r"SQLITE_BUSY|SQLITE_LOCKED|database is locked|55P03|40001|SlowDown|TooManyRequests|Throttl|"
-    r"Rate exceeded|Connection refused|Connection reset"
-)
-_MAX_CAUSES = 16
+# The links that carry a code (``icecdc.transient`` reads it): JDBC's SQLState (PostgreSQL's
+# PSQLException among them), the AWS SDK's HTTP status (S3's 503 SlowDown).
+_SQL_EXCEPTION = "java.sql.SQLException"
+_AWS_SERVICE_EXCEPTION = "software.amazon.awssdk.core.exception.SdkServiceException"
 
 
 def java_exception(error: BaseException) -> JavaObject | None:
@@ -67,7 +54,7 @@ def java_exception(error: BaseException) -> JavaObject | None:
 
 
 def _causes(throwable: JavaObject) -> Iterator[JavaObject]:
-    for _ in range(_MAX_CAUSES):
+    for _ in range(MAX_CHAIN):
         if throwable is None:
             return
         yield throwable
@@ -85,22 +72,36 @@ def _class_names(throwable: JavaObject) -> set[str]:
     return names
 
 
+def _symptoms(link: JavaObject, classes: set[str]) -> Symptoms:
+    state = link.getSQLState() if _SQL_EXCEPTION in classes else None
+    status = link.statusCode() if _AWS_SERVICE_EXCEPTION in classes else None
+    return Symptoms(
+        message=str(link.toString()),
+        classes=frozenset(classes),
+        sql_state=None if state is None else str(state),
+        http_status=None if status is None else int(status),
+    )
+
+
 def translate(error: BaseException) -> BaseException:
     """The ``icecdc.errors`` kind of an exception that came out of the JVM; other exceptions
     (and Java ones of no known kind) are returned as they are."""
     throwable = java_exception(error)
     if throwable is None:
         return error
-    chain = list(_causes(throwable))
+    chain = [(link, _class_names(link)) for link in _causes(throwable)]
     message = str(throwable.getMessage() or throwable.toString())
-    for link in chain:
-        names = _class_names(link)
+    for link, classes in chain:
         for class_name, kind in _KINDS.items():
-            if class_name in names:
+            if class_name in classes:
                 return kind(f"{class_name.rsplit('.', 1)[-1]}: {message}", str(link.getClass().getName()))
-    if any(_TRANSIENT_TEXT.search(str(link.toString())) for link in chain):
-        return CatalogUnavailable(message, str(throwable.getClass().getName()))
-    return error
+    symptoms = [_symptoms(link, classes) for link, classes in chain]
+    diagnosis = classify(symptoms)
+    if diagnosis is None:
+        return error
+    evidence = chain[symptoms.index(diagnosis.evidence)][0]
+    cause = "" if evidence is throwable else f" ({diagnosis.evidence.message})"
+    return CatalogUnavailable(f"{diagnosis.kind.value}: {message}{cause}", str(evidence.getClass().getName()))
 
 
 @contextmanager

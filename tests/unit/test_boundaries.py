@@ -39,8 +39,16 @@ SQL = JavaClass("java.sql.SQLException", JavaClass("java.lang.Exception"))
 
 
 class Throwable:
-    def __init__(self, java_class: JavaClass, message: str, cause: Throwable | None = None) -> None:
+    def __init__(
+        self,
+        java_class: JavaClass,
+        message: str,
+        cause: Throwable | None = None,
+        sql_state: str | None = None,
+        status: int | None = None,
+    ) -> None:
         self.java_class, self.message, self.cause = java_class, message, cause
+        self.sql_state, self.status = sql_state, status
 
     def getClass(self) -> JavaClass:
         return self.java_class
@@ -56,6 +64,12 @@ class Throwable:
 
     def toString(self) -> str:
         return f"{self.java_class.name}: {self.message}"
+
+    def getSQLState(self) -> str | None:  # java.sql.SQLException's
+        return self.sql_state
+
+    def statusCode(self) -> int | None:  # the AWS SDK's SdkServiceException's
+        return self.status
 
 
 class Py4JError(Exception):

@@ -2,6 +2,7 @@ import base64
 
 import hypothesis.strategies as st
 import orjson
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
@@ -165,6 +166,27 @@ def test_rejections(value, reason):
     with pytest.raises(RejectedEvent) as info:
         parse_change(None, value, COLUMNS, KEY)
     assert info.value.rejection.reason == reason
+
+
+def test_reasons_are_the_dead_letter_headers_as_they_were():
+    # Consumers of the dead-letter topic filter on these values: they never change.
+    assert {reason.name: str(reason) for reason in Reason} == {
+        "UNPARSEABLE": "unparseable-json",
+        "NOT_AN_ENVELOPE": "not-a-debezium-envelope",
+        "UNKNOWN_OP": "unknown-op",
+        "MISSING_KEY": "missing-key",
+        "NULL_KEY": "null-key",
+        "BAD_VALUE": "bad-value",
+        "MISSING_PARTITION_VALUE": "missing-partition-value",
+        "UNKNOWN_TABLE": "unknown-table",
+        "TRUNCATE": "truncate",
+        "INCOMPATIBLE_SCHEMA": "incompatible-schema-change",
+    }
+    rejected = RejectedEvent(Reason.NULL_KEY, "primary key column 'id' is null")
+    assert str(rejected) == str(rejected.rejection) == "null-key: primary key column 'id' is null"
+    # the header's bytes, and the column of the parse stage's Arrow batch
+    assert Reason.NULL_KEY.encode() == b"null-key"
+    assert pa.array([Reason.NULL_KEY]).to_pylist() == ["null-key"]
 
 
 def test_delete_key_falls_back_to_the_record_key():

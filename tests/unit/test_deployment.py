@@ -103,6 +103,8 @@ def test_dockerfile_pins_what_the_code_pins_and_runs_unprivileged():
     users = re.findall(r"^USER (\S+)$", dockerfile, re.MULTILINE)
     assert users and users[-1].split(":")[0] not in ("0", "root")
     assert not re.search(r"^ENV .*(PASSWORD|SECRET|TOKEN)", dockerfile, re.MULTILINE | re.IGNORECASE)
+    # icecdc itself, without extras: the benchmarks' matplotlib stays out of the image
+    assert re.findall(r"pip install (?:--\S+ )*(\.\S*)", dockerfile) == ["."]
     for source in re.findall(r"^COPY (?!--from)(\S+) ", dockerfile, re.MULTILINE):
         assert (ROOT / source).exists(), f"COPY {source}: not in the repository"
     exposed = {int(p) for p in re.findall(r"^EXPOSE (.+)$", dockerfile, re.MULTILINE)[0].split()}

@@ -1,11 +1,14 @@
 import pytest
 
 from icecdc.tablespec import (
+    DecimalType,
     PartitionField,
     TableShape,
     TableSpecError,
+    decimal_type,
     normalize_type,
     parse_partition_field,
+    widens_to,
 )
 
 TYPES = {
@@ -69,6 +72,30 @@ def test_types_normalize_to_iceberg_spelling():
         normalize_type("decimal(40, 2)")
     with pytest.raises(TableSpecError, match="unknown column type 'bigint'"):
         normalize_type("bigint")
+
+
+@pytest.mark.parametrize(
+    ("text", "parsed"),
+    [
+        ("decimal(10, 2)", DecimalType(10, 2)),
+        ("decimal(10,2)", DecimalType(10, 2)),
+        ("decimal( 38 , 0 )", DecimalType(38, 0)),
+        ("decimal(10)", None),
+        ("decimal(10, 2", None),
+        ("Decimal(10, 2)", None),  # normalize_type lowers the case first
+        ("long", None),
+    ],
+)
+def test_one_parser_of_decimal_types(text, parsed):
+    assert decimal_type(text) == parsed
+    if parsed is not None:
+        assert decimal_type(str(parsed)) == parsed and str(parsed) == normalize_type(text)
+
+
+def test_a_decimal_widens_by_precision_at_the_same_scale():
+    assert widens_to("decimal(10, 2)", "decimal(12, 2)") and widens_to("int", "long")
+    assert not widens_to("decimal(10, 2)", "decimal(12, 3)") and not widens_to("decimal(12, 2)", "decimal(10, 2)")
+    assert not widens_to("long", "decimal(38, 0)")
 
 
 def shape(**changes):
