@@ -126,18 +126,19 @@ class CompactionRunner:
         nothing to do at the starting snapshot is skipped on its own."""
         table = job[0][0].table
         started = self._clock()
-        slots = self._leases.ownership.slots
+        slot_count = self._leases.ownership.slots
         parts = [
-            JobPartition(c, p, slot_of(table, c.partition_path, slots), self._tracker.begin(p, hot=c.hot).attempt, c.reason)
+            JobPartition(c, p, slot_of(table, c.partition_path, slot_count), self._tracker.begin(p, hot=c.hot).attempt, c.reason)
             for c, p in job
         ]
+        slots = sorted({part.slot for part in parts})
         for part in parts:
             metrics.STARTED.labels(table, part.kind.value).inc()
         self._on_start()
         what = f"compacting {table} {', '.join(c.partition_path or '(unpartitioned)' for c, _ in job)}"
 
         def confirm_leases() -> None:
-            for slot in sorted({part.slot for part in parts}):
+            for slot in slots:
                 self._leases.confirm(slot, what)
 
         failure: tuple[Outcome, str] | None = None

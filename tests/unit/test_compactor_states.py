@@ -11,7 +11,7 @@ window its retry falls in), and after every step the tracker must agree with it:
   attempt answers the partition, and gives up after ``max_attempts``; a fenced attempt changes
   nothing; a backing-off partition is not due before its retry time;
 - every partition that needs work and is not answered is either due or waiting, never both;
-- reading (``phase_of``, ``report``, ``candidates``, ``waiting``) changes nothing;
+- reading (``phase_of``, ``candidates``, ``waiting``) changes nothing;
 - a metadata read forgets the partitions it does not list, except those under a job.
 """
 
@@ -263,12 +263,6 @@ class TrackerMachine(RuleBasedStateMachine):
 
     # ---- what must hold ----
 
-    def _running(self) -> list[Key]:
-        return [key for job in self.jobs for key, _, _ in job.partitions]
-
-    def _due(self) -> set[Key]:
-        return {(c.table, c.partition_path) for c in self.tracker.candidates(self.now)}
-
     def _settled(self, partition: TrackedPartition) -> bool:
         return phase(partition.cadence, self.now, SETTINGS.settle) is Phase.SETTLED
 
@@ -289,7 +283,7 @@ class TrackerMachine(RuleBasedStateMachine):
             if isinstance(p.state, Compacting):
                 assert p.state.attempt == expected.failures + 1
                 continue
-            settled = phase(p.cadence, self.now, SETTINGS.settle) is Phase.SETTLED
+            settled = self._settled(p)
             self._answered_until_the_next_write(p, expected, settled, due | waiting)
             self._backoff_grows_within_its_bound_and_resets(p, expected, due)
             needs = global_work(p.stats, p.oldest_write, self.now) if p.is_global else needed_work(p.stats, SETTINGS)
