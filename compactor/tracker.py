@@ -216,6 +216,7 @@ class PartitionTracker:
                 del self._partitions[key]
 
     def phase_of(self, partition: TrackedPartition, now: float) -> PartitionPhase:
+        """What the status shows of the partition at ``now``."""
         if partition.compacting:
             return PartitionPhase.COMPACTING
         if partition.is_global:
