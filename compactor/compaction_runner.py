@@ -10,19 +10,20 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from icecdc import summary
 from icecdc.compactor import metrics, outcomes
 from icecdc.compactor.outcomes import Outcome
 from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_for
-from icecdc.compactor.policy import Candidate
+from icecdc.compactor.policy import Candidate, Work
 from icecdc.compactor.rewrite import Committer, CompactionResult
-from icecdc.compactor.tracker import PartitionState
+from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
 from icecdc.config import CompactorConfig
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.errors import CatalogOutage
-from icecdc.events import CompactionEvent
+from icecdc.events import CompactionCounts, CompactionEvent
 from icecdc.jvm.tables import CommittedSnapshot, Snapshot
 from icecdc.layout import PartitionKey, TableLayout
 
@@ -59,12 +60,46 @@ class Publisher(Protocol):
 CompactionFactory = Callable[[str, TableLayout, Sequence[PartitionKey] | None], Compaction]
 
 
+@dataclass(frozen=True)
+class JobPartition:
+    """One partition of a compaction job as the job goes on: why it was chosen, the lease slot
+    it is in, which attempt in a row this is, then its plan at the starting snapshot, what the
+    job did to it, and how it ended (``started`` until then)."""
+
+    candidate: Candidate
+    partition: TrackedPartition
+    slot: int
+    attempt: int
+    reason: str
+    plan: RewritePlan | None = None  # None until the job has listed and planned it
+    counts: CompactionCounts | None = None  # from the starting snapshot on, if it has work
+    outcome: Outcome = Outcome.STARTED
+
+    @property
+    def has_work(self) -> bool:
+        return self.plan is not None and not self.plan.empty
+
+    @property
+    def kind(self) -> Work:
+        """The plan's work once planned (it may find less to do), else what it was chosen for."""
+        return self.plan.work if self.plan is not None and self.has_work else self.candidate.work
+
+    def ending(self, failure: tuple[Outcome, str] | None) -> tuple[Outcome, str]:
+        """How its attempt ended, when the job ended in ``failure`` (None: it did not fail):
+        the job commits once, so every partition it had work for shares its end; one with
+        nothing to do at the starting snapshot was skipped whatever became of the others."""
+        if self.plan is not None and self.plan.empty:
+            return Outcome.SKIPPED, f"{self.reason}; nothing to rewrite at the current snapshot"
+        return failure or (Outcome.COMMITTED, self.reason)
+
+
 class CompactionRunner:
     def __init__(
         self,
         *,
         replica: str,
         settings: CompactorConfig,
+        tracker: PartitionTracker,
         leases: Leases,
         gate: Gate,
         compactions: CompactionFactory,
@@ -75,6 +110,7 @@ class CompactionRunner:
     ) -> None:
         self._replica = replica
         self._settings = settings
+        self._tracker = tracker
         self._leases = leases
         self._gate = gate
         self._compactions = compactions
@@ -83,113 +119,104 @@ class CompactionRunner:
         self._on_start = on_start  # e.g. show the partition as compacting in the status at once
         self._rng = rng or random.Random()
 
-    def run(self, job: Sequence[tuple[Candidate, PartitionState]], layout: TableLayout) -> list[CompactionEvent]:
+    def run(self, job: Sequence[tuple[Candidate, TrackedPartition]], layout: TableLayout) -> list[CompactionEvent]:
         """One compaction job of the candidates' partitions, all of one table (one, or several
         that ``turns.job_partitions`` grouped): one event per partition. The job commits once for
         all, so every partition with work in it ends in the same outcome; a partition with
         nothing to do at the starting snapshot is skipped on its own."""
         table = job[0][0].table
         started = self._clock()
-        for candidate, state in job:
-            outcomes.begin(state, hot=candidate.hot)
-            metrics.STARTED.labels(table, candidate.work.value).inc()
+        slot_count = self._leases.ownership.slots
+        parts = [
+            JobPartition(c, p, slot_of(table, c.partition_path, slot_count), self._tracker.begin(p, hot=c.hot).attempt, c.reason)
+            for c, p in job
+        ]
+        slots = sorted({part.slot for part in parts})
+        for part in parts:
+            metrics.STARTED.labels(table, part.kind.value).inc()
         self._on_start()
-        attempts = [state.failures + 1 for _, state in job]
-        kinds = [candidate.work.value for candidate, _ in job]
-        reasons = [candidate.reason for candidate, _ in job]
-        results: list[CompactionResult | None] = [None] * len(job)
-        slots = sorted({slot_of(table, c.partition_path, self._leases.ownership.slots) for c, _ in job})
         what = f"compacting {table} {', '.join(c.partition_path or '(unpartitioned)' for c, _ in job)}"
-
-        def event(i: int, outcome: Outcome, why: str, finished: float) -> CompactionEvent:
-            state = job[i][1]
-            return CompactionEvent.from_result(
-                table=table,
-                partition=state.partition,
-                partition_path=state.path,
-                kind=kinds[i],
-                outcome=outcome,
-                replica=self._replica,
-                reason=why,
-                attempt=attempts[i],
-                started=started,
-                finished=finished,
-                result=results[i],
-            )
 
         def confirm_leases() -> None:
             for slot in slots:
                 self._leases.confirm(slot, what)
 
-        ended: list[tuple[Outcome, str]] = []
+        failure: tuple[Outcome, str] | None = None
         try:
             confirm_leases()
-            is_global = job[0][1].is_global
-            partitions = None if is_global else [tuple(s.partition.get(t.name) for t in layout.partition) for _, s in job]
-            compaction = self._compactions(table, layout, partitions)
+            keys = None if parts[0].partition.is_global else [_key(part.partition, layout) for part in parts]
+            compaction = self._compactions(table, layout, keys)
             listed = compaction.files()
-            # An empty table has nothing to rewrite in any partition.
             plans = (
-                [RewritePlan(c.work) for c, _ in job]
+                [RewritePlan(part.candidate.work) for part in parts]  # an empty table: nothing to rewrite anywhere
                 if listed is None
-                else [plan_for(c.work, files, self._settings, hot=c.hot) for (c, _), files in zip(job, listed, strict=True)]
+                else [
+                    plan_for(part.candidate.work, files, self._settings, hot=part.candidate.hot)
+                    for part, files in zip(parts, listed, strict=True)
+                ]
             )
-            nothing = "nothing to rewrite at the current snapshot"
-            ended = [
-                (Outcome.SKIPPED, f"{reasons[i]}; {nothing}") if p.empty else (Outcome.COMMITTED, reasons[i])
-                for i, p in enumerate(plans)
-            ]
-            to_commit = [i for i, p in enumerate(plans) if not p.empty]
-            if to_commit:
+            parts = [replace(part, plan=plan) for part, plan in zip(parts, plans, strict=True)]
+            if any(part.has_work for part in parts):
                 start = compaction.starting_snapshot
-                for i in to_commit:
-                    kinds[i] = plans[i].work.value
-                    results[i] = CompactionResult(plans[i].work, start.snapshot_id, start.sequence_number)
-                    self._publisher.compaction(event(i, Outcome.STARTED, reasons[i], started))
-                committed = compaction.run(
+                at_start = CompactionCounts(
+                    starting_snapshot_id=start.snapshot_id, starting_sequence_number=start.sequence_number
+                )
+                parts = [replace(part, counts=at_start) if part.has_work else part for part in parts]
+                for part in parts:
+                    if part.has_work:
+                        self._publisher.compaction(self._event(part, started, started))
+                results = compaction.run(
                     plans,
                     {summary.COMPACTOR: self._replica},
                     lambda commit: self._gate.commit(table, commit, before_attempt=confirm_leases),
                 )
-                results = [r if i in to_commit else None for i, r in enumerate(committed)]
+                parts = [
+                    replace(part, counts=result.counts) if part.has_work else part
+                    for part, result in zip(parts, results, strict=True)
+                ]
         except CatalogOutage:
             raise  # the catalog is gone for good: the command stops
         except Exception as error:
             outcome = outcomes.outcome_of(error)
-            why = f"{type(error).__name__}: {error}" if outcome is Outcome.FAILED else str(error)
+            failure = (outcome, f"{type(error).__name__}: {error}" if outcome is Outcome.FAILED else str(error))
             if outcome is Outcome.FENCED:
                 self._gate.lease_lost(table)
             elif outcome is Outcome.FAILED:
                 log.exception("compaction of %s failed", what)
-            # Every partition the job had work for shares its end (one commit); the others, if it
-            # got as far as planning, were skipped.
-            ended = [e if e[0] is Outcome.SKIPPED else (outcome, why) for e in ended] or [(outcome, why)] * len(job)
         now = self._clock()
         events = []
-        for i, (outcome, why) in enumerate(ended):
-            state = job[i][1]
-            resolution = outcomes.resolve(state, outcome, why, started=started, now=now, settings=self._settings, rng=self._rng)
+        for part in parts:
+            resolution = self._tracker.resolve(part.partition, *part.ending(failure), started=started, now=now, rng=self._rng)
             if resolution.settled_for is not None:
                 metrics.SETTLE_TO_COMPACTED.labels(table).observe(resolution.settled_for)
-            finished = event(i, resolution.outcome, resolution.reason, now)
+            finished = self._event(replace(part, outcome=resolution.outcome, reason=resolution.reason), started, now)
             self._record(finished)
             events.append(finished)
         return events
 
+    def _event(self, part: JobPartition, started: float, finished: float) -> CompactionEvent:
+        return CompactionEvent.from_result(
+            table=part.candidate.table,
+            partition=part.partition.partition,
+            partition_path=part.partition.path,
+            kind=part.kind,
+            outcome=part.outcome,
+            replica=self._replica,
+            reason=part.reason,
+            attempt=part.attempt,
+            started=started,
+            finished=finished,
+            counts=part.counts,
+        )
+
     def _record(self, event: CompactionEvent) -> None:
         table = event.table
-        metrics.FINISHED.labels(table, event.kind, event.outcome.value).inc()
-        metrics.BYTES_READ.labels(table).inc(event.bytes_rewritten)
-        metrics.BYTES_WRITTEN.labels(table).inc(event.bytes_added)
-        metrics.DATA_FILES_REMOVED.labels(table).inc(event.data_files_rewritten)
-        metrics.DATA_FILES_ADDED.labels(table).inc(event.data_files_added)
-        metrics.DELETE_FILES_REMOVED.labels(table).inc(event.delete_files_removed)
-        metrics.POSITION_DELETE_FILES_ADDED.labels(table).inc(event.position_delete_files_added)
+        metrics.compaction_finished(table, event.kind, event.outcome, event)
         self._publisher.compaction(event)
         seconds = (event.finished_ms - event.started_ms) / 1000
         log.info(
             "%s %s %s: %s in %.1fs (%s; %d data files -> %d, %d delete files removed, %d position-delete files added)",
-            event.kind,
+            event.kind.value,
             table,
             event.partition_path or "(unpartitioned)",
             event.outcome.value,
@@ -204,8 +231,13 @@ class CompactionRunner:
                 "partition": event.partition_path,
                 "snapshot_id": event.snapshot_id,
                 "sequence_number": event.sequence_number,
-                "kind": event.kind,
+                "kind": event.kind.value,
                 "outcome": event.outcome.value,
                 "replica": self._replica,
             },
         )
+
+
+def _key(partition: TrackedPartition, layout: TableLayout) -> PartitionKey:
+    """The partition's values, in the order of the table's partition fields."""
+    return tuple(partition.partition.get(t.name) for t in layout.partition)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from icecdc.events import CompactionCounts, CompactionKind, CompactionOutcome
+
 PARTITIONS = Gauge("icecdc_compactor_partitions", "Partitions by state", ["table", "state"])
 COMMIT_EVENTS = Counter("icecdc_compactor_commit_events_total", "Commit events consumed", ["outcome"])
 STARTED = Counter("icecdc_compactions_started_total", "Compactions started", ["table", "kind"])
@@ -41,3 +43,13 @@ MANIFESTS_READ = Counter(
     "Manifests a metadata reconcile needed: opened (new since the last read) or cached (read before)",
     ["table", "source"],
 )
+
+
+def compaction_finished(table: str, kind: CompactionKind, outcome: CompactionOutcome, counts: CompactionCounts) -> None:
+    FINISHED.labels(table, kind.value, outcome.value).inc()
+    BYTES_READ.labels(table).inc(counts.bytes_rewritten)
+    BYTES_WRITTEN.labels(table).inc(counts.bytes_added)
+    DATA_FILES_REMOVED.labels(table).inc(counts.data_files_rewritten)
+    DATA_FILES_ADDED.labels(table).inc(counts.data_files_added)
+    DELETE_FILES_REMOVED.labels(table).inc(counts.delete_files_removed)
+    POSITION_DELETE_FILES_ADDED.labels(table).inc(counts.position_delete_files_added)

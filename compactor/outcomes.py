@@ -1,6 +1,8 @@
-"""What an attempt does to its partition, in one place and free of I/O: an attempt begins
-(``begin``), ends in an outcome, and ``resolve`` turns the outcome into the partition's next state
-and the outcome its event reports.
+"""Where the sidecar's own work on a partition stands, and what an attempt does to it, in one
+place and free of I/O. A partition is in one of four states (``PartitionState``): idle, compacting,
+backing off, or answered; an attempt begins (``begin``), ends in an outcome, and ``resolve`` turns
+the outcome into the partition's next state and the outcome its event reports. Both return the
+new state; the tracker keeps it.
 
 - committed, skipped: the partition's last write is answered (nothing is planned again until
   it is written again, except that work done while it was hot leaves the settled partition's
@@ -9,16 +11,15 @@ and the outcome its event reports.
   full, capped at ``retry_max_seconds``; after ``max_attempts`` the partition is given up until
   it is written again, and the outcome becomes ``abandoned``;
 - fenced (its lease moved to another replica): no outcome of its own, so nothing to answer and
-  nothing to back off from.
+  nothing to back off from: the partition is back where it was before the attempt.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import TypeAlias
 
-from icecdc.compactor.settle import settles_at
-from icecdc.compactor.tracker import PartitionState
 from icecdc.config import CompactorConfig
 from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
 from icecdc.errors import CommitConflict, CompareAndSetLost
@@ -28,12 +29,69 @@ Outcome = CompactionOutcome
 
 
 @dataclass(frozen=True)
+class Idle:
+    """No attempt has answered the partition's writes, and none has failed since the last one that did."""
+
+
+@dataclass(frozen=True)
+class Answered:
+    """An attempt answered the write at ``write`` (done, found nothing to do, or given up): no
+    new work until the partition is written again. This is what makes the policy stop. ``hot``:
+    it was work on a hot partition (what keeps it within its read budget), which leaves the
+    settled partition's work (one file per target size, no deletes) to do once it settles."""
+
+    write: float
+    hot: bool = False
+
+    def holds(self, last_write: float | None, settled: bool) -> bool:
+        """Whether the partition, last written at ``last_write``, needs nothing more of its phase."""
+        return self.write == last_write and not (settled and self.hot)
+
+
+@dataclass(frozen=True)
+class BackingOff:
+    """The last ``failures`` attempts ended in a conflict or a failure: the next waits until
+    ``retry_at``. ``answered``: the answer before them, which holds until the next write."""
+
+    failures: int
+    retry_at: float
+    answered: Answered | None = None
+
+
+@dataclass(frozen=True)
+class Compacting:
+    """A job runs on the partition. It answers the write at ``after_write``, the last one known
+    when it started: one that lands while it runs is not in its starting snapshot. ``hot``: it
+    is work on a hot partition. ``before``: the state it started from (a fenced attempt goes
+    back to it)."""
+
+    after_write: float | None
+    hot: bool
+    before: Idle | Answered | BackingOff
+
+    @property
+    def attempt(self) -> int:
+        """Which attempt in a row this is (1 unless the last ones failed)."""
+        return (self.before.failures if isinstance(self.before, BackingOff) else 0) + 1
+
+
+PartitionState: TypeAlias = Idle | Compacting | BackingOff | Answered
+
+
+@dataclass(frozen=True)
 class Resolution:
+    state: Idle | Answered | BackingOff  # the partition's next state
     outcome: CompactionOutcome
     reason: str
     # A committed compaction of a partition that had settled before it started: seconds from
     # settling to this commit (how promptly settled partitions are answered).
     settled_for: float | None = None
+
+
+def answered(state: PartitionState, last_write: float | None, settled: bool) -> bool:
+    """Whether a partition last written at ``last_write`` has had the work its phase calls for."""
+    answer = _standing_answer(state)
+    return answer is not None and answer.holds(last_write, settled)
 
 
 def retry_delay(failures: int, settings: CompactorConfig, rng: random.Random) -> float:
@@ -53,11 +111,11 @@ def outcome_of(error: Exception) -> CompactionOutcome:
     return Outcome.FAILED
 
 
-def begin(state: PartitionState, hot: bool = False) -> None:
-    state.compacting = True
-    # The write it answers: one that lands while it runs is not in its starting snapshot.
-    state.compacting_after_write = state.cadence.last_write
-    state.compacting_hot = hot
+def begin(state: PartitionState, last_write: float | None, hot: bool = False) -> Compacting:
+    """An attempt on a partition last written at ``last_write``; never two at once."""
+    if isinstance(state, Compacting):
+        raise ValueError("the partition is already being compacted")
+    return Compacting(last_write, hot, state)
 
 
 def resolve(
@@ -65,35 +123,42 @@ def resolve(
     outcome: CompactionOutcome,
     reason: str,
     *,
+    settles_at: float | None,
     started: float,
     now: float,
     settings: CompactorConfig,
     rng: random.Random,
 ) -> Resolution:
-    state.compacting = False
+    """The end of the attempt ``state`` is in; ``settles_at``: when the partition counts as
+    settled (``settle.settles_at``)."""
+    if not isinstance(state, Compacting):
+        raise ValueError("no attempt is under way to end")
     if outcome is Outcome.FENCED:
-        return Resolution(outcome, reason)
-    if outcome in (Outcome.COMMITTED, Outcome.SKIPPED):
-        settled = settles_at(state.cadence, settings.settle)
-        _answer(state)
-        if outcome is not Outcome.COMMITTED:
-            return Resolution(outcome, reason)
-        state.last_compaction = now
-        return Resolution(outcome, reason, now - settled if settled is not None and settled <= started else None)
+        return Resolution(state.before, outcome, reason)
+    if outcome is Outcome.COMMITTED:
+        settled_for = now - settles_at if settles_at is not None and settles_at <= started else None
+        return Resolution(_answer(state), outcome, reason, settled_for)
+    if outcome is Outcome.SKIPPED:
+        return Resolution(_answer(state), outcome, reason)
     if outcome in (Outcome.CONFLICT, Outcome.FAILED):
-        state.failures += 1
-        if state.failures >= settings.max_attempts:
-            _answer(state)
+        failures = state.attempt
+        if failures >= settings.max_attempts:
             return Resolution(
-                Outcome.ABANDONED, f"{reason} (gave up after {settings.max_attempts} attempts, until the next write)"
+                _answer(state),
+                Outcome.ABANDONED,
+                f"{reason} (gave up after {settings.max_attempts} attempts, until the next write)",
             )
-        state.retry_at = now + retry_delay(state.failures, settings, rng)
-        return Resolution(outcome, reason)
+        retry_at = now + retry_delay(failures, settings, rng)
+        return Resolution(BackingOff(failures, retry_at, _standing_answer(state.before)), outcome, reason)
     raise ValueError(f"{outcome.value} is not how an attempt ends")
 
 
-def _answer(state: PartitionState) -> None:
-    state.failures = 0
-    state.retry_at = None
-    state.answered_write = state.compacting_after_write
-    state.answered_hot = state.compacting_hot
+def _standing_answer(state: PartitionState) -> Answered | None:
+    if isinstance(state, BackingOff):
+        return state.answered
+    return state if isinstance(state, Answered) else None
+
+
+def _answer(state: Compacting) -> Idle | Answered:
+    # A partition with no known write has no write to answer.
+    return Idle() if state.after_write is None else Answered(state.after_write, state.hot)

@@ -19,12 +19,12 @@ nothing.
 
 from __future__ import annotations
 
-import enum
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 from icecdc.config import CompactorConfig
+from icecdc.events import CompactionKind
 
 MIB = 1024 * 1024
 # What an equality-delete file costs a full scan, in data-file reads (measured, see above).
@@ -34,14 +34,9 @@ EQUALITY_DELETE_WEIGHT = 3
 FIXED_COST_BYTES = 4 * MIB
 
 
-class Work(enum.Enum):
-    MINOR = "minor"  # bin-pack small files (their deletes applied), new files at the starting sequence number
-    DELETE_MERGE = "delete-merge"  # apply every delete: rewrite small and medium files, convert large ones
-    CONVERT = "equality-to-position"  # equality deletes become position deletes; no data rewritten
-    REMOVE_DANGLING_DELETES = "remove-dangling-deletes"
-    # Global equality deletes (keys whose old partition was unknown) become position deletes on
-    # the files they hit, in every partition, and are removed; no data rewritten.
-    RESOLVE_GLOBAL_DELETES = "resolve-global-deletes"
+# What a compaction does: minor, delete-merge, equality-to-position, remove-dangling-deletes,
+# resolve-global-deletes. Its compaction event reports it, so the enum lives with the event.
+Work = CompactionKind
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ unknown (then orphan-file removal takes them, since they may be referenced).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -34,6 +35,7 @@ from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDelete
 from icecdc.compactor.row_merge import MergedFile, RowMerge, bins, merge_all
 from icecdc.config import RewriteEngine
 from icecdc.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
+from icecdc.events import CompactionCounts
 from icecdc.jvm.listing import PartitionListing, list_global_deletes, list_partitions
 from icecdc.jvm.rewrites import NewFile, PartitionRewrite, PositionDeleteFile, WrittenDataFile
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, Snapshot
@@ -55,24 +57,12 @@ def commit_now(attempt: Callable[[], CommittedSnapshot]) -> CommittedSnapshot:
 
 @dataclass(frozen=True)
 class CompactionResult:
+    """What a job did to one of its partitions: its work, its counts, and the snapshot it
+    committed (None: nothing, the partition had nothing to do)."""
+
     work: Work
-    starting_snapshot_id: int
-    starting_sequence_number: int
+    counts: CompactionCounts
     committed: CommittedSnapshot | None = None
-    data_files_rewritten: int = 0
-    data_files_added: int = 0
-    bytes_rewritten: int = 0
-    bytes_added: int = 0
-    delete_files_removed: int = 0
-    position_delete_files_added: int = 0
-
-    @property
-    def snapshot_id(self) -> int | None:
-        return self.committed.snapshot_id if self.committed else None
-
-    @property
-    def sequence_number(self) -> int | None:
-        return self.committed.sequence_number if self.committed else None
 
 
 class CompactionJob:
@@ -135,9 +125,10 @@ class CompactionJob:
         if len(plans) != len(listings):
             raise ValueError(f"{len(plans)} plans for {len(listings)} partitions")
         start = listings[0].snapshot
+        at_start = CompactionCounts(starting_snapshot_id=start.snapshot_id, starting_sequence_number=start.sequence_number)
         plan = plan_together(plans)
         if plan.empty:
-            return [CompactionResult(p.work, start.snapshot_id, start.sequence_number) for p in plans]
+            return [CompactionResult(p.work, at_start) for p in plans]
         rewrite = PartitionRewrite(listings, self._target)
         converted: list[PositionDeleteFile] = []
         try:
@@ -170,15 +161,18 @@ class CompactionJob:
         return [
             CompactionResult(
                 p.work,
-                start.snapshot_id,
-                start.sequence_number,
-                committed if not p.empty else None,
-                data_files_rewritten=len(p.rewrite),
-                data_files_added=len(new_data),
-                bytes_rewritten=sum(sizes[path] for path in p.rewrite),
-                bytes_added=sum(f.size for f in new_data),
-                delete_files_removed=len(p.remove_deletes),
-                position_delete_files_added=sum(1 for path in p.convert if path in positions_written),
+                dataclasses.replace(
+                    at_start,
+                    snapshot_id=None if p.empty else committed.snapshot_id,
+                    sequence_number=None if p.empty else committed.sequence_number,
+                    data_files_rewritten=len(p.rewrite),
+                    data_files_added=len(new_data),
+                    bytes_rewritten=sum(sizes[path] for path in p.rewrite),
+                    bytes_added=sum(f.size for f in new_data),
+                    delete_files_removed=len(p.remove_deletes),
+                    position_delete_files_added=sum(1 for path in p.convert if path in positions_written),
+                ),
+                None if p.empty else committed,
             )
             for p, new_data in zip(plans, self._new_data_by_partition(rewrite, listings), strict=True)
         ]

@@ -142,8 +142,8 @@ class CompactorSidecar:
 
     def _compact(self, candidates: Sequence[Candidate]) -> list[CompactionEvent]:
         table = candidates[0].table
-        states = [self.tracker.get(c.table, c.partition_path) for c in candidates]
-        job = [(c, s) for c, s in zip(candidates, states, strict=True) if s is not None]
+        tracked = [self.tracker.get(c.table, c.partition_path) for c in candidates]
+        job = [(c, p) for c, p in zip(candidates, tracked, strict=True) if p is not None]
         layout = self.layouts.get(table)
         if not job or layout is None:  # forgotten by a reconcile since they were ranked
             return []
@@ -230,6 +230,7 @@ def create_sidecar(
     compactions = CompactionRunner(
         replica=replica,
         settings=settings,
+        tracker=tracker,
         leases=membership,
         gate=gate,
         compactions=compaction,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
 import orjson
@@ -23,6 +23,18 @@ EVENT_VERSION = 1
 # for brokers configured a little lower, and costs nothing: such a commit is rare and a metadata read
 # of its table is what the compactor does on every reconcile anyway.
 COMMIT_EVENT_MAX_BYTES = 512 * 1024
+
+
+class CompactionKind(str, enum.Enum):
+    """What a compaction does (the compactor's ``Work``)."""
+
+    MINOR = "minor"  # bin-pack small files (their deletes applied), new files at the starting sequence number
+    DELETE_MERGE = "delete-merge"  # apply every delete: rewrite small and medium files, convert large ones
+    CONVERT = "equality-to-position"  # equality deletes become position deletes; no data rewritten
+    REMOVE_DANGLING_DELETES = "remove-dangling-deletes"
+    # Global equality deletes (keys whose old partition was unknown) become position deletes on
+    # the files they hit, in every partition, and are removed; no data rewritten.
+    RESOLVE_GLOBAL_DELETES = "resolve-global-deletes"
 
 
 class CompactionOutcome(str, enum.Enum):
@@ -113,60 +125,13 @@ class CommitEvent:
         return cls(**document, partitions=partitions)
 
 
-class CompactionCounts(Protocol):
-    """What a compaction's result tells its event (the compactor's ``CompactionResult``)."""
-
-    @property
-    def starting_snapshot_id(self) -> int: ...
-    @property
-    def starting_sequence_number(self) -> int: ...
-    @property
-    def snapshot_id(self) -> int | None: ...
-    @property
-    def sequence_number(self) -> int | None: ...
-    @property
-    def data_files_rewritten(self) -> int: ...
-    @property
-    def data_files_added(self) -> int: ...
-    @property
-    def bytes_rewritten(self) -> int: ...
-    @property
-    def bytes_added(self) -> int: ...
-    @property
-    def delete_files_removed(self) -> int: ...
-    @property
-    def position_delete_files_added(self) -> int: ...
-
-
-_COUNTS = (
-    "starting_snapshot_id",
-    "starting_sequence_number",
-    "snapshot_id",
-    "sequence_number",
-    "data_files_rewritten",
-    "data_files_added",
-    "bytes_rewritten",
-    "bytes_added",
-    "delete_files_removed",
-    "position_delete_files_added",
-)
-
-
 @dataclass(frozen=True)
-class CompactionEvent:
-    """What a compactor replica did to one partition (schemas/compaction-event.schema.json)."""
+class CompactionCounts:
+    """What one compaction did to one partition: the snapshot it started from, the one it
+    committed (None: it committed nothing), and the files and bytes it rewrote and wrote. The
+    compactor's result carries it, its metrics count it, and its event's fields are these."""
 
-    table: str
-    partition: dict[str, Any]
-    partition_path: str
-    kind: str  # the compactor's Work: minor, delete-merge, remove-dangling-deletes
-    outcome: CompactionOutcome
-    replica: str
-    starting_snapshot_id: int | None
-    started_ms: int
-    finished_ms: int
-    reason: str | None = None
-    attempt: int = 1
+    starting_snapshot_id: int | None = None
     starting_sequence_number: int | None = None
     snapshot_id: int | None = None
     sequence_number: int | None = None
@@ -176,6 +141,24 @@ class CompactionEvent:
     bytes_added: int = 0
     delete_files_removed: int = 0
     position_delete_files_added: int = 0
+
+
+# The event's own fields follow the counts' (every one with a default), so they are keyword-only;
+# the JSON is flat, one key a field, as the schema has it.
+@dataclass(frozen=True, kw_only=True)
+class CompactionEvent(CompactionCounts):
+    """What a compactor replica did to one partition (schemas/compaction-event.schema.json)."""
+
+    table: str
+    partition: dict[str, Any]
+    partition_path: str
+    kind: CompactionKind
+    outcome: CompactionOutcome
+    replica: str
+    started_ms: int
+    finished_ms: int
+    reason: str | None = None
+    attempt: int = 1
     version: int = EVENT_VERSION
 
     @classmethod
@@ -185,19 +168,20 @@ class CompactionEvent:
         table: str,
         partition: Mapping[str, Any],
         partition_path: str,
-        kind: str,
+        kind: CompactionKind,
         outcome: CompactionOutcome,
         replica: str,
         reason: str | None,
         attempt: int,
         started: float,
         finished: float,
-        result: CompactionCounts | None,
+        counts: CompactionCounts | None,
     ) -> CompactionEvent:
         """The event of an attempt that started at ``started`` and ended (or, for ``started``,
-        began) at ``finished`` (epoch seconds), with the counts of its result when it has one."""
-        counts = {name: getattr(result, name) for name in _COUNTS} if result is not None else {}
+        began) at ``finished`` (epoch seconds), with its counts when it has any."""
+        counts = counts or CompactionCounts()
         return cls(
+            **{f.name: getattr(counts, f.name) for f in fields(CompactionCounts)},
             table=table,
             partition=dict(partition),
             partition_path=partition_path,
@@ -208,7 +192,6 @@ class CompactionEvent:
             attempt=attempt,
             started_ms=int(started * 1000),
             finished_ms=int(finished * 1000),
-            **{"starting_snapshot_id": None, **counts},
         )
 
     def to_json(self) -> bytes:
@@ -217,7 +200,7 @@ class CompactionEvent:
     @classmethod
     def from_json(cls, data: bytes) -> CompactionEvent:
         document = _decode(data, COMPACTION_EVENT)
-        return cls(**{**document, "outcome": CompactionOutcome(document["outcome"])})
+        return cls(**{**document, "kind": CompactionKind(document["kind"]), "outcome": CompactionOutcome(document["outcome"])})
 
 
 class MaintenanceCounts(Protocol):

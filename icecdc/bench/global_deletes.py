@@ -110,7 +110,7 @@ def _resolve(spark: Any, config: Config) -> Resolution:
         sum(1 for d in files.deletes if d.is_equality),
         len(plan.examined),
         len(plan.convert),
-        result.position_delete_files_added,
+        result.counts.position_delete_files_added,
     )
 
 

@@ -171,7 +171,7 @@ def test_the_arrow_and_spark_engines_merge_a_partition_to_the_same_rows_and_file
         files = job.files()
         assert files is not None
         result = job.run(plan_rewrite(files, Work.DELETE_MERGE, config.compactor), {summary.COMPACTOR: "engine-test"})
-        assert result.committed is not None and result.data_files_added == 1
+        assert result.committed is not None and result.counts.data_files_added == 1
         new = spark.sql(
             f"SELECT file_path, record_count, lower_bounds, upper_bounds FROM {name}.files WHERE partition.region = 'eu'"
         ).collect()

@@ -10,22 +10,30 @@ from dataclasses import dataclass, field
 import orjson
 import pytest
 
-from icecdc.compactor import outcomes, turns
+from icecdc.compactor import turns
 from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.feed import EventFeed, EventTopics
 from icecdc.compactor.maintenance_runner import MaintenanceRunner
-from icecdc.compactor.outcomes import Outcome
+from icecdc.compactor.outcomes import Answered, BackingOff, Idle, Outcome
 from icecdc.compactor.plans import PartitionFiles, RewritePlan
 from icecdc.compactor.policy import Candidate, PartitionStats, Work
 from icecdc.compactor.rewrite import CompactionResult
-from icecdc.compactor.tracker import PartitionState, PartitionTracker
+from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
 from icecdc.config import CompactorConfig, MaintenanceConfig, SettleConfig
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
 from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, MaintenanceResult, MaintenanceSchedule
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.errors import CatalogOutage, CommitConflict, CompareAndSetLost
-from icecdc.events import CommitEvent, CompactionEvent, MaintenanceEvent, MaintenanceKind, MaintenanceOutcome, PartitionDelta
+from icecdc.events import (
+    CommitEvent,
+    CompactionCounts,
+    CompactionEvent,
+    MaintenanceEvent,
+    MaintenanceKind,
+    MaintenanceOutcome,
+    PartitionDelta,
+)
 from icecdc.files import LiveDataFile
 from icecdc.jvm.tables import CommittedSnapshot, Snapshot
 from icecdc.layout import Column, PartitionTerm, TableLayout
@@ -114,7 +122,12 @@ class FakeCompaction:
             raise self._error
         committed = commit(lambda: SNAPSHOT)
         return [
-            CompactionResult(p.work, 8, 4, committed, data_files_rewritten=len(p.rewrite), delete_files_removed=1) for p in plans
+            CompactionResult(
+                p.work,
+                CompactionCounts(8, 4, committed.snapshot_id, committed.sequence_number, len(p.rewrite), delete_files_removed=1),
+                committed,
+            )
+            for p in plans
         ]
 
 
@@ -133,9 +146,11 @@ def runner(
     compaction: FakeCompaction, gate: FakeGate | None = None, leases: FakeLeases | None = None, clock: Clock | None = None
 ) -> tuple[CompactionRunner, Published]:
     published = Published()
+    settings = SETTINGS.model_copy(update={"min_small_files": 2})
     return CompactionRunner(
         replica="r1",
-        settings=SETTINGS.model_copy(update={"min_small_files": 2}),
+        settings=settings,
+        tracker=PartitionTracker(settings),
         leases=leases or FakeLeases(),
         gate=gate or FakeGate(),
         compactions=lambda table, layout, partitions: setattr(compaction, "partitions", partitions) or compaction,
@@ -145,8 +160,8 @@ def runner(
     ), published
 
 
-def state(region: str = "eu") -> PartitionState:
-    s = PartitionState("db.t", f"p={region}", {"p": region}, PartitionStats(data_files=3, small_files=3))
+def state(region: str = "eu") -> TrackedPartition:
+    s = TrackedPartition("db.t", f"p={region}", {"p": region}, PartitionStats(data_files=3, small_files=3))
     s.cadence.record(900.0)
     return s
 
@@ -154,7 +169,7 @@ def state(region: str = "eu") -> PartitionState:
 CANDIDATE = Candidate("db.t", "p=eu", Work.MINOR, "3 small files", 1.0, 1.0)
 
 
-def run_one(run: CompactionRunner, s: PartitionState) -> CompactionEvent:
+def run_one(run: CompactionRunner, s: TrackedPartition) -> CompactionEvent:
     [event] = run.run([(CANDIDATE, s)], LAYOUT)
     return event
 
@@ -166,7 +181,7 @@ def test_a_commit_is_announced_then_reported_and_answers_the_partition():
     assert [e.outcome for e in published] == [Outcome.STARTED, Outcome.COMMITTED]
     assert published[0].starting_snapshot_id == 8 and published[0].snapshot_id is None
     assert (event.snapshot_id, event.sequence_number, event.data_files_rewritten, event.kind) == (9, 5, 3, "minor")
-    assert not s.compacting and s.answered(settled=True) and s.last_compaction == 1000.0 and s.failures == 0
+    assert s.state == Answered(900.0) and s.answered(settled=True) and s.last_compaction == 1000.0
 
 
 @pytest.mark.parametrize("files", [None, PartitionFiles((), ())], ids=["empty table", "nothing to rewrite"])
@@ -184,7 +199,8 @@ def test_losing_to_a_concurrent_change_is_a_conflict_retried_with_backoff(error)
     run, _ = runner(FakeCompaction(SMALL_FILES), gate=FakeGate(error))
     event = run_one(run, s)
     assert event.outcome is Outcome.CONFLICT
-    assert s.failures == 1 and 1005 <= (s.retry_at or 0) <= 1010 and not s.answered(settled=True)
+    assert isinstance(s.state, BackingOff) and s.state.failures == 1 and 1005 <= s.state.retry_at <= 1010
+    assert not s.answered(settled=True)
 
 
 def test_any_other_error_fails_and_is_retried_then_abandoned_until_the_next_write():
@@ -195,7 +211,7 @@ def test_any_other_error_fails_and_is_retried_then_abandoned_until_the_next_writ
     assert run_one(run, s).outcome is Outcome.FAILED
     last = run_one(run, s)
     assert last.outcome is Outcome.ABANDONED and "gave up after 3 attempts" in (last.reason or "")
-    assert last.attempt == 3 and s.failures == 0 and s.answered(settled=True) and s.retry_at is None
+    assert last.attempt == 3 and s.state == Answered(900.0) and s.answered(settled=True)
 
 
 def test_a_lost_lease_fences_the_attempt_without_backoff_or_answer():
@@ -205,7 +221,7 @@ def test_a_lost_lease_fences_the_attempt_without_backoff_or_answer():
     event = run_one(run, s)
     assert event.outcome is Outcome.FENCED and gate.leases_lost == ["db.t"]
     assert [e.outcome for e in published] == [Outcome.FENCED]
-    assert not s.compacting and s.failures == 0 and s.retry_at is None and not s.answered(settled=True)
+    assert s.state == Idle() and not s.answered(settled=True)
 
 
 def test_a_catalog_outage_stops_the_command_instead_of_counting_as_a_failure():
@@ -246,7 +262,7 @@ def test_a_failed_job_fails_every_partition_it_had_work_for():
     run, _ = runner(FakeCompaction(SMALL_FILES), gate=FakeGate(CommitConflict("files changed")))
     events = run.run([(CANDIDATE, states[0]), (Candidate("db.t", "p=us", Work.MINOR, "", 1.0, 1.0), states[1])], LAYOUT)
     assert [e.outcome for e in events] == [Outcome.CONFLICT, Outcome.CONFLICT]
-    assert all(s.failures == 1 and s.retry_at is not None for s in states)
+    assert all(isinstance(s.state, BackingOff) and s.state.failures == 1 for s in states)
 
 
 def test_a_job_checks_the_lease_of_every_partition_it_commits():
@@ -260,14 +276,16 @@ def test_a_job_checks_the_lease_of_every_partition_it_commits():
 
 
 def test_outcomes_that_do_not_end_an_attempt_are_refused():
+    tracker, s = PartitionTracker(SETTINGS), state()
+    tracker.begin(s)
     with pytest.raises(ValueError):
-        outcomes.resolve(state(), Outcome.STARTED, "", started=0, now=1, settings=SETTINGS, rng=random.Random(0))
+        tracker.resolve(s, Outcome.STARTED, "", started=0, now=1, rng=random.Random(0))
 
 
 def test_a_committed_compaction_of_a_settled_partition_reports_how_long_after_settling():
-    s = state()  # written at 900, settles at 901 (min window 1 s, one write seen)
-    outcomes.begin(s)
-    resolution = outcomes.resolve(s, Outcome.COMMITTED, "", started=950, now=960, settings=SETTINGS, rng=random.Random(0))
+    tracker, s = PartitionTracker(SETTINGS), state()  # written at 900, settles at 901 (min window 1 s, one write seen)
+    tracker.begin(s)
+    resolution = tracker.resolve(s, Outcome.COMMITTED, "", started=950, now=960, rng=random.Random(0))
     assert resolution.settled_for == pytest.approx(59)
 
 
@@ -454,14 +472,14 @@ def test_the_feed_applies_commits_of_known_tables_and_counts_bad_ones():
         table="db.t",
         partition={"p": "eu"},
         partition_path="p=eu",
-        kind="minor",
+        kind=Work.MINOR,
         outcome=Outcome.STARTED,
         replica="r2",
         reason=None,
         attempt=1,
         started=6.0,
         finished=6.0,
-        result=None,
+        counts=None,
     )
     feed = EventFeed(
         FakeConsumer(

@@ -160,7 +160,7 @@ def tracker(**overrides) -> PartitionTracker:
 
 
 def finish(t: PartitionTracker, state, outcome: Outcome, now: float):
-    return outcomes.resolve(state, outcome, "why", started=now - 1, now=now, settings=t.settings, rng=random.Random(1))
+    return t.resolve(state, outcome, "why", started=now - 1, now=now, rng=random.Random(1))
 
 
 def test_hot_partitions_within_their_read_budget_wait_for_settling():
@@ -196,7 +196,7 @@ def test_work_is_answered_until_the_next_write():
     t.on_commit(event("db.t", "p=a", 0))
     assert len(t.candidates(1000)) == 1
     state = t.get("db.t", "p=a")
-    outcomes.begin(state)
+    t.begin(state)
     assert t.candidates(1000) == []
     finish(t, state, Outcome.COMMITTED, 1001)
     assert t.candidates(2000) == [] and t.waiting(2000) == []  # fixed point: nothing to redo
@@ -210,12 +210,12 @@ def test_work_done_while_hot_leaves_the_settled_work_to_do_once_it_settles():
         t.on_commit(event("db.t", "p=a", second * 1000))
     [hot] = t.candidates(100)
     state = t.get("db.t", "p=a")
-    outcomes.begin(state, hot=hot.hot)
+    t.begin(state, hot=hot.hot)
     finish(t, state, Outcome.COMMITTED, 101)
     assert t.candidates(101) == []  # answered while it is still hot
     [settled] = t.candidates(5000)  # no write since, and it has settled: the full delete merge
     assert (settled.work, settled.hot) == (Work.DELETE_MERGE, False)
-    outcomes.begin(state, hot=settled.hot)
+    t.begin(state, hot=settled.hot)
     finish(t, state, Outcome.COMMITTED, 5001)
     assert t.candidates(6000) == []
 
@@ -224,7 +224,7 @@ def test_a_write_during_a_compaction_is_not_answered_by_it():
     t = tracker()
     t.on_commit(event("db.t", "p=a", 0))
     state = t.get("db.t", "p=a")
-    outcomes.begin(state)
+    t.begin(state)
     t.on_commit(event("db.t", "p=a", 500_000, sequence_number=2))  # lands while it runs
     finish(t, state, Outcome.COMMITTED, 1001)
     assert t.candidates(2000)  # its starting snapshot did not have that write's deletes
@@ -234,12 +234,12 @@ def test_failures_back_off_then_give_up_until_the_next_write():
     t = tracker(max_attempts=3, retry_base_seconds=10, retry_max_seconds=100)
     t.on_commit(event("db.t", "p=a", 0))
     state = t.get("db.t", "p=a")
-    outcomes.begin(state)
+    t.begin(state)
     assert finish(t, state, Outcome.FAILED, 1000).outcome is Outcome.FAILED
     assert t.candidates(1001) == [] and t.candidates(1011)
-    outcomes.begin(state)
+    t.begin(state)
     assert finish(t, state, Outcome.CONFLICT, 1011).outcome is Outcome.CONFLICT
-    outcomes.begin(state)
+    t.begin(state)
     assert finish(t, state, Outcome.FAILED, 1100).outcome is Outcome.ABANDONED  # third failure: given up
     assert t.candidates(10_000) == []
 
