@@ -108,6 +108,8 @@ def assert_reconcile_matches_files(spark, sidecar, name: str, table: str) -> Non
     assert REGISTRY.get_sample_value("icecdc_compactor_manifests_read_total", opened) == before
     layout = sidecar.layouts[table]
     expected: dict[str, list[int]] = {}
+    # The sidecar read the table as it is now; Spark's catalog may hold it as a few commits ago.
+    spark.sql(f"REFRESH TABLE {name}")
     for row in spark.sql(f"SELECT content, partition, file_size_in_bytes, record_count FROM {name}.files").collect():
         counts = expected.setdefault(layout.partition_path(layout.partition_from_metadata(row.partition.asDict())), [0] * 7)
         at = {0: 0, POSITION_DELETES: 3, EQUALITY_DELETES: 5}[row.content]
