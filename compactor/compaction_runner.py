@@ -13,19 +13,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from icecdc import summary
 from icecdc.compactor import metrics, outcomes
 from icecdc.compactor.outcomes import Outcome
 from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_for
 from icecdc.compactor.policy import Candidate, Work
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
-from icecdc.config import CompactorConfig
 from icecdc.coordinator.ownership import Ownership, slot_of
-from icecdc.errors import CatalogOutage
-from icecdc.events import CompactionCounts, CompactionEvent
+from icecdc.domain import summary
+from icecdc.domain.errors import CatalogOutage
+from icecdc.domain.events import CompactionCounts, CompactionEvent
+from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.jvm.tables import CommittedSnapshot, Snapshot
-from icecdc.layout import PartitionKey, TableLayout
+from icecdc.runtime.config import CompactorConfig
 
 log = logging.getLogger(__name__)
 

@@ -12,11 +12,11 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from icecdc.cadence import WriteCadence
 from icecdc.compactor import metrics
 from icecdc.compactor.tracker import PartitionTracker
 from icecdc.coordinator.activity import TableActivity
-from icecdc.events import CommitEvent, CompactionEvent, MaintenanceEvent
+from icecdc.domain.cadence import WriteCadence
+from icecdc.domain.events import CommitEvent, CompactionEvent, MaintenanceEvent
 
 log = logging.getLogger(__name__)
 

@@ -12,14 +12,14 @@ from collections.abc import Callable, Iterable
 from typing import Protocol
 
 from icecdc.compactor.compaction_runner import Leases
-from icecdc.config import MaintenanceConfig
 from icecdc.coordinator import metrics
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.errors import LeaseLost
 from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, ORPHANS, MaintenanceResult, MaintenanceSchedule
 from icecdc.coordinator.ownership import maintenance_slot
-from icecdc.errors import CatalogOutage, CommitConflict
-from icecdc.events import MaintenanceEvent, MaintenanceKind, MaintenanceOutcome
+from icecdc.domain.errors import CatalogOutage, CommitConflict
+from icecdc.domain.events import MaintenanceEvent, MaintenanceKind, MaintenanceOutcome
+from icecdc.runtime.config import MaintenanceConfig
 
 log = logging.getLogger(__name__)
 

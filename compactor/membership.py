@@ -12,7 +12,7 @@ from icecdc.coordinator import metrics
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.leases import PartitionLeases
 from icecdc.coordinator.ownership import Ownership
-from icecdc.health import Health
+from icecdc.runtime.health import Health
 
 KAFKA_CHECK = "kafka"
 

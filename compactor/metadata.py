@@ -9,15 +9,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from icecdc import summary
-from icecdc.catalog import load_metadata_table
 from icecdc.compactor.policy import PartitionStats
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata
-from icecdc.config import CompactorConfig, TableConfig
-from icecdc.files import DataFileContent
-from icecdc.layout import PartitionKey, TableLayout, layout_from_pyiceberg
-from icecdc.tableref import TableRef
+from icecdc.domain import summary
+from icecdc.domain.files import DataFileContent
+from icecdc.domain.layout import PartitionKey, TableLayout, layout_from_pyiceberg
+from icecdc.domain.tableref import TableRef
+from icecdc.runtime.catalog import load_metadata_table
+from icecdc.runtime.config import CompactorConfig, TableConfig
 
 
 @dataclass

@@ -1,10 +1,10 @@
-"""The compactor's Prometheus metrics (served on ``compactor.http`` by ``icecdc.health``)."""
+"""The compactor's Prometheus metrics (served on ``compactor.http`` by ``icecdc.runtime.health``)."""
 
 from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from icecdc.events import CompactionCounts, CompactionKind, CompactionOutcome
+from icecdc.domain.events import CompactionCounts, CompactionKind, CompactionOutcome
 
 PARTITIONS = Gauge("icecdc_compactor_partitions", "Partitions by state", ["table", "state"])
 COMMIT_EVENTS = Counter("icecdc_compactor_commit_events_total", "Commit events consumed", ["outcome"])

@@ -20,10 +20,10 @@ import random
 from dataclasses import dataclass
 from typing import TypeAlias
 
-from icecdc.config import CompactorConfig
 from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
-from icecdc.errors import CommitConflict, CompareAndSetLost
-from icecdc.events import CompactionOutcome
+from icecdc.domain.errors import CommitConflict, CompareAndSetLost
+from icecdc.domain.events import CompactionOutcome
+from icecdc.runtime.config import CompactorConfig
 
 Outcome = CompactionOutcome
 

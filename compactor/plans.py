@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from icecdc.compactor.policy import EQUALITY_DELETE_WEIGHT, Work, budget_for_bytes
 from icecdc.compactor.sizes import SizeClass, size_class
-from icecdc.config import CompactorConfig
-from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.runtime.config import CompactorConfig
 
 
 @dataclass(frozen=True)

@@ -23,8 +23,8 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from icecdc.config import CompactorConfig
-from icecdc.events import CompactionKind
+from icecdc.domain.events import CompactionKind
+from icecdc.runtime.config import CompactorConfig
 
 MIB = 1024 * 1024
 # What an equality-delete file costs a full scan, in data-file reads (measured, see above).

@@ -2,7 +2,7 @@
 executor: read the file's key columns (not its rows), find the positions whose keys the deletes
 name, add the positions earlier position deletes of the file already removed, and write them as
 one file-scoped position-delete file (format v2, Iceberg's Parquet layout) or one deletion
-vector (format v3, ``icecdc.puffin``). Iceberg 1.10 has no action for this; Amoro does the same
+vector (format v3, ``icecdc.runtime.puffin``). Iceberg 1.10 has no action for this; Amoro does the same
 to avoid rewriting a file for a handful of deleted rows.
 
 Nothing is written for a file whose equality deletes match no row it still holds: its earlier
@@ -18,8 +18,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icecdc.fileio import FIELD_ID, read_parquet_fields, write_parquet
-from icecdc.puffin import read_deletion_vector, write_deletion_vector
+from icecdc.runtime.fileio import FIELD_ID, read_parquet_fields, write_parquet
+from icecdc.runtime.puffin import read_deletion_vector, write_deletion_vector
 
 # Reserved field ids of the position-delete schema (Iceberg spec, "Position Delete Files").
 FILE_PATH_FIELD_ID = 2147483546

@@ -9,7 +9,7 @@ from typing import Protocol
 
 from icecdc.compactor.feed import EventTopics
 from icecdc.coordinator.activity import TableActivity
-from icecdc.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
+from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
 
 
 class EventProducer(Protocol):

@@ -13,14 +13,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from icecdc.catalog import metadata_call, pyiceberg_catalog
 from icecdc.compactor import metrics
 from icecdc.compactor.metadata import ManifestCache, load_table_partitions
 from icecdc.compactor.tracker import PartitionTracker
-from icecdc.config import Config
-from icecdc.errors import CatalogOutage
-from icecdc.layout import TableLayout
-from icecdc.outages import CatalogRetry
+from icecdc.domain.errors import CatalogOutage
+from icecdc.domain.layout import TableLayout
+from icecdc.runtime.catalog import metadata_call, pyiceberg_catalog
+from icecdc.runtime.config import Config
+from icecdc.runtime.outages import CatalogRetry
 
 log = logging.getLogger(__name__)
 

@@ -28,18 +28,19 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
-from icecdc import failpoints, summary
 from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, keep_deletes_of_unchanged, plan_together
 from icecdc.compactor.policy import Work
 from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, FileDeletes, PositionDeletes, convert_all
 from icecdc.compactor.row_merge import MergedFile, RowMerge, bins, merge_all
-from icecdc.config import RewriteEngine
-from icecdc.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
-from icecdc.events import CompactionCounts
+from icecdc.domain import summary
+from icecdc.domain.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
+from icecdc.domain.events import CompactionCounts
+from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.jvm.listing import PartitionListing, list_global_deletes, list_partitions
 from icecdc.jvm.rewrites import NewFile, PartitionRewrite, PositionDeleteFile, WrittenDataFile
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, Snapshot
-from icecdc.layout import PartitionKey, TableLayout
+from icecdc.runtime import failpoints
+from icecdc.runtime.config import RewriteEngine
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 
 from icecdc.compactor.positions import FileDeletes, KeyReader, deleted_positions_of, key_reader
-from icecdc.fileio import read_parquet_rows, write_parquet
+from icecdc.runtime.fileio import read_parquet_rows, write_parquet
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
 """Settle detection: is a partition still being written (hot), pausing (settling), or done
-(settled)? Decided from the partition's own write cadence (``icecdc.cadence``), as seen in the
+(settled)? Decided from the partition's own write cadence (``icecdc.domain.cadence``), as seen in the
 commit stream.
 
 A fixed window cannot serve every partition: one written every 5 s has settled after a minute of
@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import enum
 
-from icecdc.cadence import WriteCadence
-from icecdc.config import SettleConfig
+from icecdc.domain.cadence import WriteCadence
+from icecdc.runtime.config import SettleConfig
 
 # Hot until the writer is this many usual gaps late: a writer's cadence jitters, and a partition
 # must not flap between hot and settling on every late batch.

@@ -18,8 +18,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from icecdc import kafka, summary
-from icecdc.catalog import catalog_check
 from icecdc.compactor import turns
 from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.feed import EVENT_TAIL, EventFeed, EventTopics
@@ -31,18 +29,21 @@ from icecdc.compactor.reconcile import Reconciler
 from icecdc.compactor.rewrite import CompactionJob
 from icecdc.compactor.status import StatusWriter
 from icecdc.compactor.tracker import PartitionTracker
-from icecdc.config import Config
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.commits import CommitGate
 from icecdc.coordinator.leases import PartitionLeases
 from icecdc.coordinator.maintenance import MaintenanceSchedule, TableMaintenance
-from icecdc.errors import UserError
-from icecdc.events import CompactionEvent, CompactionOutcome, MaintenanceEvent
-from icecdc.health import Health, serving
+from icecdc.domain import summary
+from icecdc.domain.errors import UserError
+from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent
+from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
-from icecdc.layout import PartitionKey, TableLayout
-from icecdc.outages import CatalogRetry
+from icecdc.runtime import kafka
+from icecdc.runtime.catalog import catalog_check
+from icecdc.runtime.config import Config
+from icecdc.runtime.health import Health, serving
+from icecdc.runtime.outages import CatalogRetry
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -276,8 +277,8 @@ def run_compactor(
     config: Config, until_idle: float | None = None, spark: SparkSession | None = None, stop: threading.Event | None = None
 ) -> CompactorStats:
     """Run the sidecar until stopped (SIGTERM/SIGINT finish the current compaction first) or idle."""
-    from icecdc.lifecycle import stop_on_signals
-    from icecdc.spark import spark_session
+    from icecdc.runtime.lifecycle import stop_on_signals
+    from icecdc.runtime.spark import spark_session
 
     if not config.tables:
         raise UserError("the configuration lists no tables to compact")

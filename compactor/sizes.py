@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 
-from icecdc.config import CompactorConfig
+from icecdc.runtime.config import CompactorConfig
 
 
 class SizeClass(enum.Enum):

@@ -16,11 +16,11 @@ from typing import Any
 
 import orjson
 
-from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor import metrics
 from icecdc.compactor.metadata import load_table_partitions
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionStatus, PartitionTracker
-from icecdc.config import Config
+from icecdc.runtime.catalog import pyiceberg_catalog
+from icecdc.runtime.config import Config
 
 STATUS_FILE = "compactor-status.json"
 # The status file is rewritten at most this often, and around each compaction.

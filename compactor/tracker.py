@@ -17,7 +17,6 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from icecdc.cadence import WriteCadence
 from icecdc.compactor import outcomes
 from icecdc.compactor.outcomes import BackingOff, Compacting, Idle, PartitionState, Resolution
 from icecdc.compactor.policy import (
@@ -35,8 +34,9 @@ from icecdc.compactor.policy import (
 )
 from icecdc.compactor.settle import Phase, phase, settle_window, settles_at
 from icecdc.compactor.sizes import SizeClass, size_class
-from icecdc.config import CompactorConfig
-from icecdc.events import CommitEvent, CompactionOutcome, PartitionDelta
+from icecdc.domain.cadence import WriteCadence
+from icecdc.domain.events import CommitEvent, CompactionOutcome, PartitionDelta
+from icecdc.runtime.config import CompactorConfig
 
 # A table's global equality deletes (keys whose old partition was unknown; they apply to every
 # partition) are tracked, leased and resolved as one pseudo-partition of the table, by this path.

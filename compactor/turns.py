@@ -17,7 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from icecdc.compactor.policy import Candidate, Work
-from icecdc.events import MaintenanceKind
+from icecdc.domain.events import MaintenanceKind
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from icecdc.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
+from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
 
 
 @dataclass(frozen=True)

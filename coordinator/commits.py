@@ -18,14 +18,14 @@ from dataclasses import dataclass, field
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from icecdc import failpoints
-from icecdc.cadence import WriteCadence
-from icecdc.config import CoordinatorConfig
 from icecdc.coordinator import metrics
 from icecdc.coordinator.errors import CommitGaveUp
 from icecdc.coordinator.quiet import quiet_delay
-from icecdc.errors import CommitConflict, CompareAndSetLost
+from icecdc.domain.cadence import WriteCadence
+from icecdc.domain.errors import CommitConflict, CompareAndSetLost
 from icecdc.jvm.tables import CommittedSnapshot
+from icecdc.runtime import failpoints
+from icecdc.runtime.config import CoordinatorConfig
 
 log = logging.getLogger(__name__)
 

@@ -21,10 +21,10 @@ from typing import Any
 
 from confluent_kafka import KafkaException, TopicPartition
 
-from icecdc import kafka
-from icecdc.config import Config, ScalarProperty
 from icecdc.coordinator.errors import LeaseLost
 from icecdc.coordinator.ownership import Ownership
+from icecdc.runtime import kafka
+from icecdc.runtime.config import Config, ScalarProperty
 
 log = logging.getLogger(__name__)
 

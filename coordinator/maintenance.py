@@ -4,7 +4,7 @@ What maintenance must never do is decided here, in plain functions:
 - expire the starting snapshot of a running compaction (its commit validates the history from
   that snapshot and would fail), or the ingester's newest offsets snapshot: exactly-once
   recovery walks back from the current snapshot to the newest one that records source offsets
-  (``icecdc.summary.OFFSETS``), so that snapshot and every one after it must stay. Both are
+  (``icecdc.domain.summary.OFFSETS``), so that snapshot and every one after it must stay. Both are
   spared by moving the expiry cutoff back to the oldest of them; ``expireOlderThan`` keeps
   everything newer;
 - remove a file that a commit in flight is about to reference: only files older than
@@ -22,12 +22,12 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from icecdc import summary
-from icecdc.config import MaintenanceConfig
-from icecdc.events import MaintenanceKind
+from icecdc.domain import summary
+from icecdc.domain.events import MaintenanceKind
 from icecdc.jvm import actions
 from icecdc.jvm.actions import ManifestFacts
 from icecdc.jvm.tables import IcebergTable
+from icecdc.runtime.config import MaintenanceConfig
 
 log = logging.getLogger(__name__)
 

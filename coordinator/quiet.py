@@ -11,7 +11,7 @@ is still short of the writer's usual gap; otherwise it waits for the writer's ne
 
 from __future__ import annotations
 
-from icecdc.cadence import WriteCadence
+from icecdc.domain.cadence import WriteCadence
 
 # Part of the writer's gap kept clear before its next expected commit: its own commit takes a
 # moment, and a batch runs a little late or early.

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from icecdc.bench import add_benchmarks
-from icecdc.config import load_config
-from icecdc.errors import CatalogOutage, UserError
-from icecdc.logs import setup_logging
+from icecdc.domain.errors import CatalogOutage, UserError
 from icecdc.options import embedded_stack_arguments
+from icecdc.runtime.config import load_config
+from icecdc.runtime.logs import setup_logging
 
 log = logging.getLogger("icecdc")
 EXIT_CATALOG_OUTAGE = 75
@@ -31,8 +31,8 @@ def _cmd_config(args: argparse.Namespace) -> int:
 
 
 def _cmd_tables(args: argparse.Namespace) -> int:
-    from icecdc.catalog import ensure_tables
-    from icecdc.spark import spark_session
+    from icecdc.runtime.catalog import ensure_tables
+    from icecdc.runtime.spark import spark_session
 
     config = load_config(args.config)
     with spark_session(config, "icecdc-tables") as spark:
@@ -43,7 +43,7 @@ def _cmd_tables(args: argparse.Namespace) -> int:
 
 
 def _broker(args: argparse.Namespace):
-    from icecdc.broker import EmbeddedBroker
+    from icecdc.runtime.broker import EmbeddedBroker
 
     return EmbeddedBroker(args.state_dir.resolve() / "broker", args.port)
 
@@ -78,7 +78,7 @@ def _cmd_compact(args: argparse.Namespace) -> int:
 
 def _cmd_generate(args: argparse.Namespace) -> int:
     from icecdc.generator import run_generator
-    from icecdc.lifecycle import stop_on_signals
+    from icecdc.runtime.lifecycle import stop_on_signals
 
     sent = run_generator(
         load_config(args.config), args.table, args.rate, args.snapshot, args.seconds_per_day, args.limit, stop_on_signals()

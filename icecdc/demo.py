@@ -18,13 +18,14 @@ from typing import Any
 
 import yaml
 
-from icecdc import generator, kafka
-from icecdc.broker import EmbeddedBroker
-from icecdc.catalog import pyiceberg_catalog
+from icecdc import generator
 from icecdc.compactor import status
 from icecdc.compactor.status import status_path
 from icecdc.compactor.tracker import PartitionStatus
-from icecdc.config import Config, embedded_config
+from icecdc.runtime import kafka
+from icecdc.runtime.broker import EmbeddedBroker
+from icecdc.runtime.catalog import pyiceberg_catalog
+from icecdc.runtime.config import Config, embedded_config
 from icecdc.workload import OrdersWorkload, orders_table
 
 DEMO_TABLE = orders_table("demo.orders", "shop.public.orders")
@@ -114,7 +115,7 @@ def _all_settled(config: Config) -> bool:
 def run_demo(state_dir: Path, port: int, keep_broker: bool = False) -> int:
     from icecdc.compactor.sidecar import run_compactor
     from icecdc.ingest.runner import run_ingest
-    from icecdc.spark import create_spark_session
+    from icecdc.runtime.spark import create_spark_session
 
     config = demo_config(state_dir, port)
     config_path = state_dir / "icecdc.yaml"

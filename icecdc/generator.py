@@ -12,8 +12,8 @@ from collections.abc import Iterable
 
 from confluent_kafka import Producer
 
-from icecdc import kafka
-from icecdc.config import Config
+from icecdc.runtime import kafka
+from icecdc.runtime.config import Config
 from icecdc.workload import Change, OrdersWorkload
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from icecdc.config import DEFAULT_STATE_DIR, EMBEDDED_BROKER_PORT
+from icecdc.runtime.config import DEFAULT_STATE_DIR, EMBEDDED_BROKER_PORT
 
 
 def state_dir_argument(

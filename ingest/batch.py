@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from icecdc.domain.layout import PartitionKey, TableLayout
+from icecdc.domain.sourcespec import DEFAULT_RULES, BeforeImage, SourceRules, UnknownPartition
 from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent
-from icecdc.layout import PartitionKey, TableLayout
-from icecdc.sourcespec import DEFAULT_RULES, BeforeImage, SourceRules, UnknownPartition
 
 
 @dataclass(frozen=True)

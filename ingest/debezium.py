@@ -43,10 +43,10 @@ from typing import Any
 
 import orjson
 
+from icecdc.domain.layout import EPOCH_DATE, Column
+from icecdc.domain.tablespec import decimal_type
 from icecdc.ingest.evolution import source_fields
-from icecdc.layout import EPOCH_DATE, Column
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
-from icecdc.tablespec import decimal_type
 
 ROW_OPS = frozenset({"c", "r", "u", "d"})
 TRUNCATE, MESSAGE = "t", "m"

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from icecdc.layout import Column
-from icecdc.tablespec import DecimalType, decimal_type, widens_to
+from icecdc.domain.layout import Column
+from icecdc.domain.tablespec import DecimalType, decimal_type, widens_to
 
 # Connect's primitive types -> Iceberg's.
 _CONNECT_PRIMITIVES = {

@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
-from icecdc.layout import PartitionKey, TableLayout
+from icecdc.domain.layout import PartitionKey, TableLayout
 
 DATA_CONTENT, EQUALITY_DELETE_CONTENT = "DATA", "EQUALITY_DELETES"
 

@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from icecdc.domain.layout import TableLayout
+from icecdc.domain.sourcespec import SourceRules
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.plan import JobResult, Position, WrittenFile
 from icecdc.ingest.stages import PARSED_SCHEMA, RESULT_SCHEMA, Tag, parse_stage, reduce_and_write_stage
-from icecdc.layout import TableLayout
-from icecdc.sourcespec import SourceRules
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame

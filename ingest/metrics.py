@@ -1,4 +1,4 @@
-"""The ingester's Prometheus metrics (served by ``icecdc.health`` on ``ingest.http``)."""
+"""The ingester's Prometheus metrics (served by ``icecdc.runtime.health`` on ``ingest.http``)."""
 
 from __future__ import annotations
 

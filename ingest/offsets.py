@@ -1,7 +1,7 @@
 """Exactly-once bookkeeping: the source offsets a table has committed live in its snapshot
 summaries (as the Iceberg Kafka Connect sink does), so the table itself says where to resume.
 
-Each ingest commit records, under ``icecdc.offsets`` (``icecdc.summary.OFFSETS``), the full map
+Each ingest commit records, under ``icecdc.offsets`` (``icecdc.domain.summary.OFFSETS``), the full map
 topic -> partition -> next offset to read (merged with what earlier commits recorded), plus the
 batch id. Commits of others (the compactor's rewrites) carry none, so the newest snapshot that
 has the property wins.
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import orjson
 
-from icecdc import summary
+from icecdc.domain import summary
 
 Offsets = dict[str, dict[int, int]]  # topic -> kafka partition -> next offset to read
 

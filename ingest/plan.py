@@ -14,13 +14,13 @@ from typing import Any, Protocol
 
 import orjson
 
-from icecdc import summary
-from icecdc.events import CommitEvent, PartitionDelta
+from icecdc.domain import summary
+from icecdc.domain.events import CommitEvent, PartitionDelta
+from icecdc.domain.layout import PartitionKey, TableLayout
+from icecdc.domain.sourcespec import SourceRules, UnknownPartition
 from icecdc.ingest import offsets as offset_log
 from icecdc.ingest.evolution import ColumnChange
 from icecdc.ingest.filemeta import FileKind
-from icecdc.layout import PartitionKey, TableLayout
-from icecdc.sourcespec import SourceRules, UnknownPartition
 
 Position = tuple[str, int]  # (topic, Kafka partition)
 # table -> position -> the offset of the table's last truncate there

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, Message, Producer
 from tenacity import RetryCallState, retry, retry_if_result, stop_after_attempt, wait_random_exponential
 
-from icecdc.events import CommitEvent
+from icecdc.domain.events import CommitEvent
 from icecdc.ingest import metrics
 from icecdc.ingest.plan import DeadLetter
 

@@ -6,11 +6,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING
 
-from icecdc import kafka
-from icecdc.catalog import catalog_check, ensure_tables
-from icecdc.config import Config
-from icecdc.errors import UserError
-from icecdc.health import Health, serving
+from icecdc.domain.errors import UserError
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import (
     DirectKafkaSource,
@@ -20,9 +16,13 @@ from icecdc.ingest.sources import (
     run_streaming,
 )
 from icecdc.ingest.writer import BatchWriter, IngestStats
-from icecdc.lifecycle import stop_on_signals
-from icecdc.outages import CatalogRetry
-from icecdc.spark import spark_session
+from icecdc.runtime import kafka
+from icecdc.runtime.catalog import catalog_check, ensure_tables
+from icecdc.runtime.config import Config
+from icecdc.runtime.health import Health, serving
+from icecdc.runtime.lifecycle import stop_on_signals
+from icecdc.runtime.outages import CatalogRetry
+from icecdc.runtime.spark import spark_session
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

@@ -23,13 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
-from icecdc import kafka
-from icecdc.config import Config
-from icecdc.errors import UserError
-from icecdc.health import Health
+from icecdc.domain.errors import UserError
 from icecdc.ingest import metrics
 from icecdc.ingest.stages import KAFKA_SCHEMA
 from icecdc.jvm.bridge import JavaBridge
+from icecdc.runtime import kafka
+from icecdc.runtime.config import Config
+from icecdc.runtime.health import Health
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession

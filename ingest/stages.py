@@ -23,13 +23,13 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from icecdc.fileio import write_parquet_with_footer
+from icecdc.domain.layout import TableLayout
+from icecdc.domain.sourcespec import SourceRules, TruncateMode
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, decode_change, read_envelope
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.filemeta import FileKind, describe
-from icecdc.layout import TableLayout
-from icecdc.sourcespec import SourceRules, TruncateMode
+from icecdc.runtime.fileio import write_parquet_with_footer
 
 _DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
 

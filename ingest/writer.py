@@ -28,11 +28,10 @@ from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
-from icecdc import failpoints
-from icecdc.catalog import load_metadata_table, metadata_call, pyiceberg_catalog
-from icecdc.config import Config
-from icecdc.errors import MissingPartitionSpec, NoSuchTable
-from icecdc.events import CommitEvent
+from icecdc.domain.errors import MissingPartitionSpec, NoSuchTable
+from icecdc.domain.events import CommitEvent
+from icecdc.domain.layout import TableLayout, layout_from_pyiceberg
+from icecdc.domain.sourcespec import SourceRules
 from icecdc.ingest import metrics, plan
 from icecdc.ingest import offsets as offset_log
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
@@ -42,9 +41,10 @@ from icecdc.ingest.plan import DeadLetter, IngestStats, JobResult, Position, Tab
 from icecdc.ingest.publish import CommitEventPublisher, DeadLetterTopic
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
-from icecdc.layout import TableLayout, layout_from_pyiceberg
-from icecdc.outages import CatalogRetry
-from icecdc.sourcespec import SourceRules
+from icecdc.runtime import failpoints
+from icecdc.runtime.catalog import load_metadata_table, metadata_call, pyiceberg_catalog
+from icecdc.runtime.config import Config
+from icecdc.runtime.outages import CatalogRetry
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer

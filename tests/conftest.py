@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from icecdc.broker import EmbeddedBroker, free_port
-from icecdc.config import Config, embedded_config
+from icecdc.runtime.broker import EmbeddedBroker, free_port
+from icecdc.runtime.config import Config, embedded_config
 
 
 @pytest.fixture(scope="session")
@@ -34,7 +34,7 @@ def stack_config(state_dir: Path, broker: EmbeddedBroker) -> Config:
 
 @pytest.fixture(scope="session")
 def spark(stack_config: Config):
-    from icecdc.spark import create_spark_session
+    from icecdc.runtime.spark import create_spark_session
 
     session = create_spark_session(stack_config, "icecdc-tests")
     yield session

@@ -15,9 +15,9 @@ from typing import Generic, TypeVar
 from hypothesis import event
 
 from icecdc.compactor.rewrite import Committer, CompactionResult
-from icecdc.config import Config
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
+from icecdc.runtime.config import Config
 from tests.cdc import Change, SourceDatabase, table_rows
 from tests.integration.test_compactor import POSITION_DELETES, Stream
 from tests.integration.test_ingest_writer import batch_writer, qualified

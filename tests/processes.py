@@ -1,5 +1,5 @@
 """Running ``icecdc`` commands as separate processes, as users and Kubernetes do, with an
-optional crash point (see icecdc/failpoints.py)."""
+optional crash point (see icecdc/runtime/failpoints.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from icecdc.config import Config
+from icecdc.runtime.config import Config
 
 
 def write_config(config: Config, path: Path) -> Path:

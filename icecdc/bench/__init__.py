@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from icecdc.errors import UserError
+from icecdc.domain.errors import UserError
 
 INSTALL_HINT = "pip install 'icecdc[bench]'"
 

@@ -24,8 +24,8 @@ from typing import Any
 from icecdc.bench import out_argument, print_results
 from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
-from icecdc.config import Config
 from icecdc.options import embedded_stack_arguments
+from icecdc.runtime.config import Config
 from icecdc.workload import OrdersWorkload, orders_table
 
 # unmerged: no compactor either, and Iceberg's own manifest merging (from 100 manifests on) instead

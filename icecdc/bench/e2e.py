@@ -44,13 +44,13 @@ from icecdc.bench.strategies import (
     cron_period,
     strategy_names,
 )
-from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor.sizes import SizeClass, size_class
-from icecdc.config import CompactorConfig, Config
-from icecdc.errors import UserError
-from icecdc.files import DataFileContent
+from icecdc.domain.errors import UserError
+from icecdc.domain.files import DataFileContent
+from icecdc.domain.summary import COMPACTOR
 from icecdc.options import embedded_stack_arguments
-from icecdc.summary import COMPACTOR
+from icecdc.runtime.catalog import pyiceberg_catalog
+from icecdc.runtime.config import CompactorConfig, Config
 from icecdc.workload import ORDERS_PARTITIONING, OrdersWorkload, orders_table
 
 COLUMNS = ("id", "region", "status", "amount", "updated_at")

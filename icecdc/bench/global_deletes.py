@@ -27,8 +27,8 @@ import orjson
 from icecdc.bench import out_argument, print_results
 from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
-from icecdc.config import Config
 from icecdc.options import state_dir_argument
+from icecdc.runtime.config import Config
 from icecdc.workload import OrdersWorkload, orders_table
 
 say = progress("global-deletes")
@@ -82,12 +82,12 @@ def _ms(spark: Any, query: str) -> float:
 
 
 def _resolve(spark: Any, config: Config) -> Resolution:
-    from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor.metadata import load_table_partitions
     from icecdc.compactor.plans import plan_resolution
     from icecdc.compactor.rewrite import PartitionCompaction
     from icecdc.jvm.bridge import JavaBridge
     from icecdc.jvm.tables import IcebergTable
+    from icecdc.runtime.catalog import pyiceberg_catalog
 
     table = config.tables[0]
     ref = config.table_ref(table)

@@ -20,12 +20,12 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from icecdc import kafka
 from icecdc.bench.report import markdown_table
-from icecdc.broker import EmbeddedBroker, free_port
-from icecdc.catalog import ensure_tables
-from icecdc.config import Config, embedded_config
-from icecdc.tableref import TableRef
+from icecdc.domain.tableref import TableRef
+from icecdc.runtime import kafka
+from icecdc.runtime.broker import EmbeddedBroker, free_port
+from icecdc.runtime.catalog import ensure_tables
+from icecdc.runtime.config import Config, embedded_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -56,7 +56,7 @@ class BenchStack:
 def bench_stack(name: str, state_dir: Path, *, broker: bool = True, **overrides: Any) -> Iterator[BenchStack]:
     """The run's stack: the broker stops when the block ends (its Kafka clients must be gone by
     then, so benches keep them inside the block)."""
-    from icecdc.spark import spark_session
+    from icecdc.runtime.spark import spark_session
 
     embedded = EmbeddedBroker(state_dir / "broker", free_port()) if broker else None
     if embedded is not None:

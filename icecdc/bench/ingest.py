@@ -24,8 +24,8 @@ import orjson
 from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
 from icecdc.bench.report import line_plot, machine, markdown_table, publish
-from icecdc.catalog import ensure_tables
 from icecdc.options import state_dir_argument
+from icecdc.runtime.catalog import ensure_tables
 from icecdc.workload import REGIONS, STATUSES, orders_table
 
 DAY_MICROS = 86_400_000_000

@@ -62,7 +62,7 @@ class JobsResults:
 
 def measure(stack: BenchStack, label: str, partitions: int, rows: int, batches: int, per_job: int) -> JobsRun:
     from icecdc.compactor.sidecar import create_sidecar
-    from icecdc.events import CompactionOutcome
+    from icecdc.domain.events import CompactionOutcome
 
     spark = stack.spark
     config = clone(

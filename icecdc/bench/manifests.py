@@ -22,8 +22,8 @@ from typing import Any
 from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.harness import bench_stack, progress
 from icecdc.bench.report import line_plot, machine, markdown_table, publish
-from icecdc.config import DEFAULT_STATE_DIR
 from icecdc.options import state_dir_argument
+from icecdc.runtime.config import DEFAULT_STATE_DIR
 
 DAYS = 8
 say = progress("manifests")

@@ -29,13 +29,13 @@ from typing import Any
 import orjson
 import pyarrow.parquet as pq
 
-from icecdc import summary as summary_keys
 from icecdc.bench import out_argument, print_results
 from icecdc.bench.harness import FeedWriter, StageCost, bench_stack, clone, last_stage_id, progress, stage_table, stages_since
 from icecdc.bench.ingest import ChangingTable, base_sql
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
-from icecdc.fileio import file_io
+from icecdc.domain import summary as summary_keys
 from icecdc.options import embedded_stack_arguments
+from icecdc.runtime.fileio import file_io
 from icecdc.workload import REGIONS, orders_table
 
 MB = 1e6
@@ -102,14 +102,14 @@ def _pyarrow_copy_seconds(paths: list[str], io_properties: dict[str, str]) -> fl
 def run(
     rows: int, batches: int, deleted_share: float, repeats: int, out: Path, state_dir: Path, regions: int = len(REGIONS)
 ) -> RewriteResults:
-    from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor.metadata import load_table_partitions
     from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_rewrite
     from icecdc.compactor.policy import Work
     from icecdc.compactor.rewrite import PartitionCompaction
-    from icecdc.config import RewriteEngine
     from icecdc.jvm.bridge import JavaBridge
     from icecdc.jvm.tables import IcebergTable
+    from icecdc.runtime.catalog import pyiceberg_catalog
+    from icecdc.runtime.config import RewriteEngine
 
     with bench_stack("rewrite", state_dir, spark={"conf": {"spark.driver.memory": "4g"}}) as stack:
         config = clone(stack.config, tables=[orders_table(f"bench.rewrite_{stack.run_id}", f"rewrite-{stack.run_id}")])

@@ -84,13 +84,13 @@ def _measure(step: Callable[[], T], repeats: int) -> tuple[StepCost, T]:
 
 
 def measure_shape(stack: Any, partitions: int, batches: int, repeats: int) -> ShapePoint:
-    from icecdc.catalog import pyiceberg_catalog
     from icecdc.compactor import status
     from icecdc.compactor.metadata import ManifestCache, load_table_partitions
     from icecdc.compactor.tracker import PartitionTracker
     from icecdc.jvm.bridge import JavaBridge
     from icecdc.jvm.listing import list_partition
     from icecdc.jvm.tables import IcebergTable
+    from icecdc.runtime.catalog import pyiceberg_catalog
 
     spark = stack.spark
     config = clone(

@@ -24,12 +24,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icecdc import summary
 from icecdc.bench.harness import CompactorCounts, CompactorProcess
-from icecdc.catalog import pyiceberg_catalog
-from icecdc.config import CompactorConfig, Config
-from icecdc.errors import CommitConflict, CompareAndSetLost
+from icecdc.domain import summary
+from icecdc.domain.errors import CommitConflict, CompareAndSetLost
 from icecdc.jvm.bridge import translate
+from icecdc.runtime.catalog import pyiceberg_catalog
+from icecdc.runtime.config import CompactorConfig, Config
 
 log = logging.getLogger(__name__)
 

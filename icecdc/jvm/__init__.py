@@ -4,7 +4,7 @@ deletes, maintenance actions that tag their snapshots.
 
 No py4j call happens outside this package
 (``tests/unit/test_static_checks.py::test_no_py4j_outside_the_java_adapter`` checks it). Callers
-get typed Python objects, never Java handles, and Python exceptions of ``icecdc.errors``:
+get typed Python objects, never Java handles, and Python exceptions of ``icecdc.domain.errors``:
 ``bridge`` translates Java's once, at this boundary.
 
 - ``bridge``: the JVM of a Spark session, Java values py4j does not make on its own, and the

@@ -5,8 +5,8 @@ py4j converts Python ints to ``Integer`` (so the adapter passes typed values thr
 parsers, see ``listing.java_partition``), and static methods that share a name with an instance
 method need reflection. Every
 call that reaches Iceberg goes through ``java_errors``, which turns what crossed py4j into the
-kinds of ``icecdc.errors``: Iceberg's own by the Java exception's class (walking its causes); an
-unavailable catalog as ``icecdc.transient`` tells it from the chain's classes, codes and messages.
+kinds of ``icecdc.domain.errors``: Iceberg's own by the Java exception's class (walking its causes); an
+unavailable catalog as ``icecdc.domain.transient`` tells it from the chain's classes, codes and messages.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from icecdc.errors import (
+from icecdc.domain.errors import (
     CatalogUnavailable,
     CommitConflict,
     CommitStateUnknown,
@@ -24,7 +24,7 @@ from icecdc.errors import (
     IcebergError,
     NoSuchTable,
 )
-from icecdc.transient import MAX_CHAIN, Symptoms, classify
+from icecdc.domain.transient import MAX_CHAIN, Symptoms, classify
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -41,7 +41,7 @@ _KINDS: dict[str, type[IcebergError]] = {
     "org.apache.iceberg.exceptions.NoSuchTableException": NoSuchTable,
     "org.apache.spark.sql.catalyst.analysis.NoSuchTableException": NoSuchTable,
 }
-# The links that carry a code (``icecdc.transient`` reads it): JDBC's SQLState (PostgreSQL's
+# The links that carry a code (``icecdc.domain.transient`` reads it): JDBC's SQLState (PostgreSQL's
 # PSQLException among them), the AWS SDK's HTTP status (S3's 503 SlowDown).
 _SQL_EXCEPTION = "java.sql.SQLException"
 _AWS_SERVICE_EXCEPTION = "software.amazon.awssdk.core.exception.SdkServiceException"
@@ -84,7 +84,7 @@ def _symptoms(link: JavaObject, classes: set[str]) -> Symptoms:
 
 
 def translate(error: BaseException) -> BaseException:
-    """The ``icecdc.errors`` kind of an exception that came out of the JVM; other exceptions
+    """The ``icecdc.domain.errors`` kind of an exception that came out of the JVM; other exceptions
     (and Java ones of no known kind) are returned as they are."""
     throwable = java_exception(error)
     if throwable is None:
@@ -106,7 +106,7 @@ def translate(error: BaseException) -> BaseException:
 
 @contextmanager
 def java_errors() -> Iterator[None]:
-    """Raise the ``icecdc.errors`` kind of whatever the block's Java calls throw."""
+    """Raise the ``icecdc.domain.errors`` kind of whatever the block's Java calls throw."""
     try:
         yield
     except Exception as error:

@@ -14,11 +14,11 @@ import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from icecdc.fileio import read_parquet_fields
-from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.jvm.bridge import JavaBridge, JavaObject, iterate
 from icecdc.jvm.tables import IcebergTable, Snapshot
-from icecdc.layout import PartitionKey, TableLayout
+from icecdc.runtime.fileio import read_parquet_fields
 
 
 class PartitionListing:

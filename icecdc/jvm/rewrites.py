@@ -18,8 +18,8 @@ from dataclasses import dataclass
 
 import orjson
 
-from icecdc import summary as summary_keys
-from icecdc.files import LiveDeleteFile
+from icecdc.domain import summary as summary_keys
+from icecdc.domain.files import LiveDeleteFile
 from icecdc.jvm.bridge import JavaObject, iterate, java_errors
 from icecdc.jvm.listing import PartitionListing, delete_facts
 from icecdc.jvm.tables import CommittedSnapshot

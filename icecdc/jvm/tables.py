@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from icecdc import summary as summary_keys
-from icecdc.errors import CatalogUnavailable, CommitStateUnknown, MissingPartitionSpec
+from icecdc.domain import summary as summary_keys
+from icecdc.domain.errors import CatalogUnavailable, CommitStateUnknown, MissingPartitionSpec
+from icecdc.domain.tableref import TableRef
 from icecdc.jvm.bridge import JavaBridge, JavaObject, iterate, java_errors, string_map, translate
-from icecdc.outages import CatalogRetry
-from icecdc.tableref import TableRef
+from icecdc.runtime.outages import CatalogRetry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

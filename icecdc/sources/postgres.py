@@ -33,8 +33,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from icecdc.broker import free_port
-from icecdc.errors import UserError
+from icecdc.domain.errors import UserError
+from icecdc.runtime.broker import free_port
 
 if TYPE_CHECKING:
     import psycopg

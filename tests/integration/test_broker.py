@@ -6,8 +6,8 @@ import time
 
 from confluent_kafka import TopicPartition
 
-from icecdc import kafka
-from icecdc.broker import EmbeddedBroker, free_port
+from icecdc.runtime import kafka
+from icecdc.runtime.broker import EmbeddedBroker, free_port
 
 
 def consume(consumer, count: int, timeout: float = 60.0) -> list[tuple[int, bytes]]:
@@ -68,7 +68,7 @@ def test_cli_starts_and_stops_a_broker(tmp_path):
 def test_port_taken_by_someone_else_is_a_clear_error(broker, tmp_path):
     import pytest
 
-    from icecdc.broker import BrokerError
+    from icecdc.runtime.broker import BrokerError
 
     with pytest.raises(BrokerError, match=f"port {broker.port} .* is taken"):
         EmbeddedBroker(tmp_path, broker.port).start()

@@ -12,10 +12,10 @@ import time
 
 import orjson
 
-from icecdc import kafka
-from icecdc.broker import free_port
-from icecdc.config import Config
-from icecdc.spark import sqlite_catalog_file
+from icecdc.runtime import kafka
+from icecdc.runtime.broker import free_port
+from icecdc.runtime.config import Config
+from icecdc.runtime.spark import sqlite_catalog_file
 from tests.cdc import REGIONS, SourceDatabase, table_rows
 from tests.integration.test_coordinator import coordinated_config, stop, wait_for
 from tests.integration.test_ingest_writer import qualified

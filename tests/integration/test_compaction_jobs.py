@@ -14,15 +14,15 @@ import hypothesis.strategies as st
 import orjson
 from hypothesis import HealthCheck, event, example, given, settings
 
-from icecdc import summary
 from icecdc.compactor.plans import plan_rewrite
 from icecdc.compactor.policy import Work
 from icecdc.compactor.rewrite import Committer, CompactionJob, CompactionResult, PartitionCompaction
 from icecdc.compactor.sidecar import create_sidecar
-from icecdc.config import Config, RewriteEngine, TableConfig
-from icecdc.events import CompactionOutcome
+from icecdc.domain import summary
+from icecdc.domain.events import CompactionOutcome
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
+from icecdc.runtime.config import Config, RewriteEngine, TableConfig
 from tests.cdc import REGIONS, changes, orders_table, table_rows
 from tests.histories import History, run_history
 from tests.integration.test_compactor import (

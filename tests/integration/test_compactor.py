@@ -13,20 +13,20 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
-from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor.metadata import TableMetadata, load_table_partitions
 from icecdc.compactor.plans import plan_rewrite
 from icecdc.compactor.policy import Work
 from icecdc.compactor.rewrite import PartitionCompaction
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.compactor.status import collect, render
-from icecdc.config import Config
-from icecdc.errors import CommitConflict
-from icecdc.events import CompactionEvent, CompactionOutcome
+from icecdc.domain.errors import CommitConflict
+from icecdc.domain.events import CompactionEvent, CompactionOutcome
+from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.ingest.sources import records_to_dataframe
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
-from icecdc.layout import PartitionKey, TableLayout
+from icecdc.runtime.catalog import pyiceberg_catalog
+from icecdc.runtime.config import Config
 from tests.cdc import SourceDatabase, kafka_records, table_rows
 from tests.integration.test_ingest_writer import batch_writer, config_for, qualified, read_topic
 from tests.processes import icecdc_process, write_config

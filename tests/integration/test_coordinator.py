@@ -20,20 +20,20 @@ import orjson
 import pytest
 from confluent_kafka import TopicPartition
 
-from icecdc import kafka
-from icecdc.catalog import pyiceberg_catalog
 from icecdc.compactor.metadata import load_table_partitions
 from icecdc.compactor.plans import plan_rewrite
 from icecdc.compactor.policy import Work
-from icecdc.config import Config, MaintenanceConfig
 from icecdc.coordinator.maintenance import TableMaintenance
-from icecdc.errors import CommitConflict
-from icecdc.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceKind, MaintenanceOutcome
+from icecdc.domain.errors import CommitConflict
+from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceKind, MaintenanceOutcome
 from icecdc.ingest.offsets import committed_offsets
 from icecdc.ingest.sources import records_to_dataframe
 from icecdc.jvm import actions
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
+from icecdc.runtime import kafka
+from icecdc.runtime.catalog import pyiceberg_catalog
+from icecdc.runtime.config import Config, MaintenanceConfig
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, table_rows
 from tests.integration.test_compactor import (
     EQUALITY_DELETES,

@@ -18,10 +18,10 @@ from icecdc.compactor.plans import plan_hot, plan_resolution
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH
-from icecdc.config import Config, TableConfig
-from icecdc.events import CompactionOutcome
+from icecdc.domain.events import CompactionOutcome
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
+from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, changes, orders_table, table_rows
 from tests.histories import History, rows_at, run_history
 from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compaction_of, compactor_config, table_metadata

@@ -19,8 +19,8 @@ from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_conversion,
 from icecdc.compactor.policy import Work
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.sidecar import create_sidecar
-from icecdc.config import CompactorConfig, Config, TableConfig
-from icecdc.events import CompactionOutcome
+from icecdc.domain.events import CompactionOutcome
+from icecdc.runtime.config import CompactorConfig, Config, TableConfig
 from tests.cdc import changes, orders_table, table_rows
 from tests.histories import History, run_history
 from tests.integration.test_compactor import (

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import orjson
 
-from icecdc import kafka
-from icecdc.catalog import ensure_tables
-from icecdc.config import Config, TableConfig
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.runner import run_ingest
 from icecdc.ingest.sources import run_streaming
 from icecdc.ingest.stages import KAFKA_SCHEMA
 from icecdc.ingest.writer import BatchWriter
+from icecdc.runtime import kafka
+from icecdc.runtime.catalog import ensure_tables
+from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, kafka_records, orders_table, table_rows
 from tests.processes import icecdc_process, write_config
 

@@ -13,15 +13,15 @@ import orjson
 from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
 
-from icecdc import kafka
-from icecdc.catalog import ensure_tables
-from icecdc.config import Config, TableConfig
-from icecdc.events import CommitEvent
+from icecdc.domain.events import CommitEvent
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import records_to_dataframe
 from icecdc.ingest.writer import BatchWriter
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
+from icecdc.runtime import kafka
+from icecdc.runtime.catalog import ensure_tables
+from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, flavoured_batches, flavoured_history, kafka_records, orders_table, table_rows
 
 

@@ -12,11 +12,11 @@ import orjson
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
-from icecdc import kafka
-from icecdc.broker import free_port
 from icecdc.compactor.sidecar import run_compactor
-from icecdc.config import Config, embedded_config
 from icecdc.ingest.runner import run_ingest
+from icecdc.runtime import kafka
+from icecdc.runtime.broker import free_port
+from icecdc.runtime.config import Config, embedded_config
 from tests.cdc import SourceDatabase, table_rows
 from tests.integration.test_compactor import compactor_config
 from tests.integration.test_ingest_process import produce

@@ -19,9 +19,9 @@ import orjson
 import pytest
 from confluent_kafka import TopicPartition
 
-from icecdc import kafka
-from icecdc.config import Config, TableConfig
 from icecdc.ingest.runner import run_ingest
+from icecdc.runtime import kafka
+from icecdc.runtime.config import Config, TableConfig
 from icecdc.sources.debezium import DebeziumPostgresSource
 from icecdc.sources.postgres import PostgresError, ThrowawayPostgres, server_bindir
 from tests.cdc import ORDERS_PARTITIONING, ORDERS_SCHEMA, REGIONS, table_rows

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from icecdc.broker import free_port
+from icecdc.runtime.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 

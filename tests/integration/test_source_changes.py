@@ -19,14 +19,14 @@ import hypothesis.strategies as st
 import orjson
 from hypothesis import HealthCheck, event, example, given, settings
 
-from icecdc import kafka
 from icecdc.compactor.plans import plan_conversion, plan_rewrite
 from icecdc.compactor.policy import Work
-from icecdc.config import Config, TableConfig
-from icecdc.errors import CommitConflict
-from icecdc.events import CommitEvent
+from icecdc.domain.errors import CommitConflict
+from icecdc.domain.events import CommitEvent
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
+from icecdc.runtime import kafka
+from icecdc.runtime.config import Config, TableConfig
 from tests.integration.test_compactor import Stream, compaction_of, compactor_config, table_metadata
 from tests.integration.test_ingest_process import ingest_process, produce
 from tests.integration.test_ingest_writer import batch_writer, qualified, read_topic

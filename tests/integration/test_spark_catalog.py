@@ -5,13 +5,13 @@ from decimal import Decimal
 
 import pytest
 
-from icecdc.catalog import (
+from icecdc.runtime.catalog import (
     TableMismatchError,
     ensure_tables,
     live_shape,
     pyiceberg_catalog,
 )
-from icecdc.config import Config
+from icecdc.runtime.config import Config
 
 
 def with_table(config: Config, **table) -> Config:

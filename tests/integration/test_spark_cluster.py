@@ -18,9 +18,9 @@ from pathlib import Path
 import orjson
 import pyspark
 
-from icecdc import kafka
-from icecdc.broker import free_port
-from icecdc.config import Config, TableConfig
+from icecdc.runtime import kafka
+from icecdc.runtime.broker import free_port
+from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
 from tests.integration.test_ingest_process import produce
 from tests.integration.test_ingest_writer import read_topic

@@ -20,8 +20,8 @@ from collections.abc import Callable, Iterable, Sequence
 from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, keep_deletes_of_unchanged, plan_together
 from icecdc.compactor.policy import PartitionStats
 from icecdc.compactor.sizes import SizeClass, size_class
-from icecdc.config import CompactorConfig
-from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.runtime.config import CompactorConfig
 from tests.model.iceberg import (
     PARTITIONED_SPEC_ID,
     DataFile,

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from icecdc.domain.layout import Column, PartitionTerm, TableLayout
+from icecdc.domain.sourcespec import BeforeImage, SourceRules
+from icecdc.domain.tablespec import parse_partition_field
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
 from icecdc.ingest.debezium import ChangeEvent, parse_change
-from icecdc.layout import Column, PartitionTerm, TableLayout
-from icecdc.sourcespec import BeforeImage, SourceRules
-from icecdc.tablespec import parse_partition_field
 from tests.cdc import ORDERS_SCHEMA
 from tests.model.iceberg import Key, Partition, Row, Snapshot, Table
 

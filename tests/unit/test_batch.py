@@ -2,10 +2,10 @@
 
 import pytest
 
+from icecdc.domain.layout import Column, PartitionTerm, TableLayout
+from icecdc.domain.sourcespec import BeforeImage, SourceRules, UnknownPartition
 from icecdc.ingest.batch import KeyChange, complete_row, reduce_key, to_key_change
 from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent
-from icecdc.layout import Column, PartitionTerm, TableLayout
-from icecdc.sourcespec import BeforeImage, SourceRules, UnknownPartition
 
 REGION = (PartitionTerm("region", "region", "identity", "string"),)
 

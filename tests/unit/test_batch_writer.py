@@ -13,17 +13,17 @@ from dataclasses import dataclass, replace
 import orjson
 import pytest
 
-from icecdc import summary
-from icecdc.errors import MissingPartitionSpec
-from icecdc.events import CommitEvent, PartitionDelta
+from icecdc.domain import summary
+from icecdc.domain.errors import MissingPartitionSpec
+from icecdc.domain.events import CommitEvent, PartitionDelta
+from icecdc.domain.layout import Column, PartitionTerm, TableLayout
+from icecdc.domain.sourcespec import DEFAULT_RULES
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.plan import MAX_REDOS, JobResult, TablesKeptChanging, WrittenFile
 from icecdc.ingest.publish import DeliveryError
 from icecdc.ingest.writer import BatchRunner
 from icecdc.jvm.tables import CommittedSnapshot
-from icecdc.layout import Column, PartitionTerm, TableLayout
-from icecdc.sourcespec import DEFAULT_RULES
 
 NEW_COLUMN = ColumnChange(ChangeKind.ADD, "note", "string")
 COMMIT_TIME_MS = 1_767_225_600_000

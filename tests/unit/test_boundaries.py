@@ -9,16 +9,23 @@ import itertools
 import pytest
 from pyiceberg.exceptions import NoSuchTableError, ServiceUnavailableError
 
-from icecdc.catalog import translate_pyiceberg
 from icecdc.compactor.policy import Work
-from icecdc.config import CatalogRetryConfig
-from icecdc.errors import CatalogOutage, CatalogUnavailable, CommitConflict, CommitStateUnknown, CompareAndSetLost, NoSuchTable
-from icecdc.events import CompactionOutcome, MaintenanceKind, MaintenanceOutcome
-from icecdc.health import Health
+from icecdc.domain.errors import (
+    CatalogOutage,
+    CatalogUnavailable,
+    CommitConflict,
+    CommitStateUnknown,
+    CompareAndSetLost,
+    NoSuchTable,
+)
+from icecdc.domain.events import CompactionOutcome, MaintenanceKind, MaintenanceOutcome
+from icecdc.domain.tableref import TableRef
 from icecdc.jvm.bridge import translate
-from icecdc.outages import AVAILABLE, CatalogRetry
+from icecdc.runtime.catalog import translate_pyiceberg
+from icecdc.runtime.config import CatalogRetryConfig
+from icecdc.runtime.health import Health
+from icecdc.runtime.outages import AVAILABLE, CatalogRetry
 from icecdc.schemas import COMPACTION_EVENT, MAINTENANCE_EVENT, load_schema
-from icecdc.tableref import TableRef
 
 # ---- Java exceptions, as py4j hands them over ----
 

@@ -1,8 +1,8 @@
 import pytest
 
-from icecdc.catalog import pyiceberg_properties
-from icecdc.config import CatalogConfig
-from icecdc.errors import UserError
+from icecdc.domain.errors import UserError
+from icecdc.runtime.catalog import pyiceberg_properties
+from icecdc.runtime.config import CatalogConfig
 
 
 def test_sqlite_jdbc_becomes_sql_catalog():

@@ -96,7 +96,7 @@ def test_the_bench_extra_holds_matplotlib_and_the_package_does_not():
 
 @pytest.mark.parametrize("text", ["0,4", "x", "1,,2"])
 def test_lists_of_positive_numbers_are_checked(text):
-    from icecdc.errors import UserError
+    from icecdc.domain.errors import UserError
 
     with pytest.raises(UserError, match="--sizes"):
         bench.positive_numbers(text, "--sizes")

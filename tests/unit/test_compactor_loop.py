@@ -19,13 +19,12 @@ from icecdc.compactor.plans import PartitionFiles, RewritePlan
 from icecdc.compactor.policy import Candidate, PartitionStats, Work
 from icecdc.compactor.rewrite import CompactionResult
 from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
-from icecdc.config import CompactorConfig, MaintenanceConfig, SettleConfig
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
 from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, MaintenanceResult, MaintenanceSchedule
 from icecdc.coordinator.ownership import Ownership, slot_of
-from icecdc.errors import CatalogOutage, CommitConflict, CompareAndSetLost
-from icecdc.events import (
+from icecdc.domain.errors import CatalogOutage, CommitConflict, CompareAndSetLost
+from icecdc.domain.events import (
     CommitEvent,
     CompactionCounts,
     CompactionEvent,
@@ -34,9 +33,10 @@ from icecdc.events import (
     MaintenanceOutcome,
     PartitionDelta,
 )
-from icecdc.files import LiveDataFile
+from icecdc.domain.files import LiveDataFile
+from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.jvm.tables import CommittedSnapshot, Snapshot
-from icecdc.layout import Column, PartitionTerm, TableLayout
+from icecdc.runtime.config import CompactorConfig, MaintenanceConfig, SettleConfig
 
 SETTINGS = CompactorConfig(
     max_attempts=3,

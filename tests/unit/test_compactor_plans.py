@@ -18,9 +18,9 @@ from icecdc.compactor.plans import (
     read_cost_after,
 )
 from icecdc.compactor.policy import Work
-from icecdc.config import CompactorConfig
-from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
-from icecdc.puffin import puffin_bytes
+from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.runtime.config import CompactorConfig
+from icecdc.runtime.puffin import puffin_bytes
 
 EQUALITY, POSITION = DataFileContent.EQUALITY_DELETES, DataFileContent.POSITION_DELETES
 MB = 1024 * 1024

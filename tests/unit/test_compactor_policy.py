@@ -8,7 +8,6 @@ import random
 
 import pytest
 
-from icecdc.cadence import WriteCadence
 from icecdc.compactor import outcomes
 from icecdc.compactor.outcomes import Outcome
 from icecdc.compactor.plans import DataFileFacts, PartitionFiles, applying_deletes, plan_rewrite
@@ -23,9 +22,10 @@ from icecdc.compactor.policy import (
 )
 from icecdc.compactor.settle import Phase, phase, settle_window
 from icecdc.compactor.tracker import PartitionMetadata, PartitionTracker
-from icecdc.config import CompactorConfig, SettleConfig
-from icecdc.events import CommitEvent, PartitionDelta
-from icecdc.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.domain.cadence import WriteCadence
+from icecdc.domain.events import CommitEvent, PartitionDelta
+from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.runtime.config import CompactorConfig, SettleConfig
 
 EQUALITY, POSITION = DataFileContent.EQUALITY_DELETES, DataFileContent.POSITION_DELETES
 

@@ -31,8 +31,8 @@ from icecdc.compactor.outcomes import BackingOff, Compacting, Outcome
 from icecdc.compactor.policy import PartitionStats, global_work, needed_work
 from icecdc.compactor.settle import Phase, phase
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata, PartitionPhase, PartitionTracker, TrackedPartition
-from icecdc.config import CompactorConfig, SettleConfig
-from icecdc.events import CommitEvent, PartitionDelta
+from icecdc.domain.events import CommitEvent, PartitionDelta
+from icecdc.runtime.config import CompactorConfig, SettleConfig
 
 SETTINGS = CompactorConfig(
     # A batch's files (1 kB each) are small; a partition's data fits one job with others.

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from icecdc.config import ConfigError, expand_env, load_config, parse_config
+from icecdc.runtime.config import ConfigError, expand_env, load_config, parse_config
 
 VALID = """
 kafka:

@@ -9,8 +9,6 @@ from collections import Counter
 
 import pytest
 
-from icecdc.cadence import WriteCadence
-from icecdc.config import CoordinatorConfig, MaintenanceConfig
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.commits import CommitGate
 from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
@@ -26,9 +24,11 @@ from icecdc.coordinator.maintenance import (
 )
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.coordinator.quiet import quiet_delay
-from icecdc.errors import CommitConflict, CompareAndSetLost
-from icecdc.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
+from icecdc.domain.cadence import WriteCadence
+from icecdc.domain.errors import CommitConflict, CompareAndSetLost
+from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
 from icecdc.jvm.tables import CommittedSnapshot
+from icecdc.runtime.config import CoordinatorConfig, MaintenanceConfig
 
 # ---- ownership ----
 

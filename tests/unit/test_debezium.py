@@ -6,8 +6,8 @@ import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from icecdc.domain.layout import Column
 from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, _looks_like_payload, decode_value, parse_change
-from icecdc.layout import Column
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
 
 COLUMNS = (

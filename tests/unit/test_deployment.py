@@ -15,8 +15,8 @@ import yaml
 from compose_spec import PyOptions
 
 from icecdc.cli import build_parser
-from icecdc.config import Config, expand_env, parse_config
-from icecdc.spark import ICEBERG_VERSION
+from icecdc.runtime.config import Config, expand_env, parse_config
+from icecdc.runtime.spark import ICEBERG_VERSION
 
 try:
     import tomllib

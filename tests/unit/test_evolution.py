@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from icecdc.domain.layout import Column
 from icecdc.ingest.evolution import (
     ChangeKind,
     ColumnChange,
@@ -16,7 +17,6 @@ from icecdc.ingest.evolution import (
     reconcile,
     source_fields,
 )
-from icecdc.layout import Column
 
 COLUMNS = (Column("id", "int", True), Column("amount", "decimal(10, 2)"), Column("name", "string"), Column("at", "timestamp"))
 

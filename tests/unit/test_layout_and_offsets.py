@@ -4,9 +4,9 @@ import random
 import pyarrow as pa
 import pytest
 
-from icecdc import summary
+from icecdc.domain import summary
+from icecdc.domain.layout import FIELD_ID, Column, PartitionTerm, TableLayout
 from icecdc.ingest import offsets
-from icecdc.layout import FIELD_ID, Column, PartitionTerm, TableLayout
 
 TS = 1_735_787_045_000_000  # 2025-01-02T03:04:05
 LAYOUT = TableLayout(
@@ -73,7 +73,7 @@ def test_partition_paths_render_time_transforms_as_iceberg_does():
 @pytest.mark.parametrize("transform", ["day", "hour"])
 @pytest.mark.parametrize("source_type", ["timestamp", "timestamptz"])
 def test_fast_time_transforms_agree_with_pyiceberg(transform, source_type):
-    from icecdc.layout import _transform_function
+    from icecdc.domain.layout import _transform_function
 
     term = PartitionTerm("p", "ts", transform, source_type)
     exact = _transform_function(transform, source_type)

@@ -6,9 +6,9 @@ import logging
 
 import orjson
 
-from icecdc.config import parse_config
-from icecdc.health import Health, cached
-from icecdc.logs import JsonFormatter, mask
+from icecdc.runtime.config import parse_config
+from icecdc.runtime.health import Health, cached
+from icecdc.runtime.logs import JsonFormatter, mask
 
 
 def record(message: str, *args, **extra) -> logging.LogRecord:

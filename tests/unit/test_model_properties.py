@@ -22,9 +22,9 @@ from icecdc.compactor.plans import (
     plan_rewrite,
 )
 from icecdc.compactor.policy import Work, hot_work, needed_work
-from icecdc.config import CompactorConfig
-from icecdc.layout import TableLayout
-from icecdc.sourcespec import SourceRules
+from icecdc.domain.layout import TableLayout
+from icecdc.domain.sourcespec import SourceRules
+from icecdc.runtime.config import CompactorConfig
 from tests.cdc import REGIONS, Change, SourceDatabase, changes, flavoured_batches, flavoured_history, image
 from tests.model.compaction import global_delete_files, partition_files, partition_stats, partitions, prepare
 from tests.model.iceberg import Snapshot, SpecViolation, Table

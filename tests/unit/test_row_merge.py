@@ -19,7 +19,7 @@ from icecdc.compactor.positions import (
     key_reader,
 )
 from icecdc.compactor.row_merge import RowMerge, bins, merge
-from icecdc.fileio import FIELD_ID
+from icecdc.runtime.fileio import FIELD_ID
 
 assert FILE_PATH_FIELD_ID  # the position-delete schema's ids are the spec's
 

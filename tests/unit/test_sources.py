@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from icecdc.config import KafkaConfig
+from icecdc.runtime.config import KafkaConfig
 from icecdc.sources import postgres
 from icecdc.sources.debezium import DebeziumPostgresSource, EngineSpec
 from icecdc.sources.postgres import PostgresError, ThrowawayPostgres, server_bindir

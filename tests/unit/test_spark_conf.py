@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from icecdc.config import embedded_config
-from icecdc.spark import (
+from icecdc.runtime.config import embedded_config
+from icecdc.runtime.spark import (
     ICEBERG_EXTENSIONS,
     SparkSetupError,
     host_local_paths,
@@ -58,7 +58,7 @@ def test_user_settings_override_defaults(tmp_path):
 
 
 def test_an_initialized_sqlite_catalog_is_not_initialized_again(tmp_path):
-    # Iceberg's initialization over existing tables leaks a read lock on SQLite (icecdc/spark.py).
+    # Iceberg's initialization over existing tables leaks a read lock on SQLite (icecdc/runtime/spark.py).
     key = "spark.sql.catalog.lake.jdbc.init-catalog-tables"
     assert key not in spark_conf(embedded_config(tmp_path))  # no database yet: Iceberg creates it
     with sqlite3.connect(tmp_path / "catalog.db") as db:

@@ -1,6 +1,6 @@
 import pytest
 
-from icecdc.tablespec import (
+from icecdc.domain.tablespec import (
     DecimalType,
     PartitionField,
     TableShape,

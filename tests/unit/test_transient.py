@@ -12,10 +12,10 @@ import requests
 from pyiceberg.exceptions import BadRequestError, ServerError, ServiceUnavailableError, TooManyRequestsError, UnauthorizedError
 from sqlalchemy import exc as sql
 
-from icecdc.catalog import translate_pyiceberg
-from icecdc.errors import CatalogUnavailable, CommitConflict, CommitStateUnknown
+from icecdc.domain.errors import CatalogUnavailable, CommitConflict, CommitStateUnknown
+from icecdc.domain.transient import Symptoms, Transient, by_wording, classify
 from icecdc.jvm.bridge import translate
-from icecdc.transient import Symptoms, Transient, by_wording, classify
+from icecdc.runtime.catalog import translate_pyiceberg
 from tests.unit.test_boundaries import RUNTIME, SQL, JavaClass, Py4JError, Throwable, iceberg
 
 BUSY, DISCONNECTED, SERVER, THROTTLED, TIMEOUT = (

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from icecdc.config import KafkaConfig, ScalarProperty
+from icecdc.runtime.config import KafkaConfig, ScalarProperty
 
 PRODUCER_DEFAULTS: dict[str, ScalarProperty] = {"linger.ms": 5}
 # A shorter session than librdkafka's 45 s bounds how long a dead member holds its partitions

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from icecdc.errors import UserError
+from icecdc.domain.errors import UserError
 
 
 class BrokerError(UserError):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from icecdc.errors import UserError
+from icecdc.domain.errors import UserError
 
 # Iceberg primitive type -> Spark SQL DDL type. `timestamp` is Iceberg's zone-less timestamp
 # (Spark's TIMESTAMP_NTZ); `timestamptz` is Spark's TIMESTAMP.

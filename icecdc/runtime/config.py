@@ -25,17 +25,17 @@ from pydantic import (
     model_validator,
 )
 
-from icecdc.errors import UserError
-from icecdc.logs import register_secrets
-from icecdc.sourcespec import BeforeImage, SourceRules, TruncateMode, UnknownPartition
-from icecdc.tableref import TableRef
-from icecdc.tablespec import (
+from icecdc.domain.errors import UserError
+from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnknownPartition
+from icecdc.domain.tableref import TableRef
+from icecdc.domain.tablespec import (
     PartitionField,
     TableShape,
     TableSpecError,
     normalize_type,
     parse_partition_field,
 )
+from icecdc.runtime.logs import register_secrets
 
 DEFAULT_STATE_DIR = ".icecdc"
 EMBEDDED_BROKER_PORT = 19092
@@ -117,7 +117,7 @@ class TableConfig(_Strict):
     # before Iceberg 1.8, most query engines of 2025) cannot read such a table at all, and no
     # table goes back from 3 to 2. Set, it is also checked against an existing table.
     format_version: Literal[2, 3] | None = None
-    # What the source's before-images hold (icecdc/sourcespec.py, docs/ingest.md "Sources as they
+    # What the source's before-images hold (icecdc/domain/sourcespec.py, docs/ingest.md "Sources as they
     # are"). The default trusts them for the key only, which is never wrong; ``full`` saves the
     # global deletes of updates and deletes whose old partition the key does not determine.
     before_image: BeforeImage = BeforeImage.KEY

@@ -13,14 +13,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 
-from icecdc.config import CatalogConfig, Config
-from icecdc.errors import CatalogUnavailable, IcebergError, NoSuchTable, UserError
-from icecdc.health import Check, cached
+from icecdc.domain.errors import CatalogUnavailable, IcebergError, NoSuchTable, UserError
+from icecdc.domain.tableref import TableRef
+from icecdc.domain.tablespec import PartitionField, TableShape
+from icecdc.domain.transient import MAX_CHAIN, Symptoms, classify
 from icecdc.jvm.bridge import java_errors
-from icecdc.outages import CatalogRetry
-from icecdc.tableref import TableRef
-from icecdc.tablespec import PartitionField, TableShape
-from icecdc.transient import MAX_CHAIN, Symptoms, classify
+from icecdc.runtime.config import CatalogConfig, Config
+from icecdc.runtime.health import Check, cached
+from icecdc.runtime.outages import CatalogRetry
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -60,7 +60,7 @@ def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
 
 
 def translate_pyiceberg(error: BaseException) -> BaseException:
-    """The ``icecdc.errors`` kind of an error pyiceberg (or the database or store under it)
+    """The ``icecdc.domain.errors`` kind of an error pyiceberg (or the database or store under it)
     raised; anything else unchanged."""
     from pyiceberg import exceptions as pyiceberg_errors
 

@@ -18,8 +18,7 @@ from urllib.parse import quote_plus
 
 import pyarrow as pa
 
-from icecdc.fileio import FIELD_ID
-from icecdc.tablespec import PartitionField, TableSpecError, decimal_type, parse_partition_field
+from icecdc.domain.tablespec import PartitionField, TableSpecError, decimal_type, parse_partition_field
 
 EPOCH_DATE = dt.date(1970, 1, 1)
 
@@ -39,6 +38,9 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
 # value per partition field (transform results: ints for day/hour/bucket, the source value for
 # identity), None for null.
 PartitionKey = tuple[Any, ...]
+
+# The Parquet field metadata key that carries a column's Iceberg field id.
+FIELD_ID = b"PARQUET:field_id"
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-FIELD_ID = b"PARQUET:field_id"
+from icecdc.domain.layout import FIELD_ID
 
 
 @functools.lru_cache(maxsize=8)

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from icecdc.config import Config
-from icecdc.errors import UserError
+from icecdc.domain.errors import UserError
+from icecdc.runtime.config import Config
 
 log = logging.getLogger(__name__)
 
@@ -203,7 +203,7 @@ def create_spark_session(config: Config, app_name: str = "icecdc") -> SparkSessi
     if sqlite_catalog_file(config.catalog.properties) is not None:
         # Create the catalog's tables (pyiceberg's SQL catalog writes Iceberg's own layout) so
         # that the JVM never initializes over existing ones: see INIT_CATALOG_TABLES in spark_conf.
-        from icecdc.catalog import pyiceberg_catalog
+        from icecdc.runtime.catalog import pyiceberg_catalog
 
         pyiceberg_catalog(config)
     from pyspark.sql import SparkSession

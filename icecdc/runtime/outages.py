@@ -2,7 +2,7 @@
 
 Every catalog call of the ingester, the compactor and maintenance goes through one
 ``CatalogRetry`` per command: a call that fails with ``CatalogUnavailable`` (a lock held past the
-busy timeout, a refused connection, a 5xx, throttling: ``icecdc.transient`` tells them, on the Java
+busy timeout, a refused connection, a 5xx, throttling: ``icecdc.domain.transient`` tells them, on the Java
 side and on pyiceberg's alike) is tried again with jittered exponential backoff. The outage is visible while it lasts: a warning when it starts and a line when it ends,
 ``icecdc_catalog_available`` at 0, ``/readyz`` failing its ``catalog-calls`` check. Liveness keeps
 beating: restarting a process does not bring a catalog back. Once the catalog has been unavailable
@@ -21,9 +21,9 @@ from typing import TypeVar
 from prometheus_client import Counter, Gauge
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_random_exponential
 
-from icecdc.config import CatalogRetryConfig
-from icecdc.errors import CatalogOutage, CatalogUnavailable
-from icecdc.health import Health
+from icecdc.domain.errors import CatalogOutage, CatalogUnavailable
+from icecdc.runtime.config import CatalogRetryConfig
+from icecdc.runtime.health import Health
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -4,7 +4,7 @@
 table that disagrees with its config); the CLI prints it without a traceback.
 
 ``IcebergError`` and its kinds: what Iceberg said, translated once where Iceberg is reached (the
-Java adapter, ``icecdc.jvm``, and the pyiceberg catalog, ``icecdc.catalog``), the way pyiceberg maps
+Java adapter, ``icecdc.jvm``, and the pyiceberg catalog, ``icecdc.runtime.catalog``), the way pyiceberg maps
 its backends' errors at its boundary. Callers decide on the kind, never on a Java class name or a
 message text.
 """

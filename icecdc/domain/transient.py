@@ -1,9 +1,9 @@
 """Whether an error is a blip: the catalog, its database or its store did not answer for now, and
 the same call may well succeed after a pause.
 
-One vocabulary for both places where errors are translated (``icecdc.errors``): the Java adapter
+One vocabulary for both places where errors are translated (``icecdc.domain.errors``): the Java adapter
 (``icecdc.jvm.bridge``: a Java exception's cause chain, each link's classes, SQLState, HTTP status
-and message) and the pyiceberg side (``icecdc.catalog``: SQLAlchemy's DBAPI errors, pyiceberg's
+and message) and the pyiceberg side (``icecdc.runtime.catalog``: SQLAlchemy's DBAPI errors, pyiceberg's
 REST errors, sockets, the object store). Each side describes what it has as ``Symptoms``, one per
 link of the chain, outermost first; ``classify`` decides.
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyroaring import BitMap64
 
-from icecdc.fileio import file_io
+from icecdc.runtime.fileio import file_io
 
 PUFFIN_MAGIC = b"PFA1"
 DV_MAGIC = bytes([0xD1, 0xD3, 0x39, 0x64])

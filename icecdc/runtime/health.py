@@ -24,8 +24,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import orjson
 from prometheus_client import make_wsgi_app
 
-from icecdc.config import HttpConfig
-from icecdc.errors import UserError
+from icecdc.domain.errors import UserError
+from icecdc.runtime.config import HttpConfig
 
 log = logging.getLogger(__name__)
 Check = Callable[[], tuple[bool, str]]
