@@ -56,14 +56,21 @@ def _ingest(config: Config, until_idle: float | None, spark: SparkSession, stop:
             checkpoint = str(config.state_dir / "checkpoints" / "ingest")
             log.info("ingesting with Spark's Kafka source (checkpoint %s)", checkpoint)
             run_streaming(
-                kafka_stream(spark, config), writer, checkpoint, config.ingest.trigger_seconds, until_idle, stop, health
+                kafka_stream(spark, config),
+                writer,
+                checkpoint,
+                config.ingest.trigger_seconds,
+                until_idle,
+                stop,
+                health,
+                retry.waits,
             )
         else:
             start = writer.topic_positions(writer.committed_offsets())
             log.info("ingesting with the direct Kafka reader (no spark-sql-kafka connector on the classpath)")
             source = DirectKafkaSource(config, start)
             try:
-                run_direct(spark, config, source, writer, until_idle, stop, health)
+                run_direct(spark, config, source, writer, until_idle, stop, health, retry.waits)
             finally:
                 source.close()
     finally:
