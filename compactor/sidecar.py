@@ -293,7 +293,7 @@ def run_compactor(
     config: Config, until_idle: float | None = None, spark: SparkSession | None = None, stop: threading.Event | None = None
 ) -> CompactorStats:
     """Run the sidecar until stopped (SIGTERM/SIGINT finish the current compaction first) or idle."""
-    from icecdc.lifecycle import stop_on_signals
+    from icecdc.lifecycle import stop_on_signals, stop_reason
     from icecdc.spark import spark_session
 
     if not config.tables:
@@ -304,9 +304,15 @@ def run_compactor(
         spark_session(config, "icecdc-compactor", spark) as session,
     ):
         sidecar = create_sidecar(config, session, health)
+        stop = stop or stop_on_signals()
         try:
-            stats = sidecar.run(until_idle, stop or stop_on_signals())
+            stats = sidecar.run(until_idle, stop)
         finally:
             sidecar.close()
-    log.info("compactor finished: %d commit events, compactions %s", stats.commit_events, dict(stats.outcomes) or "none")
+    log.info(
+        "compactor finished (%s): %d commit events, compactions %s",
+        stop_reason(stop),
+        stats.commit_events,
+        dict(stats.outcomes) or "none",
+    )
     return stats

@@ -20,7 +20,7 @@ from icecdc.ingest.sources import (
     run_streaming,
 )
 from icecdc.ingest.writer import BatchWriter, IngestStats
-from icecdc.lifecycle import stop_on_signals
+from icecdc.lifecycle import stop_on_signals, stop_reason
 from icecdc.outages import CatalogRetry
 from icecdc.spark import spark_session
 
@@ -77,7 +77,8 @@ def _ingest(config: Config, until_idle: float | None, spark: SparkSession, stop:
         publisher.close()
     stats = writer.stats
     log.info(
-        "ingest finished: %d batches, %d records, %d commits, %d dead letters (%s), %d commit events published",
+        "ingest finished (%s): %d batches, %d records, %d commits, %d dead letters (%s), %d commit events published",
+        stop_reason(stop),
         stats.batches,
         stats.records,
         stats.commits,
