@@ -14,12 +14,12 @@ from pathlib import Path
 
 import orjson
 
-from icecdc.config import Config, TableConfig
+from icecdc.config import Config
 from icecdc.ingest.runner import run_ingest
-from tests.cdc import SourceDatabase, orders_table, table_rows
+from tests.cdc import SourceDatabase, table_rows
 from tests.integration.test_coordinator import coordinated_config, stop, wait_for
 from tests.integration.test_ingest_process import UNTIL_IDLE_SECONDS, history, ingest_process, produce
-from tests.integration.test_ingest_writer import qualified
+from tests.integration.test_ingest_writer import config_for, qualified
 from tests.processes import child_pids, is_running, is_stopped, start_icecdc, write_config
 
 # Starting a command (Spark, the group) and getting to the failpoint, on a loaded machine.
@@ -58,17 +58,9 @@ def assert_clean_exit(process: subprocess.Popen, log: Path, children: list[int],
 
 
 def ingest_config(stack_config: Config, unique: str) -> Config:
-    table = TableConfig.model_validate(orders_table(f"it.shutdown_{unique}", f"shutdown-{unique}"))
-    return stack_config.model_copy(
-        update={
-            "tables": [table],
-            "commit_topic": f"commits-{unique}",
-            "dead_letter_topic": f"dlq-{unique}",
-            "ingest": stack_config.ingest.model_copy(
-                update={"max_batch_records": 120, "trigger_seconds": 0.5, "source": "direct"}
-            ),
-        }
-    )
+    """The direct Kafka reader, in batches of 120 records."""
+    ingest = stack_config.ingest.model_copy(update={"max_batch_records": 120, "trigger_seconds": 0.5, "source": "direct"})
+    return config_for(stack_config, unique).model_copy(update={"ingest": ingest})
 
 
 def test_sigterm_to_the_ingesters_group_mid_batch_commits_the_batch_and_exits_cleanly(spark, stack_config, unique, tmp_path):

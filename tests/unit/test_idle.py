@@ -12,6 +12,7 @@ from icecdc.errors import CatalogUnavailable
 from icecdc.idle import CatalogWaits, IdleClock
 from icecdc.lifecycle import UntilIdle, stop_on_signals, stop_reason
 from icecdc.outages import CatalogRetry
+from tests.unit.test_boundaries import Clock
 
 UNTIL_IDLE = 60.0
 ANSWERING = CatalogWaits()
@@ -58,17 +59,6 @@ def test_activity_during_an_outage_does_not_end_the_hold():
     assert clock.quiet_seconds(100.0) == 0.0
     clock.catalog(CatalogWaits(outages=1), 100.0)
     assert clock.quiet_seconds(100.0 + UNTIL_IDLE) == UNTIL_IDLE
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def test_until_idle_holds_while_the_command_rides_out_an_outage_and_for_its_window_after():
