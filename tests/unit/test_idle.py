@@ -1,15 +1,18 @@
-"""``--until-idle`` and stop signals, without a process: the idle clock over plain times, fed by a
-catalog retry riding out an outage, and the stop request a signal sets."""
+"""``--until-idle`` and stopping, without a process: the idle clock over plain times, fed by a
+catalog retry riding out an outage; the stop request a signal sets; a session stopped whether or
+not its JVM is still there."""
 
 from __future__ import annotations
 
 import signal
+from types import SimpleNamespace
 
 import pytest
 
 from icecdc.config import CatalogRetryConfig
 from icecdc.errors import CatalogUnavailable
 from icecdc.idle import CatalogWaits, IdleClock
+from icecdc.jvm.process import jvm_exited, stop_session
 from icecdc.lifecycle import UntilIdle, stop_on_signals, stop_reason
 from icecdc.outages import CatalogRetry
 from tests.unit.test_boundaries import Clock
@@ -117,3 +120,53 @@ def test_a_stop_signal_sets_the_stop_request_and_names_itself():
     handler(signal.SIGTERM, None)
     assert stop.is_set()
     assert stop_reason(stop) == "stopped by SIGTERM"
+
+
+# ---- stopping a session whose JVM may be gone ----
+
+
+class Jvm:
+    """The JVM's process as PySpark keeps it: ``poll()`` is None while it runs."""
+
+    def __init__(self, exit_codes: list[int | None]) -> None:
+        self._codes = exit_codes
+
+    def poll(self) -> int | None:
+        return self._codes.pop(0) if len(self._codes) > 1 else self._codes[0]
+
+
+class Session:
+    def __init__(self, jvm: Jvm | None, stop_error: Exception | None = None) -> None:
+        self.sparkContext = SimpleNamespace(_gateway=SimpleNamespace(proc=jvm) if jvm else SimpleNamespace())
+        self.stopped = 0
+        self._stop_error = stop_error
+
+    def stop(self) -> None:
+        self.stopped += 1
+        if self._stop_error is not None:
+            raise self._stop_error
+
+
+GONE = RuntimeError("org.apache.spark.sql.SparkSession does not exist in the JVM")
+
+
+def test_a_session_whose_jvm_exited_is_not_stopped_again():
+    session = Session(Jvm([143]), stop_error=GONE)
+    assert jvm_exited(session)
+    stop_session(session)
+    assert session.stopped == 0
+
+
+def test_a_jvm_that_exits_while_its_session_stops_is_no_error_but_a_live_one_failing_is():
+    exiting = Session(Jvm([None, 143]), stop_error=GONE)
+    stop_session(exiting)
+    assert exiting.stopped == 1
+    with pytest.raises(RuntimeError, match="does not exist"):
+        stop_session(Session(Jvm([None]), stop_error=GONE))
+
+
+def test_a_jvm_this_process_did_not_start_counts_as_running():
+    session = Session(None)
+    assert not jvm_exited(session)
+    stop_session(session)
+    assert session.stopped == 1
