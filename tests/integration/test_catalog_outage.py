@@ -241,3 +241,40 @@ def test_until_idle_counts_neither_a_catalog_outage_nor_the_writers_backlog_afte
     assert logged_at(stopped[0]) >= released_no_earlier + UNTIL_IDLE_SECONDS
     spark.sql(f"REFRESH TABLE {qualified(config)}")
     assert table_rows(spark, qualified(config)) == feed.src.expected_rows()
+
+
+def test_until_idle_does_not_count_the_time_the_sidecar_itself_waits_on_the_catalog(stack_config, unique, tmp_path):
+    """No writer and nothing to compact, so nothing but the outage can hold the sidecar: its own
+    metadata reads (every ``reconcile_seconds``) wait on the locked catalog, and it stops a whole
+    window after the catalog answers again, not as soon as it does."""
+    config, _ = outage_config(stack_config, unique)
+    data = config.model_dump(by_alias=True)
+    compactor_port = free_port()
+    data["compactor"]["http"] = {"host": "127.0.0.1", "port": compactor_port}
+    config = Config.model_validate(data)
+    database = sqlite_catalog_file(config.catalog.properties)
+    assert database is not None
+    path = write_config(config, tmp_path / "icecdc.yaml")
+    log = tmp_path / "compactor.log"
+    compactor = start_icecdc(
+        "--log-format", "json", "compact", "--config", str(path), "--until-idle", f"{UNTIL_IDLE_SECONDS:g}", log=log
+    )
+    locked = threading.Event()
+    outage = threading.Thread(target=hold_catalog_locked, args=(str(database), IDLE_OUTAGE_SECONDS, locked))
+    try:
+        wait_for(lambda: ready(compactor_port) or compactor.poll() is not None, 180, "the sidecar to join its group")
+        assert compactor.poll() is None, log.read_text()[-3000:]
+        before_outage = time.time()
+        outage.start()
+        assert locked.wait(60)
+        while outage.is_alive():
+            assert compactor.poll() is None, "the sidecar stopped during the outage"
+            outage.join(0.5)
+        assert compactor.wait(IDLE_OUTAGE_SECONDS + 2 * UNTIL_IDLE_SECONDS) == 0, log.read_text()[-3000:]
+    finally:
+        stop(compactor)
+    lines = json_lines(log)
+    assert any(line["message"].startswith("the catalog does not answer") for line in lines)
+    stopped = [line for line in lines if line["message"].startswith("no commit event for")]
+    assert stopped, [line["message"] for line in lines][-20:]
+    assert logged_at(stopped[0]) >= before_outage + IDLE_OUTAGE_SECONDS + UNTIL_IDLE_SECONDS
