@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import orjson
+import pytest
 
 from icecdc import kafka
 from icecdc.broker import free_port
@@ -243,6 +244,7 @@ def test_until_idle_counts_neither_a_catalog_outage_nor_the_writers_backlog_afte
     assert table_rows(spark, qualified(config)) == feed.src.expected_rows()
 
 
+@pytest.mark.usefixtures("spark")  # the catalog's tables exist before the sidecar starts
 def test_until_idle_does_not_count_the_time_the_sidecar_itself_waits_on_the_catalog(stack_config, unique, tmp_path):
     """No writer and nothing to compact, so nothing but the outage can hold the sidecar: its own
     metadata reads (every ``reconcile_seconds``) wait on the locked catalog, and it stops a whole
