@@ -172,15 +172,21 @@ def last_count(lines: list[dict], pattern: str) -> int:
     return counts[-1]
 
 
-def test_until_idle_counts_neither_a_catalog_outage_nor_the_writers_backlog_after_it(spark, stack_config, unique, tmp_path):
-    config, ingest_port = outage_config(stack_config, unique)
+def with_sidecar_endpoints(config: Config, tmp_path: Path) -> tuple[Config, int, Path, Path]:
+    """The config with the sidecar's health endpoints on a free port, written to a file; returns
+    it, that port, the catalog's database file and the config file."""
     data = config.model_dump(by_alias=True)
     compactor_port = free_port()
     data["compactor"]["http"] = {"host": "127.0.0.1", "port": compactor_port}
     config = Config.model_validate(data)
     database = sqlite_catalog_file(config.catalog.properties)
     assert database is not None
-    path = write_config(config, tmp_path / "icecdc.yaml")
+    return config, compactor_port, database, write_config(config, tmp_path / "icecdc.yaml")
+
+
+def test_until_idle_counts_neither_a_catalog_outage_nor_the_writers_backlog_after_it(spark, stack_config, unique, tmp_path):
+    config, ingest_port = outage_config(stack_config, unique)
+    config, compactor_port, database, path = with_sidecar_endpoints(config, tmp_path)
     feed = ChangeFeed(config)
     feed.snapshot()
     until_idle = ("--until-idle", f"{UNTIL_IDLE_SECONDS:g}")
@@ -249,14 +255,7 @@ def test_until_idle_does_not_count_the_time_the_sidecar_itself_waits_on_the_cata
     """No writer and nothing to compact, so nothing but the outage can hold the sidecar: its own
     metadata reads (every ``reconcile_seconds``) wait on the locked catalog, and it stops a whole
     window after the catalog answers again, not as soon as it does."""
-    config, _ = outage_config(stack_config, unique)
-    data = config.model_dump(by_alias=True)
-    compactor_port = free_port()
-    data["compactor"]["http"] = {"host": "127.0.0.1", "port": compactor_port}
-    config = Config.model_validate(data)
-    database = sqlite_catalog_file(config.catalog.properties)
-    assert database is not None
-    path = write_config(config, tmp_path / "icecdc.yaml")
+    _, compactor_port, database, path = with_sidecar_endpoints(outage_config(stack_config, unique)[0], tmp_path)
     log = tmp_path / "compactor.log"
     compactor = start_icecdc(
         "--log-format", "json", "compact", "--config", str(path), "--until-idle", f"{UNTIL_IDLE_SECONDS:g}", log=log
