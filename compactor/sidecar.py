@@ -36,6 +36,7 @@ from icecdc.coordinator.maintenance import MaintenanceSchedule, TableMaintenance
 from icecdc.domain import summary
 from icecdc.domain.errors import UserError
 from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent
+from icecdc.domain.idle import CatalogWaits, IdleClock
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
@@ -88,6 +89,7 @@ class CompactorSidecar:
         publisher: EventPublisher,
         health: Health,
         clock: Callable[[], float] = time.time,
+        catalog_waits: Callable[[], CatalogWaits] = CatalogWaits,
     ) -> None:
         self.config = config
         self.replica = replica
@@ -102,6 +104,8 @@ class CompactorSidecar:
         self.publisher = publisher
         self.health = health
         self._clock = clock
+        self._catalog_waits = catalog_waits
+        self._quiet = IdleClock(clock(), catalog_waits())
         self.stats = CompactorStats()
 
     @property
@@ -157,22 +161,35 @@ class CompactorSidecar:
         return events
 
     def idle(self, until_idle: float) -> bool:
+        """Whether ``--until-idle`` may stop the sidecar now (``turns.idle``): no commit event and no
+        wait on the catalog for ``until_idle`` seconds (``icecdc.domain.idle``), nothing to do."""
         now = self._clock()
+        self._quiet.activity(self.feed.last_commit_event)
+        self._quiet.catalog(self._catalog_waits(), now)
         waiting = any(self.membership.owns(s.table, s.path) for s in self.tracker.waiting(now))
         return turns.idle(
             joined=self.membership.joined,
-            seconds_since_commit_event=now - self.feed.last_commit_event,
+            quiet_seconds=self._quiet.quiet_seconds(now),
             until_idle=until_idle,
             has_candidates=bool(self.candidates(now)),
             waiting=waiting,
         )
+
+    def idle_after_reconcile(self, until_idle: float) -> bool:
+        """``idle``, asked again after reading every table's metadata: a catalog that does not
+        answer then holds the stop back (the reads wait for it, and the quiet starts again when it
+        answers, since the writers were blocked too and have a backlog to commit), and commits
+        whose events were lost show up as work."""
+        self.reconciler.reconcile_all()
+        return self.idle(until_idle)
 
     def run(self, until_idle: float | None = None, stop: threading.Event | None = None) -> CompactorStats:
         stop = stop or threading.Event()
         log.info("compactor %s watching %s", self.replica, ", ".join(t.name for t in self.config.tables))
         while not stop.is_set():
             events = self.run_once(poll_timeout=0.0 if self.candidates(self._clock()) else 1.0)
-            if not events and until_idle is not None and self.idle(until_idle):
+            if not events and until_idle is not None and self.idle(until_idle) and self.idle_after_reconcile(until_idle):
+                log.info("no commit event for %.0fs and nothing left to do: stopping", until_idle)
                 break
         return self.stats
 
@@ -265,6 +282,7 @@ def create_sidecar(
         publisher=publisher,
         health=health,
         clock=clock,
+        catalog_waits=retry.waits,
     )
     if not membership.wait_joined(coordination.session_timeout_seconds * 3):
         log.warning(
@@ -277,7 +295,7 @@ def run_compactor(
     config: Config, until_idle: float | None = None, spark: SparkSession | None = None, stop: threading.Event | None = None
 ) -> CompactorStats:
     """Run the sidecar until stopped (SIGTERM/SIGINT finish the current compaction first) or idle."""
-    from icecdc.runtime.lifecycle import stop_on_signals
+    from icecdc.runtime.lifecycle import stop_on_signals, stop_reason
     from icecdc.runtime.spark import spark_session
 
     if not config.tables:
@@ -288,9 +306,15 @@ def run_compactor(
         spark_session(config, "icecdc-compactor", spark) as session,
     ):
         sidecar = create_sidecar(config, session, health)
+        stop = stop or stop_on_signals()
         try:
-            stats = sidecar.run(until_idle, stop or stop_on_signals())
+            stats = sidecar.run(until_idle, stop)
         finally:
             sidecar.close()
-    log.info("compactor finished: %d commit events, compactions %s", stats.commit_events, dict(stats.outcomes) or "none")
+    log.info(
+        "compactor finished (%s): %d commit events, compactions %s",
+        stop_reason(stop),
+        stats.commit_events,
+        dict(stats.outcomes) or "none",
+    )
     return stats

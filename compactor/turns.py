@@ -89,7 +89,8 @@ def next_step(
     return None
 
 
-def idle(*, joined: bool, seconds_since_commit_event: float, until_idle: float, has_candidates: bool, waiting: bool) -> bool:
-    """Whether ``--until-idle`` may stop the sidecar: in its group, no commit event for
-    ``until_idle`` seconds, nothing due and nothing waiting to become due (hot or backing off)."""
-    return joined and seconds_since_commit_event >= until_idle and not has_candidates and not waiting
+def idle(*, joined: bool, quiet_seconds: float, until_idle: float, has_candidates: bool, waiting: bool) -> bool:
+    """Whether ``--until-idle`` may stop the sidecar: in its group, quiet (no commit event and no
+    wait on the catalog, ``icecdc.domain.idle``) for ``until_idle`` seconds, nothing due and nothing
+    waiting to become due (hot or backing off)."""
+    return joined and quiet_seconds >= until_idle and not has_candidates and not waiting

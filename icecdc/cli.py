@@ -62,6 +62,8 @@ def _cmd_broker(args: argparse.Namespace) -> int:
     return 0
 
 
+# ``ingest`` and ``compact`` exit 0 however they were asked to stop: idle (``--until-idle``), or by
+# SIGTERM or SIGINT once the work in flight is done (not 143: see ``icecdc.runtime.lifecycle``).
 def _cmd_ingest(args: argparse.Namespace) -> int:
     from icecdc.ingest.runner import run_ingest
 
@@ -135,7 +137,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--until-idle",
         type=float,
         metavar="SECONDS",
-        help="stop after this long with nothing new to read (default: run until stopped)",
+        help="stop after this long with nothing new to read; time the catalog does not answer does not count "
+        "(default: run until stopped)",
     )
 
     compact = add("compact", _cmd_compact, "run the compactor sidecar: compact settled partitions as the commit events show them")
@@ -144,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--until-idle",
         type=float,
         metavar="SECONDS",
-        help="stop when nothing is left to do and no commit event arrived for this long",
+        help="stop when nothing is left to do and no commit event arrived for this long; time the catalog "
+        "does not answer does not count, and the window starts again when it answers",
     )
 
     status = add("status", _cmd_status, "show every partition's state, files, deletes and estimated read cost")

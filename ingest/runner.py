@@ -20,7 +20,7 @@ from icecdc.runtime import kafka
 from icecdc.runtime.catalog import catalog_check, ensure_tables
 from icecdc.runtime.config import Config
 from icecdc.runtime.health import Health, serving
-from icecdc.runtime.lifecycle import stop_on_signals
+from icecdc.runtime.lifecycle import stop_on_signals, stop_reason
 from icecdc.runtime.outages import CatalogRetry
 from icecdc.runtime.spark import spark_session
 
@@ -56,21 +56,29 @@ def _ingest(config: Config, until_idle: float | None, spark: SparkSession, stop:
             checkpoint = str(config.state_dir / "checkpoints" / "ingest")
             log.info("ingesting with Spark's Kafka source (checkpoint %s)", checkpoint)
             run_streaming(
-                kafka_stream(spark, config), writer, checkpoint, config.ingest.trigger_seconds, until_idle, stop, health
+                kafka_stream(spark, config),
+                writer,
+                checkpoint,
+                config.ingest.trigger_seconds,
+                until_idle,
+                stop,
+                health,
+                retry.waits,
             )
         else:
             start = writer.topic_positions(writer.committed_offsets())
             log.info("ingesting with the direct Kafka reader (no spark-sql-kafka connector on the classpath)")
             source = DirectKafkaSource(config, start)
             try:
-                run_direct(spark, config, source, writer, until_idle, stop, health)
+                run_direct(spark, config, source, writer, until_idle, stop, health, retry.waits)
             finally:
                 source.close()
     finally:
         publisher.close()
     stats = writer.stats
     log.info(
-        "ingest finished: %d batches, %d records, %d commits, %d dead letters (%s), %d commit events published",
+        "ingest finished (%s): %d batches, %d records, %d commits, %d dead letters (%s), %d commit events published",
+        stop_reason(stop),
         stats.batches,
         stats.records,
         stats.commits,

@@ -24,12 +24,14 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from icecdc.domain.errors import UserError
+from icecdc.domain.idle import CatalogWaits
 from icecdc.ingest import metrics
 from icecdc.ingest.stages import KAFKA_SCHEMA
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.runtime import kafka
 from icecdc.runtime.config import Config
 from icecdc.runtime.health import Health
+from icecdc.runtime.lifecycle import UntilIdle
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -156,11 +158,13 @@ def run_direct(
     until_idle: float | None,
     stop: threading.Event | None = None,
     health: Health | None = None,
+    catalog_waits: Callable[[], CatalogWaits] = CatalogWaits,
 ) -> int:
-    """Poll, write, repeat; returns the number of batches written."""
+    """Poll, write, repeat; returns the number of batches written. ``catalog_waits`` (the
+    command's ``CatalogRetry.waits``) keeps time blocked on the catalog out of ``until_idle``."""
     run = uuid.uuid4().hex[:8]
     batches = 0
-    idle_since = time.monotonic()
+    idle = UntilIdle(until_idle, catalog_waits)
     health = health or Health(float("inf"))
     health.mark("source", True, f"Kafka consumer assigned {source.partition_count} topic partitions")
     while stop is None or not stop.is_set():
@@ -170,13 +174,13 @@ def run_direct(
             write(records_to_dataframe(spark, records), f"{run}-{batches}")
             source.commit_group_offsets()
             batches += 1
-            idle_since = time.monotonic()
+            idle.active()
             lag = source.lag()
             if lag is not None:
                 metrics.LAG.set(lag)
                 log.info("lag: about %d records behind the high watermarks", lag)
-        elif until_idle is not None and time.monotonic() - idle_since >= until_idle:
-            log.info("no new records for %.0fs: stopping", until_idle)
+        elif idle.reached():
+            log.info("no new records for %.0fs: stopping", idle.seconds)
             break
     return batches
 
@@ -204,16 +208,18 @@ def run_streaming(
     until_idle: float | None,
     stop: threading.Event | None = None,
     health: Health | None = None,
+    catalog_waits: Callable[[], CatalogWaits] = CatalogWaits,
 ) -> None:
     """Run a Structured Streaming query with ``write`` as its foreachBatch function until it is
-    idle for ``until_idle`` seconds, or until ``stop`` is set."""
+    idle for ``until_idle`` seconds (time blocked on the catalog not counted, as in
+    ``run_direct``), or until ``stop`` is set."""
     query = (
         stream.writeStream.foreachBatch(write)
         .option("checkpointLocation", checkpoint)
         .trigger(processingTime=f"{trigger_seconds} seconds")
         .start()
     )
-    idle_since = time.monotonic()
+    idle = UntilIdle(until_idle, catalog_waits)
     health = health or Health(float("inf"))
     try:
         while query.isActive:
@@ -223,12 +229,12 @@ def run_streaming(
             status = query.status
             # Stop only between batches: interrupting one is safe (the replay is recognised) but wasted.
             if status.get("isTriggerActive") or status.get("isDataAvailable"):
-                idle_since = time.monotonic()
+                idle.active()
                 continue
             if stop is not None and stop.is_set():
                 break
-            if until_idle is not None and time.monotonic() - idle_since >= until_idle:
-                log.info("no new records for %.0fs: stopping the query", until_idle)
+            if idle.reached():
+                log.info("no new records for %.0fs: stopping the query", idle.seconds)
                 break
     finally:
         health.mark("source", False, "streaming query stopped")

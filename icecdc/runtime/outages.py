@@ -22,6 +22,7 @@ from prometheus_client import Counter, Gauge
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, wait_random_exponential
 
 from icecdc.domain.errors import CatalogOutage, CatalogUnavailable
+from icecdc.domain.idle import CatalogWaits
 from icecdc.runtime.config import CatalogRetryConfig
 from icecdc.runtime.health import Health
 
@@ -50,6 +51,7 @@ class CatalogRetry:
         self._sleep = sleep
         self._lock = threading.Lock()
         self._outage_since: float | None = None
+        self._outages = 0
         AVAILABLE.labels(command).set(1)
 
     @property
@@ -57,6 +59,11 @@ class CatalogRetry:
         """How long the current outage has lasted; 0 when the catalog answers."""
         since = self._outage_since
         return 0.0 if since is None else self._clock() - since
+
+    def waits(self) -> CatalogWaits:
+        """The outages met so far and whether a call waits on one now (for ``--until-idle``)."""
+        with self._lock:
+            return CatalogWaits(self._outages, self._outage_since is not None)
 
     def call(self, what: str, function: Callable[[], T]) -> T:
         """``function()``, tried again while the catalog is unavailable. ``what`` says what the
@@ -88,6 +95,7 @@ class CatalogRetry:
             if self._outage_since is not None:
                 return
             self._outage_since = self._clock()
+            self._outages += 1
         error = state.outcome.exception() if state.outcome else None
         OUTAGES.labels(self._command).inc()
         AVAILABLE.labels(self._command).set(0)

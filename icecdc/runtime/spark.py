@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from icecdc.domain.errors import UserError
+from icecdc.jvm.process import leave_sigterm_to_the_command, stop_session
 from icecdc.runtime.config import Config
 
 log = logging.getLogger(__name__)
@@ -223,12 +224,15 @@ def create_spark_session(config: Config, app_name: str = "icecdc") -> SparkSessi
 def spark_session(config: Config, app_name: str, existing: SparkSession | None = None) -> Iterator[SparkSession]:
     """A command's Spark session, stopped when the command ends: one left to the JVM's shutdown
     hooks has its executors killed under it, and on a cluster (or ``local-cluster``) each of them
-    logs errors as it goes. A session the caller passes in is the caller's to stop."""
+    logs errors as it goes. Its JVM leaves SIGTERM to the command, which finishes its work first
+    (``icecdc.runtime.lifecycle``); a JVM that exited anyway has nothing left to stop. A session the
+    caller passes in is the caller's to stop."""
     if existing is not None:
         yield existing
         return
     session = create_spark_session(config, app_name)
+    leave_sigterm_to_the_command(session)
     try:
         yield session
     finally:
-        session.stop()
+        stop_session(session)

@@ -409,9 +409,9 @@ def test_only_owned_candidates_on_tables_without_running_maintenance():
 
 
 def test_idle_needs_the_group_silence_and_nothing_due_or_waiting():
-    quiet = {"joined": True, "seconds_since_commit_event": 10.0, "until_idle": 5.0, "has_candidates": False, "waiting": False}
+    quiet = {"joined": True, "quiet_seconds": 10.0, "until_idle": 5.0, "has_candidates": False, "waiting": False}
     assert turns.idle(**quiet)
-    for key, value in (("joined", False), ("seconds_since_commit_event", 1.0), ("has_candidates", True), ("waiting", True)):
+    for key, value in (("joined", False), ("quiet_seconds", 1.0), ("has_candidates", True), ("waiting", True)):
         assert not turns.idle(**{**quiet, key: value}), key
 
 
