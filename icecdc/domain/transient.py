@@ -98,6 +98,7 @@ _CLASSES = (
     ("sqlalchemy.exc.TimeoutError", Transient.TIMEOUT),  # no pooled connection in time
     ("sqlalchemy.exc.DisconnectionError", Transient.DISCONNECTED),
 )
+_JVM_UNREACHABLE = "py4j.protocol.Py4JNetworkError"
 # What drivers and stores say when they say it only in words. Timeouts are the network's only
 # ("Read timed out"): Spark's "Futures timed out" is a job's failure, not the catalog's.
 _WORDING = (
@@ -156,6 +157,10 @@ def classify(chain: Iterable[Symptoms]) -> Diagnosis | None:
     their cause's words: PostgreSQL's 57P04 reads "terminating connection due to conflict with
     recovery" but will not come back)."""
     links = list(chain)
+    # The Spark JVM itself gone (py4j cannot reach its gateway: "Connection refused" under it) is
+    # not the catalog: waiting for it to come back would hold a stopping command for minutes.
+    if any(_JVM_UNREACHABLE in link.classes for link in links):
+        return None
     for link in links:
         if kind := by_code(link):
             return Diagnosis(kind, link)

@@ -306,3 +306,18 @@ def test_codes_and_classes(symptoms, kind):
 )
 def test_words(message, kind):
     assert by_wording(message) == kind
+
+
+def test_a_jvm_that_is_gone_is_not_a_catalog_outage():
+    """py4j's "Connection refused" when the Spark JVM has exited (a stopping command) must not be
+    retried for minutes as if the catalog were down."""
+    from py4j.protocol import Py4JNetworkError
+
+    try:
+        try:
+            raise ConnectionRefusedError(111, "Connection refused")
+        except ConnectionRefusedError as refused:
+            raise Py4JNetworkError("An error occurred while trying to connect to the Java server") from refused
+    except Py4JNetworkError as error:
+        gone = error
+    assert translate_pyiceberg(gone) is gone
