@@ -29,6 +29,9 @@ from tests.integration.test_ingest_writer import qualified
 from tests.integration.test_observability import get, scrape
 from tests.processes import start_icecdc, write_config
 
+# Minutes on 2 cores: `make test-all` runs it, `make test` does not.
+pytestmark = pytest.mark.slow
+
 OUTAGE_SECONDS = 45
 BUSY_TIMEOUT_MS = 2000  # shorter than the outage many times over: every call in it fails and is retried
 

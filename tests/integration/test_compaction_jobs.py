@@ -12,6 +12,7 @@ import time
 
 import hypothesis.strategies as st
 import orjson
+import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 
 from icecdc.compactor.plans import plan_rewrite
@@ -83,6 +84,7 @@ def compact(history: History, chosen: tuple[list[int], Work], commit: Committer)
     return results
 
 
+@pytest.mark.slow
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=history, format_version=st.sampled_from([2, 3]), large_file_ratio=st.sampled_from([0.75, 0.03]))
 # Four partitions in one job while the writer moves rows between two of them.

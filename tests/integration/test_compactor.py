@@ -254,6 +254,7 @@ def test_equality_deletes_on_a_large_file_become_position_deletes(spark, stack_c
     assert table_rows(spark, name) == before == src.expected_rows()
 
 
+@pytest.mark.slow
 def test_compaction_during_writes_to_the_same_partition_loses_no_delete(spark, stack_config, unique):
     # A low hot ceiling makes the sidecar compact the partition the writer keeps changing.
     config = compactor_config(stack_config, unique, hot_max_delete_files=2, min_small_files=2)
@@ -290,6 +291,7 @@ def test_compaction_during_writes_to_the_same_partition_loses_no_delete(spark, s
     assert partition_files(spark, name, "eu")[EQUALITY_DELETES] == []  # settled at the end: merged
 
 
+@pytest.mark.slow
 def test_a_compactor_killed_mid_compaction_restarts_and_finishes(spark, stack_config, unique, tmp_path):
     config = compactor_config(stack_config, unique, settle={"min_seconds": 0, "initial_seconds": 0})
     name = qualified(config)

@@ -224,6 +224,7 @@ def initial_rows(stream: Stream) -> list:
     return rows + [src.upsert(k, HOT[0], k, HOT[1]) for k in range(1000, 1040)]
 
 
+@pytest.mark.slow
 def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(spark, stack_config, unique, tmp_path):
     config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 30})
     config = with_table_properties(config, ICEBERG_MANIFEST_MERGING)
@@ -311,6 +312,7 @@ def table_files(spark, name: str) -> set[str]:
     return {r.file_path.removeprefix("file:") for r in spark.sql(f"SELECT file_path FROM {name}.all_files").collect()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("failpoint", "outcome"),
     [
@@ -474,6 +476,7 @@ def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, uniqu
     assert table_rows(spark, name) == src.expected_rows()
 
 
+@pytest.mark.slow
 def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, unique, tmp_path):
     """A bounded soak: the ingester and one compactor replica (with maintenance every 10 s) as
     processes, fed 80 rounds of inserts, updates and deletes on a hot day and late changes to

@@ -57,6 +57,7 @@ def moving_changes(source: SourceDatabase, n: int) -> list:
     return changes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partition_by", [["region"], ["days(updated_at)"]], ids=["region", "days"])
 def test_key_only_before_images_stay_exact_and_the_compactor_resolves_their_global_deletes(
     spark, stack_config, unique, partition_by
@@ -146,6 +147,7 @@ def maintain(history: History, chosen: tuple[str, str], commit: Committer) -> li
     return [compaction.run(chosen_plan, {"icecdc.compactor": "property-test"}, commit=commit)]
 
 
+@pytest.mark.slow
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=history, format_version=st.sampled_from([2, 3]))
 # A resolution while a writer batch adds global deletes for keys it is converting.

@@ -75,6 +75,7 @@ def maintain(history: History, chosen: tuple[str, str], commit: Committer) -> li
     return [compaction.run(plan(kind, files, config.compactor), {"icecdc.compactor": "property-test"}, commit=commit)]
 
 
+@pytest.mark.slow
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=history, format_version=st.sampled_from([2, 3]))
 # A file converted twice, with new deletes between: the second conversion must keep the first's positions.

@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import orjson
+import pytest
 
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.runner import run_ingest
@@ -50,6 +51,7 @@ def ingest_process(config_path: Path, failpoint: str | None = None) -> subproces
     return icecdc_process("ingest", "--config", str(config_path), "--until-idle", str(UNTIL_IDLE_SECONDS), failpoint=failpoint)
 
 
+@pytest.mark.slow
 def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark, stack_config, unique, tmp_path):
     # Three tables, so a batch commits to several at once (ingest.commit_threads): a kill after
     # a table's commit may land while the others' are in flight.

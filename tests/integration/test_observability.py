@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 
 import orjson
+import pytest
 from prometheus_client import REGISTRY
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -131,6 +132,7 @@ def test_metrics_and_health_answer_during_ingest_and_compaction(spark, stack_con
     assert table_rows(spark, config.table_ref(table).qualified) == source.expected_rows()
 
 
+@pytest.mark.slow
 def test_configured_secrets_never_appear_in_a_runs_logs(broker, unique, tmp_path):
     kafka_password, catalog_token = f"kafka-pw-{unique}-x9", f"catalog-token-{unique}-q7"
     # A catalog of its own: these processes share nothing with the test session's Spark.

@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from icecdc.runtime.broker import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -26,6 +28,7 @@ def test_setup_twice_changes_nothing_the_second_time():
     assert venv_listing() == before
 
 
+@pytest.mark.slow
 def test_demo_runs_on_the_embedded_stack(tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "icecdc.cli", "demo", "--state-dir", str(tmp_path), "--port", str(free_port())],

@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 import orjson
+import pytest
 
 from icecdc.ingest.runner import run_ingest
 from icecdc.runtime.config import Config
@@ -21,6 +22,9 @@ from tests.integration.test_coordinator import coordinated_config, stop, wait_fo
 from tests.integration.test_ingest_process import UNTIL_IDLE_SECONDS, history, ingest_process, produce
 from tests.integration.test_ingest_writer import config_for, qualified
 from tests.processes import child_pids, is_running, is_stopped, start_icecdc, write_config
+
+# Minutes on 2 cores: `make test-all` runs it, `make test` does not.
+pytestmark = pytest.mark.slow
 
 # Starting a command (Spark, the group) and getting to the failpoint, on a loaded machine.
 REACH_FAILPOINT_SECONDS = 300

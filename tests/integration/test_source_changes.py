@@ -17,6 +17,7 @@ from typing import Any
 
 import hypothesis.strategies as st
 import orjson
+import pytest
 from hypothesis import HealthCheck, event, example, given, settings
 
 from icecdc.compactor.plans import plan_conversion, plan_rewrite
@@ -197,6 +198,7 @@ def test_the_table_follows_added_widened_and_dropped_columns_and_the_compactor_r
     assert rows(spark, name) == source.expected_rows()
 
 
+@pytest.mark.slow
 def test_a_crash_between_the_schema_commit_and_the_data_commit_loses_and_duplicates_nothing(
     spark, stack_config, unique, tmp_path
 ):

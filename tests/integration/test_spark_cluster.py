@@ -17,6 +17,7 @@ from pathlib import Path
 
 import orjson
 import pyspark
+import pytest
 
 from icecdc.runtime import kafka
 from icecdc.runtime.broker import free_port
@@ -25,6 +26,9 @@ from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
 from tests.integration.test_ingest_process import produce
 from tests.integration.test_ingest_writer import read_topic
 from tests.processes import icecdc_process, write_config
+
+# Minutes on 2 cores: `make test-all` runs it, `make test` does not.
+pytestmark = pytest.mark.slow
 
 WORKERS = 2
 # Generous: on a loaded 2-core machine a JVM takes its time to start.
