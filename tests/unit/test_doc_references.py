@@ -32,10 +32,6 @@ ROOT = Path(__file__).resolve().parents[2]
 CODE_DIRS = ("icecdc", "ingest", "compactor", "coordinator", "schemas", "tests", "docker")
 TOP_DIRS = ("icecdc", "ingest", "compactor", "coordinator", "schemas", "tests", "docker", "docs", "scripts", ".ci")
 DOC_NAMES = {"README": "README.md", "README.md": "README.md", "ARCHITECTURE.md": "docs/ARCHITECTURE.md"}
-# Files other branches of issue 27 are adding while this is written. A name here may be missing;
-# once one exists the test says so, and the list goes (after the merge every citation must resolve).
-PLANNED: frozenset[str] = frozenset()
-
 # A path starts at a top-level folder, not inside another path or a URL (``/etc/icecdc/x``),
 # and is not a pattern (``test_*.py``, ``<state_dir>/...``).
 PATH = re.compile(r"(?<![\w./$<>@:-])((?:" + "|".join(re.escape(d) for d in TOP_DIRS) + r")/[\w./-]*)(::[\w:]+)?(?![\w*<{])")
@@ -200,8 +196,6 @@ def problem(citation: Citation, root: Path) -> str | None:
         return None if ok else f"{citation.where}: no {citation.test} under tests/"
     target = root / citation.path
     if not target.exists() or (citation.path.endswith("/") and not target.is_dir()):
-        if citation.path in PLANNED or f"{citation.path}/" in PLANNED:
-            return None
         return f"{citation.where}: {citation.path} does not exist"
     if citation.test:
         name = citation.test.split("[")[0]
@@ -219,12 +213,6 @@ def test_every_cited_file_test_and_section_exists():
     assert len(citations) > 100, "the scan found next to nothing: its patterns no longer match the docs"
     problems = sorted({p for c in citations if (p := problem(c, ROOT))})
     assert not problems, "broken references:\n" + "\n".join(problems)
-
-
-def test_planned_names_still_missing():
-    """A planned name that exists now is no longer planned: drop it, so a citation of it is checked."""
-    landed = sorted(name for name in PLANNED if (ROOT / name).exists())
-    assert not landed, f"these exist now, remove them from PLANNED: {landed}"
 
 
 @pytest.mark.parametrize(
