@@ -4,10 +4,15 @@
 #                   that are neither benches nor marked slow
 #   make test-all   everything, what CI runs (.ci/run)
 #   make check      ruff, mypy and import-linter alone
-# PYTEST_ARGS adds to pytest's arguments, e.g. make test PYTEST_ARGS="tests/unit -q".
+# PYTEST_ARGS adds to pytest's arguments, e.g. make test PYTEST_ARGS="tests/unit -q"; WORKERS=1
+# runs the tests in one process.
 VENV ?= $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
 export VENV
-PYTEST = $(VENV)/bin/python -m pytest --durations=15
+# Test processes (pytest-xdist); a file's tests stay on one worker, so module-scoped fixtures
+# (a PostgreSQL cluster, a Debezium run) are made once. Each worker runs its own Spark JVM (about
+# 1.5 GiB): more workers want more memory, not only more cores.
+WORKERS ?= 2
+PYTEST = $(VENV)/bin/python -m pytest --durations=15 -n $(WORKERS) --dist loadfile
 
 .PHONY: demo test test-all check setup
 demo: setup
