@@ -2,9 +2,13 @@
 # Installs what icecdc needs on this machine, and nothing when it is already there.
 #   - Java 17 and the SQLite JDBC driver from Debian (when missing and run as root; otherwise it
 #     says what to install);
+#   - the PostgreSQL JDBC driver from Debian, for a JDBC catalog on PostgreSQL (Spark's JDBC
+#     catalog finds it in /usr/share/java; when missing and run as root; otherwise it says so and
+#     goes on: only that catalog needs it);
 #   - PostgreSQL's server from Debian, for the real Debezium source (icecdc/sources/; when missing
 #     and run as root; otherwise it says so and goes on: only that source needs it);
-#   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc, its test deps, the
+#   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc (psycopg among its
+#     dependencies, pyiceberg's driver for a catalog on PostgreSQL), its test deps, the
 #     benchmarks' plotting library (the suite runs the benchmarks' smoke tests) and the postgres
 #     extra (the Debezium engine, a 200 MB wheel), reinstalled only when pyproject.toml or this
 #     script changed since the last install.
@@ -31,6 +35,15 @@ apt_install() {
   changed=1
 }
 
+# What only one optional part needs: installed when run as root, otherwise named, and the set-up goes on.
+apt_install_for() {
+  if [ "$(id -u)" -eq 0 ]; then
+    apt_install "$1" "$2"
+  else
+    say "note: missing $1 (as root: apt-get install -y $2); only $3 needs it" >&2
+  fi
+}
+
 java_major() {
   java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -n1
 }
@@ -41,6 +54,9 @@ fi
 if [ ! -f /usr/share/java/sqlite-jdbc.jar ]; then
   apt_install "the SQLite JDBC driver (/usr/share/java/sqlite-jdbc.jar) for the embedded catalog" libxerial-sqlite-jdbc-java
 fi
+if [ ! -f /usr/share/java/postgresql.jar ]; then
+  apt_install_for "the PostgreSQL JDBC driver (/usr/share/java/postgresql.jar)" libpostgresql-jdbc-java "a JDBC catalog on PostgreSQL"
+fi
 
 # Debian keeps initdb and pg_ctl in /usr/lib/postgresql/<major>/bin, off PATH.
 postgres_server_present() {
@@ -49,11 +65,7 @@ postgres_server_present() {
     compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null
 }
 if ! postgres_server_present; then
-  if [ "$(id -u)" -eq 0 ]; then
-    apt_install "PostgreSQL's server (initdb, pg_ctl) for the real Debezium source" postgresql
-  else
-    say "note: PostgreSQL's server is missing (as root: apt-get install -y postgresql); only the real Debezium source needs it" >&2
-  fi
+  apt_install_for "PostgreSQL's server (initdb, pg_ctl)" postgresql "the real Debezium source"
 fi
 
 if [ ! -x "$VENV/bin/python" ]; then

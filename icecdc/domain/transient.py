@@ -114,6 +114,9 @@ _WORDING = (
             r"connection (refused|reset|aborted)|broken pipe|could not connect|couldn't connect|no route to host|"
             r"failed to establish a new connection|network_connection|terminating connection|closed the connection|"
             r"\bconnection\b[^.;:]{0,30}\bclosed\b|the database system is (starting up|shutting down|in recovery mode)|"
+            # PostgreSQL's 57P03 in words, which is all psycopg has when the server refuses a new
+            # connection (its SQLState comes with no session): recovery, a standby not open yet.
+            r"the database system is not (yet )?accepting connections|"
             r"SSL SYSCALL error",
             re.IGNORECASE,
         ),

@@ -12,6 +12,7 @@ import functools
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
+from urllib.parse import quote
 
 from icecdc.domain.errors import CatalogUnavailable, IcebergError, NoSuchTable, UserError
 from icecdc.domain.tableref import TableRef
@@ -38,7 +39,8 @@ def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
     """Catalog properties as pyiceberg expects them. pyiceberg has no ``jdbc`` catalog; its
     ``sql`` catalog reads and writes the same tables through SQLAlchemy, so a JDBC URI is
     translated (``jdbc:sqlite:/p`` -> ``sqlite:////p``, ``jdbc:postgresql://h/db`` ->
-    ``postgresql+psycopg2://user:password@h/db``). Every other catalog passes through as-is."""
+    ``postgresql+psycopg://user:password@h/db``, through psycopg 3, a dependency of icecdc).
+    Every other catalog passes through as-is."""
     props = dict(catalog.properties)
     if props.get("type") != "jdbc":
         return props
@@ -52,8 +54,11 @@ def pyiceberg_properties(catalog: CatalogConfig) -> dict[str, str]:
         # gives up after 5 s by default).
         sql_uri = f"sqlite:///{path}" + (f"?timeout={int(busy_ms) / 1000:g}" if busy_ms else "")
     elif uri.startswith("jdbc:postgresql:"):
-        auth = f"{user}:{password}@" if user and password else (f"{user}@" if user else "")
-        sql_uri = f"postgresql+psycopg2://{auth}{uri.removeprefix('jdbc:postgresql://')}"
+        auth = quote(user, safe="") + (f":{quote(password, safe='')}" if password else "") + "@" if user else ""
+        sql_uri = f"postgresql+psycopg://{auth}{uri.removeprefix('jdbc:postgresql://')}"
+        # A pooled connection outlives a restart or a failover of the server only as a closed
+        # socket; checked out unpinged, its first statement fails (57P01) and costs a retry.
+        props.setdefault("pool_pre_ping", "true")
     else:
         raise UserError(f"pyiceberg cannot open the JDBC catalog at {uri.split('?')[0]!r}")
     return {**props, "type": "sql", "uri": sql_uri}
@@ -121,8 +126,21 @@ def metadata_call(retry: CatalogRetry | None, what: str, function: Callable[[], 
 
 def pyiceberg_catalog(config: Config) -> Catalog:
     from pyiceberg.catalog import load_catalog
+    from pyiceberg.exceptions import NotInstalledError
 
-    return load_catalog(config.catalog.name, **pyiceberg_properties(config.catalog))
+    properties = pyiceberg_properties(config.catalog)
+    try:
+        return load_catalog(config.catalog.name, **properties)
+    except NotInstalledError as missing:
+        # pyiceberg names its own extras; the driver icecdc's translated URI asks for is what is missing.
+        module = getattr(missing.__cause__, "name", None) or str(missing.__cause__ or missing)
+        scheme = properties.get("uri", "").split(":", 1)[0]
+        hint = (
+            "pip install 'psycopg[binary]>=3.2' (icecdc depends on it: reinstall icecdc)" if "psycopg" in scheme else str(missing)
+        )
+        raise UserError(
+            f"the catalog {config.catalog.name} ({scheme or properties.get('type')}) needs {module}, which is missing: {hint}"
+        ) from None
 
 
 def load_metadata_table(catalog: Catalog, ref: TableRef) -> Table | None:

@@ -5,8 +5,11 @@ from what retrying will not mend."""
 
 from __future__ import annotations
 
+import importlib
 import sqlite3
+from pathlib import Path
 
+import orjson
 import pytest
 import requests
 from pyiceberg.exceptions import BadRequestError, ServerError, ServiceUnavailableError, TooManyRequestsError, UnauthorizedError
@@ -294,6 +297,8 @@ def test_codes_and_classes(symptoms, kind):
         ("Connection is closed", DISCONNECTED),
         ("server closed the connection unexpectedly", DISCONNECTED),
         ("the database system is shutting down", DISCONNECTED),
+        ("FATAL:  the database system is not yet accepting connections", DISCONNECTED),
+        ("FATAL:  the database system is not accepting connections", DISCONNECTED),
         ("connect timed out", TIMEOUT),
         ("timeout expired", TIMEOUT),
         ("We encountered an internal error. Please try again. SlowDown", THROTTLED),
@@ -321,3 +326,51 @@ def test_a_jvm_that_is_gone_is_not_a_catalog_outage():
     except Py4JNetworkError as error:
         gone = error
     assert translate_pyiceberg(gone) is gone
+
+
+# ---- what PostgreSQL under the catalog really raises, captured from real runs ----
+
+CAPTURED = orjson.loads((Path(__file__).parent / "fixtures" / "postgres_catalog_errors.json").read_bytes())["cases"]
+
+
+def java_chain(links: list[dict]) -> Throwable:
+    """A Java cause chain as captured (each link's class and superclasses, message, SQLState)."""
+    cause = None
+    for link in reversed(links):
+        hierarchy = None
+        for name in reversed(link["class"]):
+            hierarchy = JavaClass(name, hierarchy)
+        assert hierarchy is not None
+        cause = Throwable(hierarchy, link["message"], cause, sql_state=link.get("sql_state"))
+    assert cause is not None
+    return cause
+
+
+def python_error(case: dict) -> Exception:
+    """SQLAlchemy's error over psycopg's, rebuilt from their real classes: psycopg's error class
+    for a SQLState carries that SQLState, as the server's answer gives it."""
+    module, _, name = case["orig"]["class"].rpartition(".")
+    orig = getattr(importlib.import_module(module), name)(case["orig"]["message"])
+    assert getattr(orig, "sqlstate", None) == case["orig"].get("sql_state")
+    error_class = getattr(sql, case["error"].rpartition(".")[2])
+    return error_class(case["statement"], {}, orig, connection_invalidated=case["connection_invalidated"])
+
+
+@pytest.mark.parametrize("case", [c for c in CAPTURED if c["side"] == "jvm"], ids=lambda c: c["when"])
+def test_what_the_jdbc_catalog_raises_when_postgres_goes_away_is_an_outage(case):
+    error = Py4JError(java_chain(case["chain"]))
+    assert kind_of(error, translate(error)) == Transient(case["kind"])
+
+
+@pytest.mark.parametrize("case", [c for c in CAPTURED if c["side"] == "python"], ids=lambda c: c["when"])
+def test_what_the_sql_catalog_raises_when_postgres_goes_away_is_an_outage(case):
+    error = python_error(case)
+    assert kind_of(error, translate_pyiceberg(error)) == Transient(case["kind"])
+
+
+def test_the_captured_cases_span_a_restart_on_both_sides():
+    """A fast shutdown (57P01), the closed connection Iceberg's pool keeps (08003), a server
+    shutting down (57P03), a refused connection (pyiceberg's, which says so in words only)."""
+    codes = {link.get("sql_state") for c in CAPTURED if c["side"] == "jvm" for link in c["chain"]}
+    assert {"57P01", "08003", "57P03"} <= codes
+    assert any("Connection refused" in c["orig"]["message"] for c in CAPTURED if c["side"] == "python")
