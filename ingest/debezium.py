@@ -7,7 +7,7 @@ form per Iceberg type (so they survive Spark's shuffle as JSON and compare exact
 | Iceberg type          | canonical value                                   |
 |-----------------------|---------------------------------------------------|
 | int, long             | int                                               |
-| float, double         | float                                             |
+| float, double         | float (a float32 source into double: its float32) |
 | boolean               | bool                                              |
 | string                | str                                               |
 | decimal(P, S)         | str, quantized to S digits (never rounded)        |
@@ -37,6 +37,7 @@ import decimal
 import enum
 import functools
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,8 @@ _TIME_UNITS = {
 }
 _ISO_TIMES = frozenset({"io.debezium.time.ZonedTime", "io.debezium.time.IsoTime"})
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
+JSON_FLOAT32 = "float"  # the JsonConverter's name for Connect's FLOAT32
+_FLOAT32 = struct.Struct("<f")
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 TRANSACTION_SCHEMA = "io.debezium.connector.common.TransactionMetadataValue"
 HEARTBEAT_SCHEMA_SUFFIX = "Heartbeat"  # io.debezium.connector.common.Heartbeat, <prefix>.Heartbeat
@@ -170,10 +173,20 @@ def _decimal_shape(iceberg_type: str) -> tuple[int, int, re.Pattern[str]]:
     return precision, scale, re.compile(f"^-?{integer}{fraction}$")
 
 
+# Decimal arithmetic rounds to its context's precision, 28 digits by default: Iceberg's decimals
+# have up to 38, and PostgreSQL's unconstrained numeric any number.
+_WIDE = decimal.Context(prec=2 * 38)
+
+
+def _scaled(unscaled: int, scale: int) -> decimal.Decimal:
+    """``unscaled`` * 10^-``scale``, every digit kept (built from text: no context rounds it)."""
+    return decimal.Decimal(f"{unscaled}E{-scale}")
+
+
 def _variable_scale(value: Mapping[str, Any]) -> decimal.Decimal:
     """A VariableScaleDecimal: {"scale": 2, "value": base64 of the unscaled big-endian integer}."""
     unscaled = int.from_bytes(base64.b64decode(value["value"], validate=True), "big", signed=True)
-    return decimal.Decimal(unscaled).scaleb(-int(value["scale"]))
+    return _scaled(unscaled, int(value["scale"]))
 
 
 def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> str:
@@ -188,7 +201,7 @@ def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> s
         elif isinstance(value, str) and logical is not None and logical.get("name") == CONNECT_DECIMAL:
             # precise mode: base64 big-endian two's-complement unscaled value, scale in parameters
             unscaled = int.from_bytes(base64.b64decode(value, validate=True), "big", signed=True)
-            number = decimal.Decimal(unscaled).scaleb(-int(logical.get("parameters", {}).get("scale", 0)))
+            number = _scaled(unscaled, int(logical.get("parameters", {}).get("scale", 0)))
         elif isinstance(value, (int, str)):
             number = decimal.Decimal(value)
         elif isinstance(value, float):
@@ -199,10 +212,10 @@ def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> s
         raise _bad(column, value, "is not a decimal") from None
     if not number.is_finite():
         raise _bad(column, value, "is not a finite decimal")
-    # Checked before quantizing: a huge value would overflow the quantize context (28 digits).
+    # Checked before quantizing: a huge value would overflow even the wide context.
     if number != 0 and number.adjusted() + 1 > precision - scale:
         raise _bad(column, value, f"does not fit precision {precision}")
-    quantized = number.quantize(decimal.Decimal(1).scaleb(-scale))
+    quantized = number.quantize(_scaled(1, scale), context=_WIDE)
     if quantized != number:
         raise _bad(column, value, f"has more than {scale} decimal places")
     if len(quantized.as_tuple().digits) > precision and quantized != 0:
@@ -233,6 +246,13 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
                 raise _bad(column, value, "is not a decimal") from None
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise _bad(column, value, "is not a number")
+        if kind == "double" and logical is not None and logical.get("type") == JSON_FLOAT32:
+            # A float32 is sent as its shortest text ("0.1"); a double column takes the float32
+            # itself (0.10000000149011612), as PostgreSQL's real -> double precision does.
+            try:
+                return float(_FLOAT32.unpack(_FLOAT32.pack(value))[0])
+            except OverflowError:
+                raise _bad(column, value, "is out of range for a float32") from None
         return float(value)
     if kind == "boolean":
         if not isinstance(value, bool):
@@ -241,7 +261,7 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
     if kind == "string":
         if isinstance(value, Mapping) and name == VARIABLE_SCALE_DECIMAL:
             try:
-                return str(_variable_scale(value))
+                return format(_variable_scale(value), "f")  # PostgreSQL's text: 0.0000001, not 1E-7
             except (TypeError, ValueError, KeyError, decimal.InvalidOperation, binascii.Error):
                 raise _bad(column, value, "is not a decimal") from None
         if not isinstance(value, str):
@@ -297,14 +317,15 @@ def _time_of_day(column: Column, value: Any, name: str) -> int:
 
 
 def _logical_types(schema: Any) -> dict[str, Mapping[str, Any]]:
-    """column -> Connect field schema ({name, parameters}) from a wrapper's before/after struct."""
+    """column -> Connect field schema ({name, parameters}) from a wrapper's before/after struct,
+    for the fields whose schema says more than their JSON value: a logical type, or a float32."""
     types: dict[str, Mapping[str, Any]] = {}
     if not isinstance(schema, Mapping):
         return types
     for image in schema.get("fields") or ():
         if isinstance(image, Mapping) and image.get("field") in ("after", "before"):
             for field in image.get("fields") or ():
-                if isinstance(field, Mapping) and field.get("name") and field.get("field"):
+                if isinstance(field, Mapping) and (field.get("name") or field.get("type") == JSON_FLOAT32) and field.get("field"):
                     types.setdefault(field["field"], field)
     return types
 

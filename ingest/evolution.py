@@ -19,12 +19,15 @@ from typing import Any
 from icecdc.domain.layout import Column
 from icecdc.domain.tablespec import DecimalType, decimal_type, widens_to
 
-# Connect's primitive types -> Iceberg's.
+# Connect's primitive types -> Iceberg's. The JsonConverter spells FLOAT32 and FLOAT64 "float"
+# and "double" in the schemas it writes; the Connect names are kept for other writers.
 _CONNECT_PRIMITIVES = {
     "int8": "int",
     "int16": "int",
     "int32": "int",
     "int64": "long",
+    "float": "float",
+    "double": "double",
     "float32": "float",
     "float64": "double",
     "boolean": "boolean",

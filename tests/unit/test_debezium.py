@@ -7,8 +7,21 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from icecdc.domain.layout import Column
-from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, _looks_like_payload, decode_value, parse_change
+from icecdc.ingest.debezium import (
+    Control,
+    ControlKind,
+    Envelope,
+    Reason,
+    RejectedEvent,
+    _looks_like_payload,
+    decode_change,
+    decode_value,
+    parse_change,
+)
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
+
+VARIABLE_SCALE = {"name": "io.debezium.data.VariableScaleDecimal"}
+CONNECT_DECIMAL_2 = {"name": "org.apache.kafka.connect.data.Decimal", "parameters": {"scale": "2"}}
 
 COLUMNS = (
     Column("id", "long", True),
@@ -277,6 +290,57 @@ def test_decimal_strings_fast_and_full_paths_agree(kind, raw, expected):
             decode_value(column, raw)
     else:
         assert decode_value(column, raw) == expected
+
+
+def _unscaled(number: int) -> str:
+    return base64.b64encode(number.to_bytes((number.bit_length() + 8) // 8, "big", signed=True)).decode()
+
+
+@pytest.mark.parametrize(
+    ("kind", "value", "logical", "expected"),
+    [
+        # PostgreSQL's unconstrained numeric (VariableScaleDecimal) keeps every digit, as its own text.
+        (
+            "string",
+            {"scale": 1, "value": _unscaled(1234567890123456789012345678905)},
+            VARIABLE_SCALE,
+            "123456789012345678901234567890.5",
+        ),
+        ("string", {"scale": 7, "value": _unscaled(1)}, VARIABLE_SCALE, "0.0000001"),
+        ("string", {"scale": 0, "value": _unscaled(-1000)}, VARIABLE_SCALE, "-1000"),
+        # A Connect Decimal wider than Python's default 28 digits.
+        (
+            "decimal(38, 2)",
+            _unscaled(12345678901234567890123456789012345678),
+            CONNECT_DECIMAL_2,
+            "123456789012345678901234567890123456.78",
+        ),
+        (
+            "decimal(38, 6)",
+            {"scale": 1, "value": _unscaled(1234567890123456789012345678905)},
+            VARIABLE_SCALE,
+            "123456789012345678901234567890.500000",
+        ),
+    ],
+)
+def test_wide_and_tiny_decimals_keep_every_digit(kind, value, logical, expected):
+    assert decode_value(Column("x", kind), value, logical) == expected
+
+
+@pytest.mark.parametrize(
+    ("kind", "field", "value", "expected"),
+    [
+        # A real (float32) into a double column: the float32 itself, as PostgreSQL widens it.
+        ("double", {"type": "float"}, 0.1, 0.10000000149011612),
+        ("double", {"type": "double"}, 0.1, 0.1),
+        ("float", {"type": "float"}, 0.1, 0.1),  # the float32 column rounds it when written
+    ],
+)
+def test_a_float32_into_a_double_column_is_the_float32s_value(kind, field, value, expected):
+    schema = {"fields": [{"field": "after", "fields": [{**field, "field": "x"}]}]}
+    envelope = Envelope({"op": "c", "after": {"id": 1, "x": value}}, schema)
+    event = decode_change(None, envelope, [Column("id", "int", True), Column("x", kind)], ["id"])
+    assert event.after == {"id": 1, "x": expected}
 
 
 # ---- records that are not row changes, and every Debezium type ------------------------------

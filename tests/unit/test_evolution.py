@@ -33,6 +33,9 @@ def envelope(*fields: dict) -> dict:
         ({"type": "int16"}, "int"),
         ({"type": "int64"}, "long"),
         ({"type": "float32"}, "float"),
+        # What Connect's JsonConverter writes for FLOAT32 and FLOAT64 (PostgreSQL's real, double precision).
+        ({"type": "float"}, "float"),
+        ({"type": "double"}, "double"),
         ({"type": "bytes"}, "binary"),
         ({"type": "int64", "name": "io.debezium.time.MicroTimestamp"}, "timestamp"),
         ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, "timestamptz"),
