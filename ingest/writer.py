@@ -240,7 +240,7 @@ class BatchRunner:
             if resolution.rows:
                 job.files[table].extend(self._job.write_rows(layout, resolution.rows, tag))
             letters += plan.unresolvable_letters(table, resolution.unresolvable, _unresolvable_detail)
-            metrics.UNAVAILABLE_ROWS.labels(table, "resolved-from-table").inc(len(resolution.rows))
+            metrics.UNAVAILABLE_ROWS.labels(table, "resolved").inc(len(resolution.rows))
             metrics.UNAVAILABLE_ROWS.labels(table, "dead-lettered").inc(len(resolution.unresolvable))
             log.info(
                 "%s: %d rows took unsent (TOAST) values from the %d keys read from the table; %d had no earlier version "

@@ -155,6 +155,9 @@ class IcebergTable:
         for in the snapshot before the last ingest commit, where a row a primary-key change moved
         away in the previous batch still is. A Spark read filtered by key, so Iceberg prunes the
         files whose key bounds exclude them."""
+        # The catalog's cached table, the one Spark's read resolves to (the cache may have loaded
+        # a new one since this adapter's), refreshed: Spark then knows every snapshot it has.
+        self._java = self.call(f"loading {self.ref}", self._load)
         self.refresh()
         current = self.current_snapshot()
         if current is None:
