@@ -286,6 +286,7 @@ def test_an_update_that_leaves_a_wide_value_alone_keeps_it_and_reads_only_its_ke
 
     assert ingester.rows() == source.rows
     assert ingester.table.lookups == [{(1,)}], "only the key whose values the batch lacked is read"
+    assert len(ingester.table.summaries) == 2, "the completed row is in its batch's one commit"
     assert ingester.letters == []
 
 
