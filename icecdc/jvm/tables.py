@@ -182,7 +182,7 @@ class IcebergTable:
                 (functools.reduce(operator.and_, (F.col(c) == v for c, v in zip(key_columns, k, strict=True))) for k in keys),
             )
         frame = self.bridge.spark.read.format("iceberg").option("snapshot-id", snapshot_id).load(self.ref.qualified)
-        rows = frame.where(where).select(*key_columns, *columns).collect()
+        rows = self.call(f"reading {len(keys)} keys of {self.ref}", frame.where(where).select(*key_columns, *columns).collect)
         return {tuple(_canonical(row[c]) for c in key_columns): {c: _canonical(row[c]) for c in columns} for row in rows}
 
     def unpartitioned_spec_id(self) -> int | None:
