@@ -185,9 +185,10 @@ def _unavailable_fields(
     bytes, for the dead letter it may become. Raises RejectedEvent (``unavailable_values:
     dead-letter``)."""
     if event.after is None:
-        moved_to = key_from_header(headers(NEW_KEY_HEADER), layout.columns, layout.primary_key)
-        if moved_to is not None:
-            payload["to"] = moved_to
+        if rules.unavailable_values is UnavailableValues.RESOLVE:
+            moved_to = key_from_header(headers(NEW_KEY_HEADER), layout.columns, layout.primary_key)
+            if moved_to is not None:
+                payload["to"] = moved_to
         return {}
     unavailable = unavailable_columns(event.after, layout.columns)
     if not unavailable:
