@@ -15,12 +15,18 @@ partition source columns are all key columns, and is otherwise unknown: then, by
 ``SourceRules.unknown_partition``, the key is deleted in every partition (a global equality
 delete in the batch's own commit; it never hits the batch's own files, which share its sequence
 number), or the change is dead-lettered, or the row is taken not to have moved.
+
+Values the source did not send (``unavailable``: Debezium's placeholder for an unchanged TOAST
+value) are folded in source order: such a column takes the value of the key's previous
+after-image in the batch; what no change of the batch holds stays ``unresolved``, with the key
+whose earlier version holds it (the key itself before the batch, or the old key of a primary-key
+change), for the driver to read from the table (``unavailable``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from icecdc.domain.layout import PartitionKey, TableLayout
@@ -36,6 +42,31 @@ class KeyChange:
     after: dict[str, Any] | None
     prior_partitions: tuple[PartitionKey, ...]
     global_delete: bool = False  # the row's old partition is unknown: delete the key everywhere
+    unavailable: frozenset[str] = frozenset()  # columns whose value the source did not send
+    moved_from: tuple[Any, ...] | None = None  # a create of a primary-key change: the old key
+    moved_to: tuple[Any, ...] | None = None  # a delete of a primary-key change: the new key
+
+
+@dataclass(frozen=True)
+class Image:
+    """A row version as far as the batch knows it: ``unresolved`` columns are None in ``row``,
+    their values in the earlier version of ``source`` (a key), or nowhere when ``source`` is None."""
+
+    row: dict[str, Any]
+    unresolved: frozenset[str] = frozenset()
+    source: tuple[Any, ...] | None = None
+
+    @property
+    def complete(self) -> bool:
+        return not self.unresolved
+
+
+@dataclass(frozen=True)
+class Moved:
+    """A key's last after-image before a primary-key change moved its row to ``to``."""
+
+    to: tuple[Any, ...]
+    image: Image
 
 
 @dataclass(frozen=True)
@@ -45,6 +76,9 @@ class KeyResult:
     row: dict[str, Any] | None  # the after-image to write; None when the key ends deleted
     delete_partitions: frozenset[PartitionKey]  # empty when ``global_delete``: it covers them all
     global_delete: bool = False
+    unresolved: frozenset[str] = frozenset()  # columns of ``row`` the batch does not hold (None in it)
+    source: tuple[Any, ...] | None = None  # the key whose earlier version holds them; None: no such key
+    moved: tuple[Moved, ...] = field(default_factory=tuple)  # the images primary-key changes took away
 
 
 def complete_row(layout: TableLayout, after: dict[str, Any]) -> dict[str, Any]:
@@ -92,10 +126,55 @@ def _unknown_partition_detail(event: ChangeEvent, layout: TableLayout, rules: So
     )
 
 
-def reduce_key(changes: Sequence[KeyChange]) -> KeyResult:
+def _next_image(previous: Image | None, change: KeyChange, key: tuple[Any, ...], deleted: bool) -> Image:
+    """The after-image of ``change`` with its unavailable columns taken from ``previous``."""
+    assert change.after is not None
+    if not change.unavailable:
+        return Image(change.after)
+    row = dict(change.after)
+    if previous is not None:
+        for column in change.unavailable:
+            row[column] = previous.row.get(column)
+        unresolved = change.unavailable & previous.unresolved
+        return Image(row, unresolved, previous.source if unresolved else None)
+    for column in change.unavailable:
+        row[column] = None
+    if change.moved_from is not None:
+        source: tuple[Any, ...] | None = change.moved_from  # the row's value lives under its old key
+    elif change.op == "u" and not deleted:
+        source = key  # the key's version before the batch
+    else:
+        source = None  # a create, or an update after a delete, that names no earlier version
+    return Image(row, change.unavailable, source)
+
+
+def fold_images(changes: Sequence[KeyChange], key: tuple[Any, ...] = ()) -> tuple[Image | None, tuple[Moved, ...]]:
+    """One key's changes in source order folded into its last image (None when it ends deleted)
+    and the images primary-key changes moved away from it."""
+    image: Image | None = None
+    moved: list[Moved] = []
+    deleted = False
+    for change in changes:
+        if change.op == "d" or change.after is None:
+            if change.moved_to is not None and image is not None:
+                moved.append(Moved(change.moved_to, image))
+            image, deleted = None, True
+        else:
+            image = _next_image(image, change, key, deleted)
+    return image, tuple(moved)
+
+
+def reduce_key(changes: Sequence[KeyChange], key: tuple[Any, ...] = ()) -> KeyResult:
     """Collapse one key's changes, given in source order, to what the batch commits."""
-    last = changes[-1]
-    row = None if last.op == "d" else last.after
+    image: Image | None
+    moved: tuple[Moved, ...] = ()
+    if all(not change.unavailable and change.moved_to is None for change in changes):
+        last = changes[-1]  # the common case: the last after-image is the row
+        image = None if last.op == "d" or last.after is None else Image(last.after)
+    else:
+        image, moved = fold_images(changes, key)
+    row, unresolved, source = (image.row, image.unresolved, image.source) if image is not None else (None, frozenset(), None)
     if any(change.global_delete for change in changes):
-        return KeyResult(row, frozenset(), global_delete=True)
-    return KeyResult(row, frozenset(p for change in changes for p in change.prior_partitions))
+        return KeyResult(row, frozenset(), True, unresolved, source, moved)
+    partitions = frozenset(p for change in changes for p in change.prior_partitions)
+    return KeyResult(row, partitions, False, unresolved, source, moved)

@@ -76,6 +76,14 @@ _FLOAT32 = struct.Struct("<f")
 VARIABLE_SCALE_DECIMAL = "io.debezium.data.VariableScaleDecimal"
 TRANSACTION_SCHEMA = "io.debezium.connector.common.TransactionMetadataValue"
 HEARTBEAT_SCHEMA_SUFFIX = "Heartbeat"  # io.debezium.connector.common.Heartbeat, <prefix>.Heartbeat
+# What Debezium sends for a value it does not have (its ``unavailable.value.placeholder``
+# default): an out-of-line (TOAST) value an update left alone under REPLICA IDENTITY DEFAULT. A
+# text or jsonb column gets the string; a bytea column its bytes (base64 in JSON).
+UNAVAILABLE_PLACEHOLDER = "__debezium_unavailable_value"
+UNAVAILABLE_PLACEHOLDER_BASE64 = base64.b64encode(UNAVAILABLE_PLACEHOLDER.encode()).decode()
+# The headers of a primary-key change: the create of the new key names the old one, the delete
+# of the old key the new one (each the key as the key converter wrote it).
+OLD_KEY_HEADER, NEW_KEY_HEADER = "__debezium.oldkey", "__debezium.newkey"
 
 
 class Reason(str, enum.Enum):
@@ -92,6 +100,9 @@ class Reason(str, enum.Enum):
     UNKNOWN_TABLE = "unknown-table"
     TRUNCATE = "truncate"  # a truncate, dead-lettered because the table's truncate option says so
     INCOMPATIBLE_SCHEMA = "incompatible-schema-change"  # a source type Iceberg cannot change the column to
+    # A value the source did not send (an unchanged TOAST value), dead-lettered by the table's
+    # unavailable_values option or because the row has no earlier version to take it from.
+    UNAVAILABLE_VALUE = "unavailable-value"
 
     def __str__(self) -> str:
         return self.value  # in headers, labels and messages, not "Reason.NULL_KEY"
@@ -441,6 +452,31 @@ def decode_change(key: bytes | None, envelope: Envelope, columns: Sequence[Colum
         names = {c.name for c in columns}
         extra = {k: v for k, v in payload["after"].items() if k not in names}
     return ChangeEvent(str(op), key_values, before, after, envelope.fields, extra)
+
+
+def unavailable_columns(after: Mapping[str, Any], columns: Sequence[Column]) -> frozenset[str]:
+    """The columns of a decoded after-image that hold Debezium's placeholder (text and binary
+    columns only: an identity check of one string per such column)."""
+    found = [
+        c.name
+        for c in columns
+        if (c.type == "string" and after.get(c.name) == UNAVAILABLE_PLACEHOLDER)
+        or (c.type == "binary" and after.get(c.name) == UNAVAILABLE_PLACEHOLDER_BASE64)
+    ]
+    return frozenset(found)
+
+
+def key_from_header(value: bytes | None, columns: Sequence[Column], primary_key: Sequence[str]) -> tuple[Any, ...] | None:
+    """The key a key-change header names (the key converter's JSON, schema-wrapped or not), or
+    None when it cannot be read."""
+    try:
+        payload, _ = _unwrap(parse_json(value)) if value is not None else (None, None)
+        if not isinstance(payload, Mapping):
+            return None
+        by_name = {c.name: c for c in columns}
+        return tuple(decode_value(by_name[name], payload[name]) for name in primary_key)
+    except (RejectedEvent, KeyError):
+        return None
 
 
 def parse_change(key: bytes | None, value: bytes, columns: Sequence[Column], primary_key: Sequence[str]) -> ChangeEvent | Control:

@@ -8,22 +8,35 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from icecdc.domain.layout import TableLayout
 from icecdc.domain.sourcespec import SourceRules
+from icecdc.ingest.batch import Image
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.plan import JobResult, Position, WrittenFile
-from icecdc.ingest.stages import PARSED_SCHEMA, RESULT_SCHEMA, Tag, parse_stage, reduce_and_write_stage
+from icecdc.ingest.stages import PARSED_SCHEMA, RESULT_SCHEMA, Tag, parse_stage, reduce_and_write_stage, write_file
+from icecdc.ingest.unavailable import MovedImage, SourceRecord, UnresolvedRow
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
 _FILE_KINDS = frozenset(FileKind)
+
+
+def _written(fact: Mapping[str, Any]) -> WrittenFile:
+    return WrittenFile(
+        FileKind(fact["op"]),
+        fact["path"],
+        tuple(orjson.loads(fact["partition"])),
+        fact["record_count"],
+        fact["file_size"],
+        fact["description"],
+    )
 
 
 def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
@@ -40,16 +53,7 @@ def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
                 position = (row.topic, row.kafka_partition)
                 consumed[position] = max(row.offset, consumed.get(position, -1))
         elif row.op in _FILE_KINDS:
-            result.files[row.table].append(
-                WrittenFile(
-                    FileKind(row.op),
-                    row.path,
-                    tuple(orjson.loads(row.partition)),
-                    row.record_count,
-                    row.file_size,
-                    row.description,
-                )
-            )
+            result.files[row.table].append(_written(row.asDict()))
         elif row.op == Tag.SCHEMA:
             changes[row.table] += [ColumnChange(ChangeKind(k), c, t) for k, c, t in orjson.loads(row.detail)]
         elif row.op == Tag.COLUMNS:
@@ -60,8 +64,31 @@ def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
             truncates = result.truncates[row.table]
             position = (row.topic, row.kafka_partition)
             truncates[position] = max(row.offset, truncates.get(position, -1))
+        elif row.op == Tag.UNRESOLVED:
+            result.unresolved[row.table].append(_unresolved(row))
+        elif row.op == Tag.MOVED:
+            moved = orjson.loads(row.change)
+            image = _image(moved)
+            result.moved[row.table].append(MovedImage(tuple(orjson.loads(row.key)), tuple(moved["to"]), image))
     result.schema_changes = {table: merge_changes(c) for table, c in changes.items()}
     return result
+
+
+def _image(change: dict[str, Any]) -> Image:
+    source = change["source"]
+    return Image(change["row"], frozenset(change["unresolved"]), tuple(source) if source is not None else None)
+
+
+def _unresolved(row: Any) -> UnresolvedRow:
+    change = orjson.loads(row.change)
+    raw_key, raw_value = (bytes(v) if v is not None else None for v in (row.raw_key, row.raw_value))
+    return UnresolvedRow(
+        tuple(orjson.loads(row.key)),
+        _image(change),
+        tuple(tuple(p) for p in change["prior"]),
+        change["global"],
+        SourceRecord(row.topic, row.kafka_partition, row.offset, raw_key, raw_value),
+    )
 
 
 class BatchJob:
@@ -85,3 +112,14 @@ class BatchJob:
             .collect()
         )
         return read_result(rows, time.monotonic() - started)
+
+    def write_rows(self, layout: TableLayout, rows: Sequence[dict[str, Any]], tag: str) -> list[WrittenFile]:
+        """Data files of ``rows`` (one per partition), written as the write stage writes them."""
+        by_partition: dict[Any, list[dict[str, Any]]] = defaultdict(list)
+        for row in rows:
+            by_partition[layout.partition_of(row)].append(row)
+        files = []
+        for partition, records in by_partition.items():
+            fact = write_file(layout, FileKind.DATA, partition, records, self._io_properties, tag.replace(":", "-"))
+            files.append(_written(fact))
+        return files

@@ -37,3 +37,8 @@ UNKNOWN_COLUMNS = Counter(
 )
 SCHEMA_CHANGES = Counter("icecdc_ingest_schema_changes_total", "Columns added or widened to follow the source", ["table", "kind"])
 TRUNCATES = Counter("icecdc_ingest_truncates_total", "Truncates applied (the table emptied in one commit)", ["table"])
+UNAVAILABLE_ROWS = Counter(
+    "icecdc_ingest_unavailable_rows_total",
+    "Rows whose unsent (TOAST) values the batch did not hold: completed from the table, or dead-lettered",
+    ["table", "outcome"],
+)

@@ -8,7 +8,7 @@ the I/O, in the order its docstring gives.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -19,8 +19,10 @@ from icecdc.domain.events import CommitEvent, PartitionDelta
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.domain.sourcespec import SourceRules, UnknownPartition
 from icecdc.ingest import offsets as offset_log
+from icecdc.ingest.debezium import Reason
 from icecdc.ingest.evolution import ColumnChange
 from icecdc.ingest.filemeta import FileKind
+from icecdc.ingest.unavailable import MovedImage, UnresolvedRow
 
 Position = tuple[str, int]  # (topic, Kafka partition)
 # table -> position -> the offset of the table's last truncate there
@@ -56,6 +58,9 @@ class JobResult:
         default_factory=lambda: defaultdict(Counter)
     )  # records that are not changes, by kind
     truncates: dict[str, dict[Position, int]] = field(default_factory=lambda: defaultdict(dict))  # the last truncate per position
+    # Rows with values the batch does not hold, and the images key changes moved (``unavailable``).
+    unresolved: dict[str, list[UnresolvedRow]] = field(default_factory=lambda: defaultdict(list))
+    moved: dict[str, list[MovedImage]] = field(default_factory=lambda: defaultdict(list))
 
     def written_paths(self, table: str | None = None) -> list[str]:
         return [f.path for t, files in self.files.items() if table in (None, t) for f in files]
@@ -89,6 +94,23 @@ def dead_letters_from_rows(rows: Iterable[Mapping[str, Any]]) -> list[DeadLetter
             r["detail"],
             _bytes(r["raw_key"]),
             _bytes(r["raw_value"]),
+        )
+        for r in rows
+    ]
+
+
+def unresolvable_letters(table: str, rows: Iterable[UnresolvedRow], detail: Callable[[UnresolvedRow], str]) -> list[DeadLetter]:
+    """The last change of each row whose unsent values exist nowhere."""
+    return [
+        DeadLetter(
+            r.last.topic,
+            r.last.partition,
+            r.last.offset,
+            table,
+            Reason.UNAVAILABLE_VALUE.value,
+            detail(r),
+            r.last.key,
+            r.last.value,
         )
         for r in rows
     ]

@@ -25,8 +25,10 @@ from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
 from icecdc.domain.errors import UserError
 from icecdc.domain.idle import CatalogWaits
+from icecdc.domain.sourcespec import UnavailableValues
 from icecdc.ingest import metrics
-from icecdc.ingest.stages import KAFKA_SCHEMA
+from icecdc.ingest.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
+from icecdc.ingest.stages import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.runtime import kafka
 from icecdc.runtime.config import Config
@@ -72,6 +74,7 @@ class DirectKafkaSource:
         self.partition_count = len(assignment)
         self._consumer.assign(assignment)
         self._positions: dict[tuple[str, int], int] = {}
+        self._headers = reads_headers(config)
 
     def poll_batch(self, max_records: int, max_seconds: float) -> list[dict[str, Any]]:
         """Records until ``max_records`` or ``max_seconds`` have passed, whichever first."""
@@ -98,6 +101,8 @@ class DirectKafkaSource:
                         "timestampType": kind,
                     }
                 )
+                if self._headers:
+                    records[-1]["headers"] = _key_change_headers(message.headers())
                 self._positions[(topic, partition)] = offset + 1
         return records
 
@@ -145,9 +150,20 @@ def source_rows(
 def records_to_dataframe(spark: SparkSession, records: list[dict[str, Any]]) -> DataFrame:
     import pandas as pd
 
-    return spark.createDataFrame(
-        pd.DataFrame.from_records(records, columns=[c.split()[0] for c in KAFKA_SCHEMA.split(", ")]), KAFKA_SCHEMA
-    )
+    schema = KAFKA_SCHEMA_WITH_HEADERS if records and "headers" in records[0] else KAFKA_SCHEMA
+    return spark.createDataFrame(pd.DataFrame.from_records(records, columns=[c.split()[0] for c in schema.split(", ")]), schema)
+
+
+def reads_headers(config: Config) -> bool:
+    """Whether the source reads record headers: only the key-change headers matter, and only to
+    tables that resolve unavailable values."""
+    return any(t.unavailable_values is UnavailableValues.RESOLVE for t in config.tables)
+
+
+def _key_change_headers(headers: Any) -> list[tuple[str, Any]]:
+    """The headers the parse stage reads (a primary-key change's) of librdkafka's (name, value)
+    list, in Spark's shape; the rest left out."""
+    return [(name, value) for name, value in headers or () if name in (OLD_KEY_HEADER, NEW_KEY_HEADER)]
 
 
 def run_direct(
@@ -195,6 +211,8 @@ def kafka_stream(spark: SparkSession, config: Config) -> DataFrame:
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(config.ingest.max_batch_records))
     )
+    if reads_headers(config):
+        reader = reader.option("includeHeaders", "true")
     for key, value in config.kafka.properties.items():
         reader = reader.option(f"kafka.{key}", str(value))
     return reader.load()

@@ -23,12 +23,25 @@ from typing import Any
 import orjson
 import pyarrow as pa
 
-from icecdc.domain.layout import TableLayout
-from icecdc.domain.sourcespec import SourceRules, TruncateMode
-from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
-from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, decode_change, read_envelope
+from icecdc.domain.layout import PartitionKey, TableLayout
+from icecdc.domain.sourcespec import SourceRules, TruncateMode, UnavailableValues
+from icecdc.ingest.batch import KeyChange, KeyResult, reduce_key, to_key_change
+from icecdc.ingest.debezium import (
+    NEW_KEY_HEADER,
+    OLD_KEY_HEADER,
+    ChangeEvent,
+    Control,
+    ControlKind,
+    Reason,
+    RejectedEvent,
+    decode_change,
+    key_from_header,
+    read_envelope,
+    unavailable_columns,
+)
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.filemeta import FileKind, describe
+from icecdc.ingest.unavailable import unavailable_detail
 from icecdc.runtime.fileio import write_parquet_with_footer
 
 _DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
@@ -39,8 +52,12 @@ def _ddl(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in schema)
 
 
-# What Spark's Kafka source yields (the foreachBatch writer's input contract).
+# What Spark's Kafka source yields (the foreachBatch writer's input contract); with
+# ``includeHeaders`` (read when a table resolves unavailable values: the key-change headers) a
+# ``headers`` column follows.
 KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
+KAFKA_SCHEMA_WITH_HEADERS = f"{KAFKA_SCHEMA}, {HEADERS_FIELD}"
 PARSED = pa.schema(
     [
         ("table", pa.string()),
@@ -90,6 +107,13 @@ class Tag(str, enum.Enum):
     CONTROL = "control"
     # One per truncate record: its table, topic, partition and offset.
     TRUNCATE = "truncate"
+    # From the write stage: a key's row with values the batch does not hold (``change``: the
+    # row, its unresolved columns, the key whose earlier version holds them, where that version
+    # may live), with its last record (for a dead letter); the driver resolves it.
+    UNRESOLVED = "unresolved"
+    # From the write stage: a key's last image before a primary-key change moved it (``change``:
+    # the new key, the image).
+    MOVED = "moved"
 
 
 PASSED_THROUGH = frozenset({Tag.MARK, Tag.SCHEMA, Tag.COLUMNS, Tag.CONTROL, Tag.TRUNCATE})
@@ -106,7 +130,16 @@ class _TableTally:
         self.controls: Counter[str] = Counter()
 
 
-def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRules, tally: _TableTally) -> dict[str, Any]:
+Headers = Callable[[str], "bytes | None"]  # a record's header by name
+
+
+def _no_headers(_name: str) -> bytes | None:
+    return None
+
+
+def _parse_record(
+    record: dict[str, Any], layout: TableLayout, rules: SourceRules, tally: _TableTally, headers: Headers = _no_headers
+) -> dict[str, Any]:
     """The parsed row of one record of a mapped topic (a change, a skip, a truncate). Raises
     RejectedEvent. A record whose schema asks for column changes is not decoded: the batch is
     done again once the table has them (``writer``)."""
@@ -137,11 +170,39 @@ def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRule
             return {"op": Tag.SKIP}
         tally.unknown.update(list(event.extra))  # counted by name (a mapping would add its values)
     change = to_key_change(event, layout, rules)
-    return {
-        "op": event.op,
-        "key": orjson.dumps(list(event.key)).decode(),
-        "change": orjson.dumps({"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}),
-    }
+    payload: dict[str, Any] = {"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}
+    parsed: dict[str, Any] = {"op": event.op, "key": orjson.dumps(list(event.key)).decode()}
+    if rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER:
+        parsed.update(_unavailable_fields(record, event, layout, rules, headers, payload))
+    parsed["change"] = orjson.dumps(payload)
+    return parsed
+
+
+def _unavailable_fields(
+    record: dict[str, Any], event: ChangeEvent, layout: TableLayout, rules: SourceRules, headers: Headers, payload: dict[str, Any]
+) -> dict[str, Any]:
+    """The change's unavailable columns and key-change headers, into ``payload``; the record's
+    bytes, for the dead letter it may become. Raises RejectedEvent (``unavailable_values:
+    dead-letter``)."""
+    if event.after is None:
+        if rules.unavailable_values is UnavailableValues.RESOLVE:
+            moved_to = key_from_header(headers(NEW_KEY_HEADER), layout.columns, layout.primary_key)
+            if moved_to is not None:
+                payload["to"] = moved_to
+        return {}
+    unavailable = unavailable_columns(event.after, layout.columns)
+    if not unavailable:
+        return {}
+    if rules.unavailable_values is UnavailableValues.DEAD_LETTER:
+        raise RejectedEvent(
+            Reason.UNAVAILABLE_VALUE, unavailable_detail(event.key, unavailable, "unavailable_values is dead-letter")
+        )
+    payload["unavailable"] = sorted(unavailable)
+    if event.op in ("c", "r"):
+        moved_from = key_from_header(headers(OLD_KEY_HEADER), layout.columns, layout.primary_key)
+        if moved_from is not None:
+            payload["from"] = moved_from
+    return {"raw_key": record["key"], "raw_value": record["value"]}
 
 
 def _tally_rows(table: str, tally: _TableTally) -> list[dict[str, Any]]:
@@ -154,6 +215,18 @@ def _tally_rows(table: str, tally: _TableTally) -> list[dict[str, Any]]:
     if tally.controls:
         rows.append({"table": table, "op": Tag.CONTROL, "detail": orjson.dumps(dict(tally.controls)).decode()})
     return rows
+
+
+def _header_reader(column: pa.Array, index: int) -> Headers:
+    """One record's headers, read from the Arrow column only when asked for (few records are)."""
+
+    def header(name: str) -> bytes | None:
+        for pair in column[index].as_py() or ():
+            if pair["key"] == name:
+                return bytes(pair["value"]) if pair["value"] is not None else None
+        return None
+
+    return header
 
 
 def parse_stage(
@@ -170,7 +243,10 @@ def parse_stage(
         for batch in batches:
             out: list[dict[str, Any]] = []
             marks: dict[tuple[str, int], list[int]] = {}
-            for record in batch.to_pylist():
+            header_column = batch.column("headers") if "headers" in batch.schema.names else None
+            if header_column is not None:
+                batch = batch.select([name for name in batch.schema.names if name != "headers"])
+            for index, record in enumerate(batch.to_pylist()):
                 topic, partition, offset = record["topic"], record["partition"], record["offset"]
                 if offset < committed.get((topic, partition), 0):
                     continue
@@ -184,7 +260,8 @@ def parse_stage(
                             Reason.UNKNOWN_TABLE, f"topic {topic!r} is not mapped to a table in the configuration"
                         )
                     row["table"] = layout.table
-                    row.update(_parse_record(record, layout, rules_by_table[layout.table], tallies[layout.table]))
+                    headers = _header_reader(header_column, index) if header_column is not None else _no_headers
+                    row.update(_parse_record(record, layout, rules_by_table[layout.table], tallies[layout.table], headers))
                 except RejectedEvent as rejected:
                     row.update(
                         reason=rejected.rejection.reason,
@@ -236,42 +313,82 @@ def reduce_and_write_stage(
 
         for (table, key), group in groupby(changes(), key=lambda r: (r["table"], r["key"])):
             layout = layouts_by_table[table]
-            key_changes = []
+            key_changes, last = [], None
             for r in group:
                 change = orjson.loads(r["change"])
                 key_changes.append(
-                    KeyChange(r["op"], change["after"], tuple(tuple(p) for p in change["prior"]), change["global"])
+                    KeyChange(
+                        r["op"],
+                        change["after"],
+                        tuple(tuple(p) for p in change["prior"]),
+                        change["global"],
+                        frozenset(change.get("unavailable", ())),
+                        _key(change.get("from")),
+                        _key(change.get("to")),
+                    )
                 )
-            result = reduce_key(key_changes)
-            if result.row is not None:
+                last = r
+            key_values = tuple(orjson.loads(key))
+            result = reduce_key(key_changes, key_values)
+            if result.unresolved:
+                assert last is not None and result.row is not None
+                passed.append(_unresolved_row(last, result))
+            elif result.row is not None:
                 partition = orjson.dumps(layout.partition_of(result.row)).decode()
                 outputs.setdefault((table, partition, FileKind.DATA), []).append(result.row)
-            key_row = dict(zip(layout.primary_key, orjson.loads(key), strict=True))
+            for moved in result.moved:
+                image: dict[str, Any] = {"to": moved.to, "row": moved.image.row, "unresolved": sorted(moved.image.unresolved)}
+                image["source"] = moved.image.source
+                passed.append({"table": table, "op": Tag.MOVED, "key": key, "change": orjson.dumps(image)})
+            key_row = dict(zip(layout.primary_key, key_values, strict=True))
             if result.global_delete:
                 outputs.setdefault((table, GLOBAL_PARTITION, FileKind.GLOBAL_DELETE), []).append(key_row)
             for p in result.delete_partitions:
                 outputs.setdefault((table, orjson.dumps(p).decode(), FileKind.DELETE), []).append(key_row)
 
-        facts = []
-        for (table, partition, kind), records in outputs.items():
-            layout = layouts_by_table[table]
-            arrow = layout.to_arrow(records, key_only=kind != FileKind.DATA)
-            partition_path = "" if kind == FileKind.GLOBAL_DELETE else layout.partition_path(tuple(orjson.loads(partition)))
-            name = f"{batch_tag}-{uuid.uuid4().hex}-{kind.value}.parquet"
-            path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
-            size, footer = write_parquet_with_footer(arrow, path, io_properties)
-            facts.append(
-                {
-                    "table": table,
-                    "op": kind,
-                    "path": path,
-                    "partition": partition,
-                    "record_count": arrow.num_rows,
-                    "file_size": size,
-                    "description": describe(layout, kind, path, tuple(orjson.loads(partition)), size, footer),
-                }
-            )
+        facts = [
+            write_file(layouts_by_table[table], kind, tuple(orjson.loads(partition)), records, io_properties, batch_tag)
+            for (table, partition, kind), records in outputs.items()
+        ]
         if facts or passed:
             yield pa.RecordBatch.from_pylist(passed + facts, schema=RESULT)
 
     return reduce_and_write
+
+
+def _key(values: list[Any] | None) -> tuple[Any, ...] | None:
+    return tuple(values) if values is not None else None
+
+
+def _unresolved_row(last: dict[str, Any], result: KeyResult) -> dict[str, Any]:
+    """A key's row the batch cannot complete, to the driver with its last record (``Tag.UNRESOLVED``)."""
+    change: dict[str, Any] = {"row": result.row, "unresolved": sorted(result.unresolved), "source": result.source}
+    change |= {"prior": list(result.delete_partitions), "global": result.global_delete}
+    kept = ("table", "topic", "kafka_partition", "offset", "key", "raw_key", "raw_value")
+    return {**{name: last[name] for name in kept}, "op": Tag.UNRESOLVED, "change": orjson.dumps(change)}
+
+
+def write_file(
+    layout: TableLayout,
+    kind: FileKind,
+    partition: PartitionKey,
+    records: list[dict[str, Any]],
+    io_properties: Mapping[str, str],
+    batch_tag: str,
+) -> dict[str, Any]:
+    """One Parquet file of rows (data) or keys (deletes) of one partition, with Iceberg field ids,
+    under a name unique per attempt; its facts as a result row."""
+    arrow = layout.to_arrow(records, key_only=kind != FileKind.DATA)
+    partition_path = "" if kind == FileKind.GLOBAL_DELETE else layout.partition_path(partition)
+    name = f"{batch_tag}-{uuid.uuid4().hex}-{kind.value}.parquet"
+    path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
+    size, footer = write_parquet_with_footer(arrow, path, io_properties)
+    return {
+        "table": layout.table,
+        "op": kind,
+        "path": path,
+        "partition": orjson.dumps(partition).decode(),
+        "record_count": arrow.num_rows,
+        "file_size": size,
+        "description": describe(layout, kind, path, partition, size, footer),
+    }

@@ -23,22 +23,23 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from icecdc.domain.errors import MissingPartitionSpec, NoSuchTable
 from icecdc.domain.events import CommitEvent
 from icecdc.domain.layout import TableLayout, layout_from_pyiceberg
 from icecdc.domain.sourcespec import SourceRules
-from icecdc.ingest import metrics, plan
+from icecdc.ingest import metrics, plan, unavailable
 from icecdc.ingest import offsets as offset_log
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.job import BatchJob
-from icecdc.ingest.plan import DeadLetter, IngestStats, JobResult, Position, TableCommit, Truncates
+from icecdc.ingest.plan import DeadLetter, IngestStats, JobResult, Position, TableCommit, Truncates, WrittenFile
 from icecdc.ingest.publish import CommitEventPublisher, DeadLetterTopic
+from icecdc.ingest.unavailable import Key, unavailable_detail
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from icecdc.runtime import failpoints
@@ -69,6 +70,9 @@ class Table(Protocol):
     def add_column(self, name: str, iceberg_type: str) -> bool: ...
     def widen_column(self, name: str, iceberg_type: str) -> bool: ...
     def ensure_unpartitioned_spec(self) -> int: ...
+    def current_rows(
+        self, key_columns: Sequence[str], keys: Collection[Key], columns: Sequence[str]
+    ) -> dict[Key, dict[str, Any]]: ...
 
 
 class Job(Protocol):
@@ -77,6 +81,7 @@ class Job(Protocol):
     def run(
         self, df: DataFrame, layouts: Mapping[str, TableLayout], positions: Mapping[Position, int], tag: str
     ) -> JobResult: ...
+    def write_rows(self, layout: TableLayout, rows: Sequence[dict[str, Any]], tag: str) -> list[WrittenFile]: ...
 
 
 class DeadLetters(Protocol):
@@ -134,6 +139,8 @@ class BatchRunner:
         self._bookkeeping = threading.Lock()  # what commits on several threads share
         self._told_global: set[str] = set()  # tables whose first global deletes were explained in the log
         self._told_unknown: set[tuple[str, str]] = set()  # (table, field) named in the log already
+        # table -> the images the previous batch's primary-key changes moved away (``unavailable``)
+        self._moved_before: dict[str, list[unavailable.MovedImage]] = {}
 
     def committed_offsets(self) -> dict[str, offset_log.Offsets]:
         """table -> its committed offsets, read from the table (the source of truth)."""
@@ -201,7 +208,7 @@ class BatchRunner:
             return BatchResult(tag, 0, 0, {}, self._clock() - started)
         self._failpoint("after-files")
 
-        letters = plan.dead_letters(first, job, truncated)
+        letters = plan.dead_letters(first, job, truncated) + self._resolve_unavailable(tag, job, truncated)
         if letters:
             self._dead_letters.send(letters)
             self.stats.count_dead_letters(letters)
@@ -214,6 +221,47 @@ class BatchRunner:
         commits = {table: snapshot for table, snapshot, _ in done}
         commit_seconds = {table: seconds for table, _, seconds in done}
         return BatchResult(tag, records, len(letters), commits, self._clock() - started, commit_seconds)
+
+    def _resolve_unavailable(self, tag: str, job: JobResult, truncated: Truncates) -> list[DeadLetter]:
+        """Complete the rows whose unsent (TOAST) values the batch does not hold from their keys'
+        earlier versions, read from the table for just those keys; the completed rows join the
+        batch as data files of its commit, the rest become dead letters."""
+        letters: list[DeadLetter] = []
+        carried, self._moved_before = self._moved_before, {table: list(moved) for table, moved in job.moved.items()}
+        for table, rows in job.unresolved.items():
+            if not rows:
+                continue
+            # A key change split by the batch boundary: its old key's image is the previous batch's.
+            moved, layout = carried.get(table, []) + job.moved.get(table, []), self.layouts[table]
+            keys = unavailable.keys_to_read(rows, moved)
+            # After a truncate in the batch, the table's rows are gone with it: nothing to read.
+            found = {} if table in truncated or not keys else self._read_current(table, keys, rows, moved)
+            resolution = unavailable.resolve(rows, moved, found)
+            if resolution.rows:
+                job.files[table].extend(self._job.write_rows(layout, resolution.rows, tag))
+            letters += plan.unresolvable_letters(table, resolution.unresolvable, _unresolvable_detail)
+            metrics.UNAVAILABLE_ROWS.labels(table, "resolved").inc(len(resolution.rows))
+            metrics.UNAVAILABLE_ROWS.labels(table, "dead-lettered").inc(len(resolution.unresolvable))
+            log.info(
+                "%s: %d rows took unsent (TOAST) values from the %d keys read from the table; %d had no earlier version "
+                "(dead-lettered)",
+                table,
+                len(resolution.rows),
+                len(found),
+                len(resolution.unresolvable),
+                extra={"table": table},
+            )
+        return letters
+
+    def _read_current(
+        self,
+        table: str,
+        keys: Collection[Key],
+        rows: Sequence[unavailable.UnresolvedRow],
+        moved: Sequence[unavailable.MovedImage],
+    ) -> dict[Key, dict[str, Any]]:
+        columns = unavailable.columns_to_read(rows, moved)
+        return self.tables[table].current_rows(self.layouts[table].primary_key, keys, columns)
 
     def _count_not_written(self, job: JobResult) -> None:
         """Fields the tables lack and records that are not changes: counted, and each unknown
@@ -331,6 +379,11 @@ class BatchRunner:
                     "sequence_number": snapshot.sequence_number,
                 },
             )
+
+
+def _unresolvable_detail(row: unavailable.UnresolvedRow) -> str:
+    why = "the row has no earlier version to take them from (neither in the batch nor in the table)"
+    return unavailable_detail(row.key, row.image.unresolved, why)
 
 
 class BatchWriter:

@@ -50,6 +50,21 @@ class TruncateMode(str, enum.Enum):
     DEAD_LETTER = "dead-letter"  # the truncate goes to the dead-letter topic; the table keeps its rows
 
 
+class UnavailableValues(str, enum.Enum):
+    """What the ingester does with a value the source did not send: Debezium's placeholder
+    (``unavailable.value.placeholder``, ``__debezium_unavailable_value``) for an out-of-line
+    (TOAST) value an update left alone, under PostgreSQL's default REPLICA IDENTITY."""
+
+    # The row keeps the value it had: taken from the key's earlier change in the same batch, or
+    # read from the table for the few keys that need it; a key with no earlier version anywhere
+    # goes to the dead-letter topic.
+    RESOLVE = "resolve"
+    # A change that carries the placeholder goes to the dead-letter topic.
+    DEAD_LETTER = "dead-letter"
+    # The placeholder is written as the value (what icecdc did before it knew of it).
+    KEEP_PLACEHOLDER = "keep-placeholder"
+
+
 @dataclass(frozen=True)
 class SourceRules:
     before_image: BeforeImage = BeforeImage.KEY
@@ -60,6 +75,7 @@ class SourceRules:
     evolve_schema: bool = True
     # Without the Connect schema wrapper, a new field's column type is taken from its JSON value.
     infer_new_columns: bool = False
+    unavailable_values: UnavailableValues = UnavailableValues.RESOLVE
 
 
 DEFAULT_RULES = SourceRules()

@@ -11,11 +11,14 @@ while delays a commit instead of failing it.
 
 from __future__ import annotations
 
+import base64
+import functools
 import logging
+import operator
 import uuid
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from icecdc.domain import summary as summary_keys
 from icecdc.domain.errors import CatalogUnavailable, CommitStateUnknown, MissingPartitionSpec
@@ -25,6 +28,12 @@ from icecdc.runtime.outages import CatalogRetry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+def _canonical(value: Any) -> Any:
+    """A value read through Spark in the ingester's canonical form, for the types that hold keys
+    and unsent values (integers, text, binary)."""
+    return base64.b64encode(bytes(value)).decode() if isinstance(value, (bytes, bytearray)) else value
 
 
 @dataclass(frozen=True)
@@ -137,6 +146,44 @@ class IcebergTable:
         with java_errors():
             found = next((s for s in self._java_history() if s.summary().get(key) is not None), None)
             return None if found is None else Snapshot.of(found)
+
+    def current_rows(
+        self, key_columns: Sequence[str], keys: Collection[tuple[Any, ...]], columns: Sequence[str]
+    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        """key -> the values of ``columns`` (canonical: text as str, binary as base64) of the rows
+        of ``keys`` in the table's current snapshot; a key the current snapshot lacks is looked
+        for in the snapshot before the last ingest commit, where a row a primary-key change moved
+        away in the previous batch still is. A Spark read filtered by key, so Iceberg prunes the
+        files whose key bounds exclude them."""
+        # The catalog's cached table, the one Spark's read resolves to (the cache may have loaded
+        # a new one since this adapter's), refreshed: Spark then knows every snapshot it has.
+        self._java = self.call(f"loading {self.ref}", self._load)
+        self.refresh()
+        current = self.current_snapshot()
+        if current is None:
+            return {}
+        found = self._rows_at(current.snapshot_id, key_columns, keys, columns)
+        missing = [k for k in keys if k not in found]
+        last_batch = self.newest_snapshot_with(summary_keys.OFFSETS) if missing else None
+        if last_batch is not None and last_batch.parent_id is not None:
+            found |= self._rows_at(last_batch.parent_id, key_columns, missing, columns)
+        return found
+
+    def _rows_at(
+        self, snapshot_id: int, key_columns: Sequence[str], keys: Collection[tuple[Any, ...]], columns: Sequence[str]
+    ) -> dict[tuple[Any, ...], dict[str, Any]]:
+        from pyspark.sql import functions as F
+
+        if len(key_columns) == 1:
+            where = F.col(key_columns[0]).isin([k[0] for k in keys])
+        else:
+            where = functools.reduce(
+                operator.or_,
+                (functools.reduce(operator.and_, (F.col(c) == v for c, v in zip(key_columns, k, strict=True))) for k in keys),
+            )
+        frame = self.bridge.spark.read.format("iceberg").option("snapshot-id", snapshot_id).load(self.ref.qualified)
+        rows = self.call(f"reading {len(keys)} keys of {self.ref}", frame.where(where).select(*key_columns, *columns).collect)
+        return {tuple(_canonical(row[c]) for c in key_columns): {c: _canonical(row[c]) for c in columns} for row in rows}
 
     def unpartitioned_spec_id(self) -> int | None:
         """The id of a partition spec of the table without fields (as of the last refresh)."""

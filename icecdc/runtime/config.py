@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from icecdc.domain.errors import UserError
-from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnknownPartition
+from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnavailableValues, UnknownPartition
 from icecdc.domain.tableref import TableRef
 from icecdc.domain.tablespec import (
     PartitionField,
@@ -133,6 +133,9 @@ class TableConfig(_Strict):
     # Without the schema wrapper, a new field's column type is taken from its JSON values (number
     # -> long or double, text -> string, true/false -> boolean). Off: counted and logged.
     infer_new_columns: bool = False
+    # A value the source did not send (Debezium's placeholder for an unchanged TOAST value):
+    # resolved from the row's earlier version (exact), dead-lettered, or written as it came.
+    unavailable_values: UnavailableValues = UnavailableValues.RESOLVE
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -181,7 +184,14 @@ class TableConfig(_Strict):
 
     @property
     def source_rules(self) -> SourceRules:
-        return SourceRules(self.before_image, self.unknown_partition, self.truncate, self.evolve_schema, self.infer_new_columns)
+        return SourceRules(
+            self.before_image,
+            self.unknown_partition,
+            self.truncate,
+            self.evolve_schema,
+            self.infer_new_columns,
+            self.unavailable_values,
+        )
 
     @property
     def shape(self) -> TableShape | None:

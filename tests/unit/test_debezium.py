@@ -194,6 +194,7 @@ def test_reasons_are_the_dead_letter_headers_as_they_were():
         "UNKNOWN_TABLE": "unknown-table",
         "TRUNCATE": "truncate",
         "INCOMPATIBLE_SCHEMA": "incompatible-schema-change",
+        "UNAVAILABLE_VALUE": "unavailable-value",
     }
     rejected = RejectedEvent(Reason.NULL_KEY, "primary key column 'id' is null")
     assert str(rejected) == str(rejected.rejection) == "null-key: primary key column 'id' is null"
