@@ -221,7 +221,8 @@ class PostgresUpstream:
         missing = _postgres_missing()
         if missing:
             raise UserError(
-                f"the demo runs on PostgreSQL and the Debezium connector, but {missing}; or run the demo on a synthetic feed: icecdc demo --source synthetic"
+                f"the demo runs on PostgreSQL through the Debezium connector by default, and {missing}.\n"
+                "To run it on a synthetic feed without a database instead: icecdc demo --source synthetic"
             )
         self.directory = state_dir / "debezium"
         # A cluster of its own under the system temp directory (run as root, the server's user

@@ -90,6 +90,8 @@ class OrdersTransactions:
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
+        # Keys from here on are this workload's (several may share a table, each with its own range).
+        self._first_key = self.next_key
 
     def create(self, db: psycopg.Connection[Any]) -> None:
         db.execute(
@@ -112,7 +114,7 @@ class OrdersTransactions:
                 copy.write_row((key, r.choice(REGIONS), r.choice(STATUSES), self._amount(), self._moment(r.randrange(self.days))))
 
     def _recent(self, count: int) -> list[int]:
-        lowest = max(1, self.next_key - self.recent_keys)
+        lowest = max(self._first_key, self.next_key - self.recent_keys)
         return [self._random.randrange(lowest, self.next_key) for _ in range(count)] if self.next_key > lowest else []
 
     def _statement(self) -> tuple[Statement, str, Sequence[Any]]:
@@ -121,7 +123,7 @@ class OrdersTransactions:
         draw = r.random()
         # The rows a statement stamps share its moment.
         stamp, moment = (CLOCK, []) if self.clock else ("%s", [self._moment(self.today)])
-        if self.next_key == 1 or self.updates <= draw < self.updates + self.inserts:
+        if self.next_key == self._first_key or self.updates <= draw < self.updates + self.inserts:
             params: list[Any] = []
             for key in range(self.next_key, self.next_key + rows):
                 params += [key, r.choice(REGIONS), r.choice(STATUSES), self._amount(), *moment]

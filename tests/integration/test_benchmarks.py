@@ -240,6 +240,8 @@ def test_source_latency_benchmark_harness(tmp_path):
         "1",
         "--runs",
         "1",
+        "--connections",
+        "2",
         "--trigger-seconds",
         "1",
         timeout=900,
