@@ -1,5 +1,5 @@
 # The commands a newcomer needs; each installs what is missing first (scripts/setup.sh).
-#   make demo       the local demo on the embedded stack
+#   make demo       the local demo: PostgreSQL -> Debezium -> icecdc ingest -> Iceberg, on the embedded stack
 #   make test       the fast default: unit, static checks, in-memory properties, integration tests
 #                   that are neither benches nor marked slow
 #   make test-all   everything, what CI runs (.ci/run)

@@ -98,9 +98,9 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from icecdc.demo import run_demo
+    from icecdc.demo import DemoSource, run_demo
 
-    return run_demo(args.state_dir.resolve(), port=args.port, keep_broker=args.keep_broker)
+    return run_demo(args.state_dir.resolve(), port=args.port, keep_broker=args.keep_broker, source=DemoSource(args.source))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -123,8 +123,20 @@ def build_parser() -> argparse.ArgumentParser:
             sub.set_defaults(handler=handler)
         return sub
 
-    demo = add("demo", _cmd_demo, "run the local demo on the embedded stack (broker, SQLite catalog, local warehouse)")
+    demo = add(
+        "demo",
+        _cmd_demo,
+        "run the local demo on the embedded stack (broker, SQLite catalog, local warehouse), from a throwaway PostgreSQL "
+        "through the Debezium connector by default",
+    )
     embedded_stack_arguments(demo)
+    demo.add_argument(
+        "--source",
+        choices=["postgres", "synthetic"],
+        default="postgres",
+        help="postgres: SQL transactions in a throwaway PostgreSQL read by the real Debezium connector (default); "
+        "synthetic: generated Debezium events, no database",
+    )
     demo.add_argument("--keep-broker", action="store_true", help="leave the embedded broker running afterwards")
 
     broker = add("broker", _cmd_broker, "start, stop or check the embedded Kafka-protocol broker")

@@ -55,6 +55,11 @@ BENCHMARKS = (
         "ingest-shape",
         "the ingester's cost per batch against the batch's size and the tables it spans, with memory",
     ),
+    Benchmark(
+        "source-latency",
+        "PostgreSQL commit to visible in Iceberg through the real Debezium connector and the ingester, at a steady "
+        "rate of transactions",
+    ),
 )
 
 

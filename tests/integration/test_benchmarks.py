@@ -6,6 +6,7 @@ import pytest
 
 from icecdc.bench.e2e import METRICS
 from icecdc.bench.strategies import strategy_names
+from icecdc.demo import postgres_missing
 from tests.processes import icecdc_process
 
 pytestmark = pytest.mark.bench
@@ -211,3 +212,45 @@ def test_ingest_shape_benchmark_harness(tmp_path):
     for point in results["batch_sizes"] + results["fan_out"]:
         assert len(point["seconds"]) == 1 and point["heap_peak_mib"] > 0 and point["workers_peak_mib"] > 0
     assert (out / "ingest-shape.png").stat().st_size > 0 and "records/s" in (out / "ingest-shape.md").read_text()
+
+
+def test_source_latency_benchmark_harness(tmp_path):
+    """A short ``icecdc bench source-latency`` at a low rate: the table ends equal to
+    PostgreSQL's rows (the run fails otherwise), every measured row has a latency, and JSON, plot
+    and summary are written."""
+    if postgres_missing():
+        pytest.skip(postgres_missing())
+    out = tmp_path / "out"
+    rate, seconds = 50, 8
+    run = icecdc_process(
+        "bench",
+        "source-latency",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--out",
+        str(out),
+        "--rate",
+        str(rate),
+        "--seconds",
+        str(seconds),
+        "--warmup-seconds",
+        "1",
+        "--runs",
+        "1",
+        "--connections",
+        "2",
+        "--trigger-seconds",
+        "1",
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (result,) = orjson.loads((out / "source-latency.json").read_bytes())["runs"]
+    assert result["rows_match"] and result["rows"] > 0
+    # A paced load on a loaded machine may fall behind, never run ahead.
+    assert 0 < result["committed"] <= rate * seconds + rate // 100 + 1
+    assert result["latencies"] and len(result["latencies"]) == len(result["committed_at"])
+    assert all(latency > 0 for latency in result["latencies"]), "visible after the commit, never before"
+    assert all(at >= 1 for at in result["committed_at"]), "the warm-up is not measured"
+    assert result["snapshots"] >= 1
+    assert (out / "source-latency.png").stat().st_size > 0
+    assert "| 1 |" in (out / "source-latency.md").read_text()

@@ -1,0 +1,430 @@
+"""``icecdc bench source-latency``: the real source's end-to-end latency, from a PostgreSQL commit
+to the first Iceberg snapshot that shows it, at a steady rate of transactions.
+
+Each run drives ``--rate`` transactions a second for ``--seconds`` into an ``orders`` table of a
+throwaway PostgreSQL cluster (``icecdc.sources.orders``: single-statement transactions in
+autocommit, inserts, updates that move rows between regions, deletes, some statements of several
+rows), which the real Debezium connector streams to the broker as Kafka Connect would, and which
+``icecdc ingest`` (the direct reader, in this process) mirrors into an Iceberg table partitioned
+by region. Every statement stamps the rows it writes with its own clock
+(``clock_timestamp()``, within a millisecond of its commit in autocommit). Once the table has
+caught up with the database, it must equal ``SELECT *`` (the run fails otherwise), and each row's
+latency is read from the table itself: the row lives in a data file, which one snapshot added
+(the ``entries`` metadata table), committed at a known millisecond; its latency is that moment
+minus the row's stamp. Rows a later statement changed again are measured at their last change;
+deleted rows are not measured. Before the load, one transaction is seen through to Iceberg (the
+first Spark jobs of a run are slow), and rows stamped in the load's first ``--warmup-seconds``
+are left out.
+
+The load runs on ``--connections`` connections from this process, on the machine that runs the
+database, Debezium and Spark. Each run reports the rate PostgreSQL took, the rate the pipeline
+delivered (every transaction, over the load and the catch-up after it) and the median latency of
+each third of the run: when the pipeline falls behind the rate, the latency grows through the
+run, and the summary says the machine did not sustain it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icecdc.bench import out_argument, print_results
+from icecdc.bench.harness import BenchStack, bench_stack, clone, progress
+from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
+from icecdc.domain.errors import UserError
+from icecdc.options import state_dir_argument
+from icecdc.sources.orders import OrdersTransactions
+from icecdc.sources.postgres import ThrowawayPostgres
+from icecdc.workload import ORDERS_SCHEMA, orders_table
+
+NAME = "source-latency"
+say = progress(NAME)
+EPOCH = dt.datetime(1970, 1, 1)
+# How long the table may take to catch up with the database once the load stops.
+CATCH_UP_SECONDS = 300
+# Transactions the pacer starts per tick: a tick is 1/TICKS_PER_SECOND s.
+TICKS_PER_SECOND = 100
+KEYS_PER_CONNECTION = 1_000_000_000
+
+
+@dataclass
+class RunResult:
+    """One run: the rates reached and every measured row's latency (seconds)."""
+
+    run: int
+    target_rate: float
+    seconds: float  # how long the load ran
+    committed: int  # transactions committed
+    rows_changed: int
+    latencies: list[float] = field(default_factory=list)
+    # Seconds into the load at which each measured row was committed (same order as latencies).
+    committed_at: list[float] = field(default_factory=list)
+    snapshots: int = 0  # Iceberg commits that made the measured rows visible
+    rows: int = 0  # rows in the table at the end
+    rows_match: bool = False
+    catch_up_seconds: float = 0.0  # from the load's end until the table matched the database
+
+    @property
+    def rate(self) -> float:
+        """Transactions a second PostgreSQL took."""
+        return self.committed / self.seconds if self.seconds else 0.0
+
+    @property
+    def pipeline_rate(self) -> float:
+        """Transactions a second the pipeline delivered: all of them, from the load's start until
+        the table matched the database."""
+        return self.committed / (self.seconds + self.catch_up_seconds) if self.seconds else 0.0
+
+    def latency(self, share: float) -> float:
+        return percentile(self.latencies, share) if self.latencies else float("nan")
+
+    def third(self, which: int) -> float:
+        """The median latency of the rows committed in the first (0), middle (1) or last (2)
+        third of the measured window: a pipeline that keeps the rate keeps it flat."""
+        if not self.committed_at:
+            return float("nan")
+        start, end = min(self.committed_at), max(self.committed_at)
+        low, high = start + (end - start) * which / 3, start + (end - start) * (which + 1) / 3
+        chosen = [lat for at, lat in zip(self.committed_at, self.latencies, strict=True) if low <= at <= high]
+        return statistics.median(chosen) if chosen else float("nan")
+
+    def kept_rate(self, trigger_seconds: float) -> bool:
+        """PostgreSQL took the target rate, and the latency did not grow through the run (beyond
+        a trigger interval and half again)."""
+        return self.rate >= 0.98 * self.target_rate and self.third(2) <= 1.5 * self.third(0) + trigger_seconds
+
+
+@dataclass
+class LatencyResults:
+    machine: str
+    rate: float
+    seconds: float
+    warmup_seconds: float
+    trigger_seconds: float
+    connections: int
+    runs: list[RunResult] = field(default_factory=list)
+
+
+class PacedLoad:
+    """``rate`` transactions a second for ``seconds``, spread over one connection (and thread)
+    per workload, as an application's pool would; behind schedule each runs as fast as it can
+    (the run then reports the rate it reached)."""
+
+    def __init__(self, postgres: ThrowawayPostgres, workloads: list[OrdersTransactions], rate: float, seconds: float) -> None:
+        self._postgres, self.workloads, self._seconds = postgres, workloads, seconds
+        self._rate = rate / len(workloads)
+        self.started = 0.0  # wall clock (epoch seconds) when the load began
+        self.elapsed = 0.0
+        self._start = threading.Barrier(len(workloads) + 1)
+        self._threads = [threading.Thread(target=self._run, args=(w,), name="paced-load", daemon=True) for w in workloads]
+        self.errors: list[BaseException] = []
+
+    def _run(self, workload: OrdersTransactions) -> None:
+        try:
+            with self._postgres.connect() as db:
+                self._start.wait()
+                begun, done = time.monotonic(), 0
+                while (now := time.monotonic() - begun) < self._seconds:
+                    due = int(now * self._rate)
+                    if done >= due:
+                        time.sleep(1 / TICKS_PER_SECOND)
+                        continue
+                    for _ in range(min(due - done, int(self._rate / TICKS_PER_SECOND) + 1)):
+                        workload.transaction(db)
+                        done += 1
+        except BaseException as exc:  # noqa: BLE001 - carried to the bench's thread, which raises it
+            self.errors.append(exc)
+
+    def run(self) -> None:
+        for thread in self._threads:
+            thread.start()
+        self._start.wait()
+        self.started, begun = time.time(), time.monotonic()
+        for thread in self._threads:
+            thread.join()
+        self.elapsed = time.monotonic() - begun
+        if self.errors:
+            raise self.errors[0]
+
+    @property
+    def committed(self) -> int:
+        return sum(w.counts.committed for w in self.workloads)
+
+    @property
+    def rows_changed(self) -> int:
+        return sum(w.counts.rows_changed for w in self.workloads)
+
+
+def _wait_until(condition: Any, timeout: float, what: str) -> float:
+    begun = time.monotonic()
+    while not condition():
+        if time.monotonic() - begun > timeout:
+            raise RuntimeError(f"{what} within {timeout:.0f}s")
+        time.sleep(1)
+    return time.monotonic() - begun
+
+
+def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: argparse.Namespace, out: Path) -> RunResult:
+    from icecdc.ingest.runner import run_ingest
+    from icecdc.runtime import kafka
+    from icecdc.runtime.catalog import pyiceberg_catalog
+    from icecdc.sources.debezium import DebeziumPostgresSource
+    from icecdc.sources.orders import table_rows
+
+    source_table = f"orders_{stack.run_id}_{run}"
+    # One key range per connection: a connection's updates and deletes pick among its own keys.
+    workloads = [
+        OrdersTransactions(
+            table=source_table,
+            seed=run * 1_000 + i,
+            next_key=i * KEYS_PER_CONNECTION + 1,
+            max_statements=1,
+            rollback_share=0.0,
+            multi_row=0.1,
+            clock=True,
+            recent_keys=5_000,
+        )
+        for i in range(args.connections)
+    ]
+    with postgres.connect() as db:
+        workloads[0].create(db)
+    source = DebeziumPostgresSource(
+        out / f"debezium-{run}",
+        postgres,
+        stack.config.kafka,
+        topic_prefix=f"bench{stack.run_id}r{run}",
+        slot_name=f"bench_{stack.run_id}_{run}",
+        properties={"table.include.list": f"public.{source_table}"},
+    )
+    spec = {**orders_table(f"bench.latency_{stack.run_id}_{run}", source.topic(source_table)), "before_image": "key"}
+    spec["partition_by"] = ["region"]
+    config = clone(
+        stack.config,
+        tables=[spec],
+        commit_topic=f"commits-{stack.run_id}-{run}",
+        dead_letter_topic=f"dlq-{stack.run_id}-{run}",
+        ingest=stack.config.ingest.model_copy(update={"source": "direct", "trigger_seconds": args.trigger_seconds}),
+    )
+    name = config.table_ref(spec["name"]).qualified
+    # Debezium creates it on its first record; the ingester reads it from the start.
+    kafka.ensure_topics(config.kafka, [source.topic(source_table)])
+    stop_ingest = threading.Event()
+    ingested: dict[str, Any] = {}
+
+    def ingest() -> None:
+        ingested["stats"] = run_ingest(config, spark=stack.spark, stop=stop_ingest)
+
+    with source:
+        source.wait_streaming()
+        ingester = threading.Thread(target=ingest, name="ingest", daemon=True)
+        ingester.start()
+        catalog = pyiceberg_catalog(config)
+        # One transaction first, seen through to Iceberg: the session's first Spark jobs of a
+        # run are slow, and that is not the latency being measured.
+        with postgres.connect() as db:
+            workloads[0].transaction(db)  # a workload's first statement inserts
+        _wait_until(
+            lambda: (
+                not ingester.is_alive()
+                or (catalog.table_exists(spec["name"]) and catalog.load_table(spec["name"]).current_snapshot())
+            ),
+            300,
+            "the ingester did not commit the first transaction",
+        )
+        load = PacedLoad(postgres, workloads, args.rate, args.seconds)
+        say(
+            f"run {run}: {args.rate:g} transactions/s for {args.seconds:g}s into {source_table} on {args.connections} connections"
+        )
+        load.run()
+        say(f"run {run}: {load.committed} transactions in {load.elapsed:.1f}s ({load.committed / load.elapsed:.0f}/s)")
+        with postgres.connect() as db:
+            expected = table_rows(db, source_table)
+        newest = max(r[4] for r in expected)
+
+        def caught_up() -> bool:
+            if not ingester.is_alive():
+                raise RuntimeError("the ingester stopped with an error (see the log above)")
+            # The newest stamp and the row count first (cheap), then every row.
+            return _newest_stamp(stack, name) == (newest, len(expected)) and _rows(stack, name) == expected
+
+        catch_up = _wait_until(caught_up, CATCH_UP_SECONDS, "the table did not catch up with the database")
+        stop_ingest.set()
+        ingester.join()
+    result = RunResult(
+        run,
+        args.rate,
+        load.elapsed,
+        load.committed,
+        load.rows_changed,
+        rows=len(expected),
+        rows_match=True,
+        catch_up_seconds=catch_up,
+    )
+    _measure(stack, spec["name"], load.started + args.warmup_seconds, load.started, result)
+    return result
+
+
+def _rows(stack: BenchStack, name: str) -> list[tuple[Any, ...]]:
+    return sorted(tuple(r) for r in stack.spark.table(name).select(*ORDERS_SCHEMA).collect())
+
+
+def _newest_stamp(stack: BenchStack, name: str) -> Any:
+    # The session's catalog caches the table while it is read; the ingester commits through the Java API.
+    stack.spark.sql(f"REFRESH TABLE {name}")
+    newest, count = stack.spark.sql(f"SELECT max(updated_at), count(*) FROM {name}").collect()[0]
+    return newest, count
+
+
+def _measure(stack: BenchStack, table_name: str, measured_from: float, load_started: float, result: RunResult) -> None:
+    """Each live row's latency: the commit of the snapshot that added its data file, minus its stamp."""
+    from icecdc.runtime.catalog import pyiceberg_catalog
+
+    name = stack.ref(table_name).qualified
+    table = pyiceberg_catalog(stack.config).load_table(stack.ref(table_name).identifier)
+    committed_ms = {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}
+    rows = stack.spark.sql(
+        f"SELECT t.updated_at, e.snapshot_id FROM (SELECT updated_at, _file FROM {name}) t "
+        f"JOIN (SELECT data_file.file_path AS file, snapshot_id FROM {name}.entries WHERE status < 2) e ON t._file = e.file"
+    ).collect()
+    visible_in = set()
+    for stamp, snapshot_id in rows:
+        stamped = (stamp - EPOCH).total_seconds()
+        if stamped < measured_from:
+            continue
+        result.latencies.append(committed_ms[snapshot_id] / 1000 - stamped)
+        result.committed_at.append(stamped - load_started)
+        visible_in.add(snapshot_id)
+    result.snapshots = len(visible_in)
+
+
+def run(args: argparse.Namespace) -> LatencyResults:
+    results = LatencyResults(machine(), args.rate, args.seconds, args.warmup_seconds, args.trigger_seconds, args.connections)
+    state_dir = args.state_dir.resolve()
+    with bench_stack(NAME, state_dir) as stack, ThrowawayPostgres() as postgres:
+        for number in range(1, args.runs + 1):
+            result = run_once(stack, postgres, number, args, state_dir)
+            results.runs.append(result)
+            say(
+                f"run {number}: PostgreSQL took {result.rate:.0f} transactions/s, the pipeline delivered "
+                f"{result.pipeline_rate:.0f}/s; latency p50 {result.latency(0.5):.2f}s, p95 {result.latency(0.95):.2f}s, "
+                f"max {max(result.latencies, default=float('nan')):.2f}s over {len(result.latencies)} rows"
+            )
+    publish(args.out, NAME, results, _plot, summary)
+    return results
+
+
+def _spread(values: list[float], unit: str = "s", digits: int = 2) -> str:
+    return f"{statistics.median(values):.{digits}f} {unit} ({min(values):.{digits}f}-{max(values):.{digits}f})"
+
+
+def summary(results: LatencyResults) -> str:
+    runs = results.runs
+    rows = [
+        [
+            r.run,
+            f"{r.rate:,.0f}",
+            f"{r.pipeline_rate:,.0f}",
+            f"{r.committed:,}",
+            f"{len(r.latencies):,}",
+            r.snapshots,
+            f"{r.latency(0.5):.2f}",
+            f"{r.latency(0.95):.2f}",
+            f"{max(r.latencies, default=float('nan')):.2f}",
+            f"{r.third(0):.1f} / {r.third(1):.1f} / {r.third(2):.1f}",
+            f"{r.catch_up_seconds:.0f}",
+        ]
+        for r in runs
+    ]
+    header = [
+        "run",
+        "tx/s into PostgreSQL",
+        "tx/s through the pipeline",
+        "transactions",
+        "rows measured",
+        "snapshots",
+        "p50 s",
+        "p95 s",
+        "max s",
+        "p50 s by third of the run",
+        "catch-up s",
+    ]
+    if all(r.kept_rate(results.trigger_seconds) for r in runs):
+        verdict = f"The pipeline kept {results.rate:,.0f} transactions/s: the latency stayed flat through every run."
+    else:
+        verdict = (
+            f"The machine did not sustain {results.rate:,.0f} transactions/s through the pipeline in every run: PostgreSQL "
+            f"took {_spread([r.rate for r in runs], 'tx/s', 0)}, the pipeline delivered "
+            f"{_spread([r.pipeline_rate for r in runs], 'tx/s', 0)} (transactions over the load and the catch-up after it)"
+            + (
+                ", and the latency grew through the run"
+                if any(r.third(2) > 1.5 * r.third(0) + results.trigger_seconds for r in runs)
+                else ""
+            )
+            + "."
+        )
+    return (
+        f"{len(runs)} runs of {results.seconds:g} s at {results.rate:,.0f} transactions/s on {results.connections} connections "
+        f"(the first {results.warmup_seconds:g} s of each not measured), ingester trigger {results.trigger_seconds:g} s; "
+        f"{results.machine}.\n\n"
+        f"PostgreSQL commit to visible in Iceberg, median of the runs (range): p50 {_spread([r.latency(0.5) for r in runs])}, "
+        f"p95 {_spread([r.latency(0.95) for r in runs])}, max {_spread([max(r.latencies) for r in runs])}. {verdict}\n\n"
+        + markdown_table(header, rows)
+        + "\n"
+    )
+
+
+def _plot(results: LatencyResults, path: Path) -> None:
+    plt = pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    for r in results.runs:
+        step = max(1, len(r.latencies) // 3_000)  # a readable scatter
+        left.scatter(r.committed_at[::step], r.latencies[::step], s=2, alpha=0.4, label=f"run {r.run}")
+        ordered = sorted(r.latencies)
+        right.plot(ordered, [(i + 1) / len(ordered) for i in range(len(ordered))], label=f"run {r.run}")
+    left.set_xlabel("commit, seconds into the run")
+    left.set_ylabel("seconds to visible in Iceberg")
+    left.set_title(f"each row, at {results.rate:,.0f} transactions/s", fontsize=9)
+    right.set_xlabel("seconds from PostgreSQL commit to visible in Iceberg")
+    right.set_ylabel("share of rows")
+    right.set_title("cumulative distribution", fontsize=9)
+    for ax in (left, right):
+        ax.set_xlim(left=0)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, markerscale=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# ---- icecdc bench source-latency ----
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    state_dir_argument(parser)
+    parser.add_argument("--rate", type=float, default=1_000, help="transactions per second into PostgreSQL (default: 1000)")
+    parser.add_argument("--seconds", type=float, default=90, help="how long each run drives the load (default: 90)")
+    parser.add_argument("--warmup-seconds", type=float, default=10, help="commits not measured at each run's start (default: 10)")
+    parser.add_argument("--runs", type=int, default=3, help="runs, each with its own table and connector (default: 3)")
+    parser.add_argument(
+        "--connections", type=int, default=8, help="PostgreSQL connections sharing the rate, one thread each (default: 8)"
+    )
+    parser.add_argument("--trigger-seconds", type=float, default=2, help="the ingester's ingest.trigger_seconds (default: 2)")
+    out_argument(parser)
+
+
+def main(args: argparse.Namespace) -> int:
+    if (
+        min(args.rate, args.seconds, args.runs, args.connections, args.trigger_seconds) <= 0
+        or not 0 <= args.warmup_seconds < args.seconds
+    ):
+        raise UserError(
+            "--rate, --seconds, --runs, --connections and --trigger-seconds must be above 0, --warmup-seconds below --seconds"
+        )
+    print_results(args.out, NAME, summary(run(args)))
+    return 0
