@@ -223,13 +223,15 @@ def test_only_the_settled_partition_is_compacted_while_the_hot_one_takes_writes(
 
 
 def test_equality_deletes_on_a_large_file_become_position_deletes(spark, stack_config, unique):
-    # Files of 8 KB and more are "large" here, so the first batch's file qualifies.
+    # Files of 8 KB and more are "large" here, so the first batch's file qualifies. Settled the
+    # moment the writer stops: windows follow the cadence (three gaps between the two batches,
+    # long on a loaded machine) unless capped, and a hot partition gets the cheaper conversion.
     config = compactor_config(
         stack_config,
         unique,
         target_file_size_bytes=32 * KB,
         large_file_ratio=0.25,
-        settle={"min_seconds": 0, "initial_seconds": 0},
+        settle={"min_seconds": 0, "initial_seconds": 0, "max_seconds": 0.001},
     )
     name = qualified(config)
     with batch_writer(spark, config) as write:
