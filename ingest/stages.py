@@ -26,9 +26,10 @@ import pyarrow as pa
 from icecdc.domain.layout import TableLayout
 from icecdc.domain.sourcespec import SourceRules, TruncateMode
 from icecdc.ingest.batch import KeyChange, reduce_key, to_key_change
-from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, decode_change, read_envelope
+from icecdc.ingest.debezium import Control, ControlKind, Reason, RejectedEvent, decode_change, read_envelope, source_lsn
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.filemeta import FileKind, describe
+from icecdc.ingest.plan import erased_by_truncate
 from icecdc.runtime.fileio import write_parquet_with_footer
 
 _DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
@@ -47,6 +48,7 @@ PARSED = pa.schema(
         ("topic", pa.string()),
         ("kafka_partition", pa.int32()),
         ("offset", pa.int64()),
+        ("lsn", pa.int64()),  # a truncate's (the redo after it drops the table's changes below it)
         ("records", pa.int64()),
         ("key", pa.string()),
         ("op", pa.string()),
@@ -88,7 +90,7 @@ class Tag(str, enum.Enum):
     COLUMNS = "columns"
     # Per (table, parse task): the records that are not row changes (counted by kind).
     CONTROL = "control"
-    # One per truncate record: its table, topic, partition and offset.
+    # One per truncate record: its table, topic, partition, offset and LSN.
     TRUNCATE = "truncate"
 
 
@@ -106,10 +108,13 @@ class _TableTally:
         self.controls: Counter[str] = Counter()
 
 
-def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRules, tally: _TableTally) -> dict[str, Any]:
+def _parse_record(
+    record: dict[str, Any], layout: TableLayout, rules: SourceRules, tally: _TableTally, truncate_lsn: int | None
+) -> dict[str, Any]:
     """The parsed row of one record of a mapped topic (a change, a skip, a truncate). Raises
     RejectedEvent. A record whose schema asks for column changes is not decoded: the batch is
-    done again once the table has them (``writer``)."""
+    done again once the table has them (``writer``). In the redo after a truncate at
+    ``truncate_lsn``, a change below it is skipped, once parsed (a bad one is still rejected)."""
     if record["value"] is None:
         return {"op": Tag.SKIP}
     envelope = read_envelope(record["value"])
@@ -119,7 +124,7 @@ def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRule
             return {"op": Tag.SKIP}
         if rules.truncate is TruncateMode.DEAD_LETTER:
             raise RejectedEvent(Reason.TRUNCATE, "a truncate of the table, dead-lettered (the table's truncate option)")
-        return {"op": Tag.TRUNCATE}
+        return {"op": Tag.TRUNCATE, "lsn": envelope.lsn}
     if envelope.fields:
         source = compare(layout.columns, envelope.fields)
         if source.incompatible:
@@ -137,6 +142,8 @@ def _parse_record(record: dict[str, Any], layout: TableLayout, rules: SourceRule
             return {"op": Tag.SKIP}
         tally.unknown.update(list(event.extra))  # counted by name (a mapping would add its values)
     change = to_key_change(event, layout, rules)
+    if truncate_lsn is not None and erased_by_truncate(source_lsn(envelope.payload), truncate_lsn):
+        return {"op": Tag.SKIP}
     return {
         "op": event.op,
         "key": orjson.dumps(list(event.key)).decode(),
@@ -160,10 +167,12 @@ def parse_stage(
     layouts_by_topic: Mapping[str, TableLayout],
     committed: Mapping[tuple[str, int], int],
     rules_by_table: Mapping[str, SourceRules],
+    truncate_lsns: Mapping[str, int],
 ) -> ArrowStage:
     """Kafka records -> one parsed row each, plus offset marks and what else the task saw. Records
     below the table's committed offset (a replayed batch, or the replayed part of one) are dropped
-    here: that is the exactly-once filter."""
+    here: that is the exactly-once filter. ``truncate_lsns``: table -> the LSN of the truncate a
+    redo applies, below which its changes are skipped."""
 
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tallies: dict[str, _TableTally] = defaultdict(_TableTally)
@@ -183,8 +192,8 @@ def parse_stage(
                         raise RejectedEvent(
                             Reason.UNKNOWN_TABLE, f"topic {topic!r} is not mapped to a table in the configuration"
                         )
-                    row["table"] = layout.table
-                    row.update(_parse_record(record, layout, rules_by_table[layout.table], tallies[layout.table]))
+                    row["table"] = table = layout.table
+                    row.update(_parse_record(record, layout, rules_by_table[table], tallies[table], truncate_lsns.get(table)))
                 except RejectedEvent as rejected:
                     row.update(
                         reason=rejected.rejection.reason,
