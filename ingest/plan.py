@@ -141,7 +141,7 @@ class Redo:
 
     schema_changes: Mapping[str, Sequence[ColumnChange]]
     positions: Mapping[Position, int]
-    truncate_lsns: Mapping[str, int] = field(default_factory=dict)  # table -> its last truncate's LSN
+    truncate_lsns: Mapping[str, int]  # table -> its last truncate's LSN
 
 
 def truncate_lsn(at: Mapping[Position, TruncateAt]) -> int | None:
