@@ -135,6 +135,7 @@ class ControlKind(str, enum.Enum):
 @dataclass(frozen=True)
 class Control:
     kind: ControlKind
+    lsn: int | None = None  # a truncate's position in the source's log (``source_lsn``)
 
 
 @dataclass(frozen=True)
@@ -402,6 +403,15 @@ def control_kind(payload: Any, schema: Any) -> ControlKind | None:
     return None
 
 
+def source_lsn(payload: Mapping[str, Any]) -> int | None:
+    """Where an event is in PostgreSQL's write-ahead log (``source.lsn``, an int64), or None when
+    the connector sends no such number (MySQL's binlog file and position; SQL Server's and Db2's
+    LSNs are strings, and are not read)."""
+    source = payload.get("source")
+    lsn = source.get("lsn") if isinstance(source, Mapping) else None
+    return lsn if isinstance(lsn, int) and not isinstance(lsn, bool) else None
+
+
 @dataclass(frozen=True)
 class Envelope:
     """A change record's JSON, unwrapped: its payload, its Connect schema (None without the
@@ -417,6 +427,8 @@ def read_envelope(value: bytes) -> Envelope | Control:
     RejectedEvent for what is no Debezium envelope."""
     payload, schema = _unwrap(parse_json(value))
     control = control_kind(payload, schema)
+    if control is ControlKind.TRUNCATE:
+        return Control(control, source_lsn(payload))
     if control is not None:
         return Control(control)
     op = payload.get("op") if isinstance(payload, Mapping) else None

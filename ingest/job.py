@@ -18,7 +18,7 @@ from icecdc.domain.sourcespec import SourceRules
 from icecdc.ingest.batch import Image
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
-from icecdc.ingest.plan import JobResult, Position, WrittenFile
+from icecdc.ingest.plan import JobResult, Position, TruncateAt, WrittenFile
 from icecdc.ingest.stages import PARSED_SCHEMA, RESULT_SCHEMA, Tag, parse_stage, reduce_and_write_stage, write_file
 from icecdc.ingest.unavailable import MovedImage, SourceRecord, UnresolvedRow
 
@@ -63,7 +63,8 @@ def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
         elif row.op == Tag.TRUNCATE:
             truncates = result.truncates[row.table]
             position = (row.topic, row.kafka_partition)
-            truncates[position] = max(row.offset, truncates.get(position, -1))
+            if position not in truncates or row.offset > truncates[position].offset:
+                truncates[position] = TruncateAt(row.offset, row.lsn)
         elif row.op == Tag.UNRESOLVED:
             result.unresolved[row.table].append(_unresolved(row))
         elif row.op == Tag.MOVED:
@@ -99,13 +100,21 @@ class BatchJob:
         self._io_properties = dict(io_properties)
         self._write_tasks = write_tasks
 
-    def run(self, df: DataFrame, layouts: Mapping[str, TableLayout], positions: Mapping[Position, int], tag: str) -> JobResult:
-        """Parse the records from ``positions`` on, shuffle by key, reduce and write; the marks and
+    def run(
+        self,
+        df: DataFrame,
+        layouts: Mapping[str, TableLayout],
+        positions: Mapping[Position, int],
+        tag: str,
+        truncate_lsns: Mapping[str, int],
+    ) -> JobResult:
+        """Parse the records from ``positions`` on (without a truncated table's changes below its
+        truncate's LSN, in ``truncate_lsns``), shuffle by key, reduce and write; the marks and
         rejects of the parse stage pass through the write stage to the driver in the same result."""
         started = time.monotonic()
         by_topic = {layout.topic: layout for layout in layouts.values()}
         rows = (
-            df.mapInArrow(parse_stage(by_topic, positions, self._rules), PARSED_SCHEMA)
+            df.mapInArrow(parse_stage(by_topic, positions, self._rules, truncate_lsns), PARSED_SCHEMA)
             .repartition(self._write_tasks, "table", "key")
             .sortWithinPartitions("table", "key", "kafka_partition", "offset")
             .mapInArrow(reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)

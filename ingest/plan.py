@@ -25,8 +25,19 @@ from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.unavailable import MovedImage, UnresolvedRow
 
 Position = tuple[str, int]  # (topic, Kafka partition)
-# table -> position -> the offset of the table's last truncate there
-Truncates = Mapping[str, Mapping[Position, int]]
+
+
+@dataclass(frozen=True)
+class TruncateAt:
+    """Where a truncate is: its offset on its Kafka partition, and its position in the source's
+    log (PostgreSQL's ``source.lsn``; None from a connector that sends none)."""
+
+    offset: int
+    lsn: int | None = None
+
+
+# table -> position -> the table's last truncate there
+Truncates = Mapping[str, Mapping[Position, TruncateAt]]
 
 # A batch is done again at most this many times as its tables change under it (a schema change
 # or a truncate each ask for one redo).
@@ -57,7 +68,7 @@ class JobResult:
     skipped: dict[str, Counter[str]] = field(
         default_factory=lambda: defaultdict(Counter)
     )  # records that are not changes, by kind
-    truncates: dict[str, dict[Position, int]] = field(default_factory=lambda: defaultdict(dict))  # the last truncate per position
+    truncates: dict[str, dict[Position, TruncateAt]] = field(default_factory=lambda: defaultdict(dict))  # the last per position
     # Rows with values the batch does not hold, and the images key changes moved (``unavailable``).
     unresolved: dict[str, list[UnresolvedRow]] = field(default_factory=lambda: defaultdict(list))
     moved: dict[str, list[MovedImage]] = field(default_factory=lambda: defaultdict(list))
@@ -146,24 +157,51 @@ class TablesKeptChanging(RuntimeError):
 
 @dataclass(frozen=True)
 class Redo:
-    """The batch's job runs again, once these column changes are made, from these positions; the
-    files of the run that asked for it are discarded."""
+    """The batch's job runs again, once these column changes are made, from these positions, and
+    without the changes of a truncated table below its truncate's LSN (``erased_by_truncate``);
+    the files of the run that asked for it are discarded."""
 
     schema_changes: Mapping[str, Sequence[ColumnChange]]
     positions: Mapping[Position, int]
+    truncate_lsns: Mapping[str, int]  # table -> its last truncate's LSN
+
+
+def truncate_lsn(at: Mapping[Position, TruncateAt]) -> int | None:
+    """The LSN of a table's last truncate in a batch, on whichever partition; None when the
+    connector sent none."""
+    return max((t.lsn for t in at.values() if t.lsn is not None), default=None)
+
+
+def erased_by_truncate(lsn: int | None, truncate_at: int | None) -> bool:
+    """Whether a change of a table came before the table's truncate in the source, by their LSNs.
+
+    Kafka orders nothing across partitions, and a truncate (no key) lands on one partition of the
+    topic while the table's changes, keyed by primary key, land on all of them: the offsets cannot
+    tell which changes on the other partitions came first. PostgreSQL's log can. TRUNCATE takes an
+    ACCESS EXCLUSIVE lock on the table, and every change to a table holds a lock on it that
+    conflicts with that one until its transaction ends: so every change committed before the
+    truncate was written to the log before the truncate's lock was granted (a lower LSN), and
+    every change after it waits for the truncating transaction to commit (a higher LSN); changes
+    in the truncate's own transaction are in the log in the order they were made. For one table,
+    LSN order is the order of its changes around a truncate. Without an LSN on either side (MySQL
+    sends a binlog position) the change is kept, as after the truncate: not exact within one batch
+    across partitions."""
+    return lsn is not None and truncate_at is not None and lsn < truncate_at
 
 
 class Redos:
     """The redos of one batch. A batch whose records ask for new columns, or hold a truncate, is
     done again once the tables are ready for it (rare: a schema change, a truncate); a redo after a
-    truncate reads only what follows it, since what precedes it is emptied with the table."""
+    truncate reads only what follows it, since what precedes it is emptied with the table: on the
+    truncate's own partition from its offset on, and on every partition the changes whose LSN is
+    not below the truncate's."""
 
     def __init__(self, tag: str, positions: Mapping[Position, int], limit: int = MAX_REDOS) -> None:
         self._tag = tag
         self._positions = dict(positions)
         self._limit = limit
         self.done = 0
-        self.truncated: dict[str, dict[Position, int]] = {}  # the truncates redone for, by table
+        self.truncated: dict[str, dict[Position, TruncateAt]] = {}  # the truncates redone for, by table
 
     def after(self, job: JobResult) -> Redo | None:
         """The redo ``job`` asks for; None when it found no column change and no truncate of a
@@ -177,14 +215,16 @@ class Redos:
         self.truncated.update(new_truncates)
         positions = dict(self._positions)
         for at in self.truncated.values():
-            positions.update({position: offset + 1 for position, offset in at.items()})
-        return Redo(dict(job.schema_changes), positions)
+            positions.update({position: truncate.offset + 1 for position, truncate in at.items()})
+        lsns = {table: truncate_lsn(at) for table, at in self.truncated.items()}
+        return Redo(dict(job.schema_changes), positions, {table: lsn for table, lsn in lsns.items() if lsn is not None})
 
 
 def _before_truncate(row: Mapping[str, Any], truncated: Truncates) -> bool:
-    """Whether a record came before its table's truncate in this batch (a redo skips it)."""
+    """Whether a record came before its table's truncate on its partition in this batch (a redo
+    does not read it)."""
     at = truncated.get(row.get("table") or "", {}).get((row["topic"], row["kafka_partition"]))
-    return at is not None and bool(row["offset"] <= at)
+    return at is not None and bool(row["offset"] <= at.offset)
 
 
 def dead_letters(first: JobResult, last: JobResult, truncated: Truncates) -> list[DeadLetter]:

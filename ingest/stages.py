@@ -37,10 +37,12 @@ from icecdc.ingest.debezium import (
     decode_change,
     key_from_header,
     read_envelope,
+    source_lsn,
     unavailable_columns,
 )
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.filemeta import FileKind, describe
+from icecdc.ingest.plan import erased_by_truncate
 from icecdc.ingest.unavailable import unavailable_detail
 from icecdc.runtime.fileio import write_parquet_with_footer
 
@@ -64,6 +66,7 @@ PARSED = pa.schema(
         ("topic", pa.string()),
         ("kafka_partition", pa.int32()),
         ("offset", pa.int64()),
+        ("lsn", pa.int64()),  # a truncate's (the redo after it drops the table's changes below it)
         ("records", pa.int64()),
         ("key", pa.string()),
         ("op", pa.string()),
@@ -105,7 +108,7 @@ class Tag(str, enum.Enum):
     COLUMNS = "columns"
     # Per (table, parse task): the records that are not row changes (counted by kind).
     CONTROL = "control"
-    # One per truncate record: its table, topic, partition and offset.
+    # One per truncate record: its table, topic, partition, offset and LSN.
     TRUNCATE = "truncate"
     # From the write stage: a key's row with values the batch does not hold (``change``: the
     # row, its unresolved columns, the key whose earlier version holds them, where that version
@@ -138,11 +141,17 @@ def _no_headers(_name: str) -> bytes | None:
 
 
 def _parse_record(
-    record: dict[str, Any], layout: TableLayout, rules: SourceRules, tally: _TableTally, headers: Headers = _no_headers
+    record: dict[str, Any],
+    layout: TableLayout,
+    rules: SourceRules,
+    tally: _TableTally,
+    truncate_lsn: int | None,
+    headers: Headers = _no_headers,
 ) -> dict[str, Any]:
     """The parsed row of one record of a mapped topic (a change, a skip, a truncate). Raises
     RejectedEvent. A record whose schema asks for column changes is not decoded: the batch is
-    done again once the table has them (``writer``)."""
+    done again once the table has them (``writer``). In the redo after a truncate at
+    ``truncate_lsn``, a change below it is skipped, once parsed (a bad one is still rejected)."""
     if record["value"] is None:
         return {"op": Tag.SKIP}
     envelope = read_envelope(record["value"])
@@ -152,7 +161,7 @@ def _parse_record(
             return {"op": Tag.SKIP}
         if rules.truncate is TruncateMode.DEAD_LETTER:
             raise RejectedEvent(Reason.TRUNCATE, "a truncate of the table, dead-lettered (the table's truncate option)")
-        return {"op": Tag.TRUNCATE}
+        return {"op": Tag.TRUNCATE, "lsn": envelope.lsn}
     if envelope.fields:
         source = compare(layout.columns, envelope.fields)
         if source.incompatible:
@@ -170,6 +179,8 @@ def _parse_record(
             return {"op": Tag.SKIP}
         tally.unknown.update(list(event.extra))  # counted by name (a mapping would add its values)
     change = to_key_change(event, layout, rules)
+    if truncate_lsn is not None and erased_by_truncate(source_lsn(envelope.payload), truncate_lsn):
+        return {"op": Tag.SKIP}
     payload: dict[str, Any] = {"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}
     parsed: dict[str, Any] = {"op": event.op, "key": orjson.dumps(list(event.key)).decode()}
     if rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER:
@@ -233,10 +244,12 @@ def parse_stage(
     layouts_by_topic: Mapping[str, TableLayout],
     committed: Mapping[tuple[str, int], int],
     rules_by_table: Mapping[str, SourceRules],
+    truncate_lsns: Mapping[str, int],
 ) -> ArrowStage:
     """Kafka records -> one parsed row each, plus offset marks and what else the task saw. Records
     below the table's committed offset (a replayed batch, or the replayed part of one) are dropped
-    here: that is the exactly-once filter."""
+    here: that is the exactly-once filter. ``truncate_lsns``: table -> the LSN of the truncate a
+    redo applies, below which its changes are skipped."""
 
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tallies: dict[str, _TableTally] = defaultdict(_TableTally)
@@ -259,9 +272,11 @@ def parse_stage(
                         raise RejectedEvent(
                             Reason.UNKNOWN_TABLE, f"topic {topic!r} is not mapped to a table in the configuration"
                         )
-                    row["table"] = layout.table
+                    row["table"] = table = layout.table
                     headers = _header_reader(header_column, index) if header_column is not None else _no_headers
-                    row.update(_parse_record(record, layout, rules_by_table[layout.table], tallies[layout.table], headers))
+                    row.update(
+                        _parse_record(record, layout, rules_by_table[table], tallies[table], truncate_lsns.get(table), headers)
+                    )
                 except RejectedEvent as rejected:
                     row.update(
                         reason=rejected.rejection.reason,

@@ -76,10 +76,16 @@ class Table(Protocol):
 
 
 class Job(Protocol):
-    """A batch's Spark job, from the given positions on (``job.BatchJob``)."""
+    """A batch's Spark job, from the given positions on, without a truncated table's changes below
+    its truncate's LSN (``job.BatchJob``)."""
 
     def run(
-        self, df: DataFrame, layouts: Mapping[str, TableLayout], positions: Mapping[Position, int], tag: str
+        self,
+        df: DataFrame,
+        layouts: Mapping[str, TableLayout],
+        positions: Mapping[Position, int],
+        tag: str,
+        truncate_lsns: Mapping[str, int],
     ) -> JobResult: ...
     def write_rows(self, layout: TableLayout, rows: Sequence[dict[str, Any]], tag: str) -> list[WrittenFile]: ...
 
@@ -155,14 +161,14 @@ class BatchRunner:
         tag = f"{self.source_name}:{batch_id}"
         committed = self.committed_offsets()
         positions = self.topic_positions(committed)
-        first = job = self._job.run(df, self.layouts, positions, tag)
+        first = job = self._job.run(df, self.layouts, positions, tag, {})
         self.stats.last_job_seconds = job.seconds
         redos = plan.Redos(tag, positions)
         while (redo := redos.after(job)) is not None:
             self._discard(job)
             for table, changes in redo.schema_changes.items():
                 self._evolve(table, changes)
-            job = self._job.run(df, self.layouts, redo.positions, tag)
+            job = self._job.run(df, self.layouts, redo.positions, tag, redo.truncate_lsns)
             self.stats.last_job_seconds += job.seconds
         result = self._finish(tag, committed, first, job, redos.truncated, started)
         metrics.BATCH_SECONDS.observe(result.seconds)

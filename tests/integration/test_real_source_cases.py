@@ -353,13 +353,8 @@ def test_truncate_on_a_multi_partition_topic_after_a_committed_batch_matches(out
     assert_matches(spark, outcome, "trunc_multi")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="a truncate on a multi-partition topic takes the other partitions' changes of its batch as after it "
-    "(docs/ingest.md, 'Truncates and records that are not changes'); the ones before it survive",
-)
 def test_truncate_on_a_multi_partition_topic_within_one_batch_matches(outcome, spark):
+    """The changes before the truncate on the other partitions are dropped by their LSNs."""
     assert_matches(spark, outcome, "trunc_mixed")
 
 

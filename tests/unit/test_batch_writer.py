@@ -20,7 +20,7 @@ from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import DEFAULT_RULES
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
-from icecdc.ingest.plan import MAX_REDOS, JobResult, TablesKeptChanging, WrittenFile
+from icecdc.ingest.plan import MAX_REDOS, JobResult, TablesKeptChanging, TruncateAt, WrittenFile, erased_by_truncate
 from icecdc.ingest.publish import DeliveryError
 from icecdc.ingest.writer import BatchRunner
 from icecdc.jvm.tables import CommittedSnapshot
@@ -48,13 +48,15 @@ class Record:
     """A Kafka record as the fake job reads it: what it holds and where it comes from. ``what``
     is upsert, delete (of a row in ``region``), moved (an update whose old partition is unknown:
     a global delete), tombstone, bad (rejected), truncate, new-column (asks for column ``note``
-    until the table has it) or unknown-field (a field the table lacks, counted)."""
+    until the table has it) or unknown-field (a field the table lacks, counted). ``lsn``: its
+    position in the source's log, when the source sends one."""
 
     what: str
     topic: str
     offset: int
     region: str = "eu"
     partition: int = 0
+    lsn: int | None = None
 
 
 def records(topic: str, *whats: str | tuple[str, str], first_offset: int = 0) -> list[Record]:
@@ -67,15 +69,18 @@ def records(topic: str, *whats: str | tuple[str, str], first_offset: int = 0) ->
 
 
 class FakeJob:
-    """The batch's Spark job as its contract says: records from the positions on, one file per
-    (table, kind, partition), the batch's marks, rejections, truncates and schema changes."""
+    """The batch's Spark job as its contract says: records from the positions on, a truncated
+    table's changes below its truncate's LSN skipped (rejections are not), one file per (table,
+    kind, partition), the batch's marks, rejections, truncates and schema changes."""
 
     def __init__(self, log: list) -> None:
         self.log = log
         self.runs: list[dict] = []
+        self.truncate_lsns: list[dict] = []
 
-    def run(self, df: list[Record], layouts, positions, tag) -> JobResult:
+    def run(self, df: list[Record], layouts, positions, tag, truncate_lsns) -> JobResult:
         self.runs.append(dict(positions))
+        self.truncate_lsns.append(dict(truncate_lsns))
         self.log.append(("job", dict(positions)))
         result = JobResult(seconds=0.25)
         by_topic = {layout.topic: layout for layout in layouts.values()}
@@ -104,7 +109,9 @@ class FakeJob:
                     }
                 )
             elif record.what == "truncate":
-                result.truncates[table][position] = record.offset
+                result.truncates[table][position] = TruncateAt(record.offset, record.lsn)
+            elif erased_by_truncate(record.lsn, truncate_lsns.get(table)):
+                continue
             elif record.what == "new-column" and NEW_COLUMN.column not in columns:
                 result.schema_changes[table] = [NEW_COLUMN]
             elif record.what in ("upsert", "new-column", "unknown-field"):
@@ -332,6 +339,44 @@ def test_a_truncate_redoes_the_batch_from_after_it_and_empties_the_table_in_its_
     assert event.truncated
     assert event.partitions == [PartitionDelta({"region": "us"}, "region=us", 0, data_files=1, data_bytes=100, data_records=1)]
     assert (writer.runner.stats.data_records, writer.runner.stats.delete_records) == (1, 0)
+
+
+def test_a_truncate_on_one_partition_drops_the_changes_below_its_lsn_on_every_partition(pool):
+    writer = Writer(pool)
+    batch = [
+        Record("upsert", "orders", 0, "apac", partition=0, lsn=10),
+        Record("truncate", "orders", 1, partition=0, lsn=30),
+        Record("upsert", "orders", 2, "us", partition=0, lsn=40),
+        Record("upsert", "orders", 0, "apac", partition=1, lsn=20),  # before the truncate: gone with it
+        Record("bad", "orders", 1, partition=1, lsn=25),  # before it too, and still a dead letter
+        Record("upsert", "orders", 2, "eu", partition=1, lsn=35),
+        Record("truncate", "orders", 0, partition=2, lsn=28),  # an earlier truncate of the same batch
+        Record("upsert", "orders", 1, "apac", partition=2, lsn=29),  # after it, before the last one
+    ]
+    writer.runner.run(batch, 0)
+
+    assert writer.job.runs == [{}, {("orders", 0): 2, ("orders", 2): 1}]
+    assert writer.job.truncate_lsns == [{}, {"db.orders": 30}]  # the last truncate's, for every partition
+    (commit,) = writer.orders.commits
+    assert commit.kind == "truncate"
+    assert sorted(orjson.loads(d)["file-path"].rsplit("-", 1)[1] for d in commit.data) == ["eu.parquet", "us.parquet"]
+    assert commit.offsets == {"orders": {"0": 3, "1": 3, "2": 2}}
+    assert writer.steps("dead letters") == [("dead letters", [("db.orders", 1)])]
+
+
+def test_without_lsns_a_truncate_keeps_the_other_partitions_changes_of_its_batch(pool):
+    """A connector without a log position (MySQL): not exact within one batch across partitions."""
+    writer = Writer(pool)
+    batch = [
+        Record("truncate", "orders", 0, partition=0),
+        Record("upsert", "orders", 0, "apac", partition=1, lsn=20),  # before it, but nothing to compare with
+        Record("upsert", "orders", 1, "us", partition=0),
+    ]
+    writer.runner.run(batch, 0)
+
+    assert writer.job.truncate_lsns == [{}, {}]
+    (commit,) = writer.orders.commits
+    assert sorted(orjson.loads(d)["file-path"].rsplit("-", 1)[1] for d in commit.data) == ["apac.parquet", "us.parquet"]
 
 
 def test_a_schema_change_is_made_before_the_batch_is_done_again_with_the_new_layout(pool):

@@ -17,6 +17,8 @@ from icecdc.ingest.debezium import (
     decode_change,
     decode_value,
     parse_change,
+    read_envelope,
+    source_lsn,
 )
 from icecdc.schemas import DEBEZIUM_ENVELOPE, SchemaError, validator
 
@@ -381,6 +383,26 @@ SOURCE = {"version": "2.7.0.Final", "connector": "postgresql", "name": "shop", "
 )
 def test_records_that_are_not_row_changes_are_told_apart(document, kind):
     assert parse_change(None, dump(document), COLUMNS, KEY) == Control(kind)
+
+
+@pytest.mark.parametrize(
+    ("source", "lsn"),
+    [
+        ({**SOURCE, "lsn": 24023128, "sequence": '["24023064","24023128"]', "txId": 555}, 24023128),  # PostgreSQL
+        ({**SOURCE, "connector": "mysql", "file": "mysql-bin.000003", "pos": 154}, None),  # a binlog position
+        ({**SOURCE, "connector": "sqlserver", "change_lsn": "00000027:00000758:0005"}, None),
+        ({**SOURCE, "lsn": "24023128"}, None),  # not PostgreSQL's int64
+        ({**SOURCE, "lsn": True}, None),
+        ({**SOURCE, "lsn": None}, None),
+        (None, None),  # no source block
+    ],
+)
+def test_the_source_lsn_is_postgresql_s_int64_or_none(source, lsn):
+    block = {"source": source} if source is not None else {}
+    envelope = read_envelope(dump({"schema": {}, "payload": {"op": "c", "after": {"id": 1}, **block}}))
+    assert source_lsn(envelope.payload) == lsn
+    truncate = {"op": "t", "ts_ms": 1559033904863, **block}
+    assert parse_change(None, dump(truncate), COLUMNS, KEY) == Control(ControlKind.TRUNCATE, lsn)
 
 
 def test_an_after_image_without_its_key_is_malformed_even_with_a_record_key():
