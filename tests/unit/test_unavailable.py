@@ -165,9 +165,11 @@ class _Row(dict):
 class StageJob(BatchJob):
     """The batch's job with the product's own stages, run in this process on Arrow batches."""
 
-    def run(self, df, layouts, positions, tag) -> JobResult:
+    def run(self, df, layouts, positions, tag, truncate_lsns) -> JobResult:
         by_topic = {layout.topic: layout for layout in layouts.values()}
-        parsed = parse_stage(by_topic, positions, self._rules)([pa.RecordBatch.from_pylist(df, schema=KAFKA_ARROW)])
+        parsed = parse_stage(by_topic, positions, self._rules, truncate_lsns)(
+            [pa.RecordBatch.from_pylist(df, schema=KAFKA_ARROW)]
+        )
         rows = [r for batch in parsed for r in batch.to_pylist()]
         rows.sort(key=lambda r: (r["table"] or "", r["key"] or "", r["kafka_partition"], r["offset"]))
         written = reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-"))(
