@@ -13,14 +13,6 @@ from icecdc.runtime.broker import EmbeddedBroker, free_port
 from icecdc.runtime.config import Config, embedded_config
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding slow or bench tests run first. pytest-xdist hands whole files to workers in
-    collection order (``--dist loadfile``), so a long file collected last leaves one worker
-    running it alone at the end; longest first, the many short files even the workers out."""
-    heavy = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("bench")}
-    items.sort(key=lambda item: item.path not in heavy)  # stable: files and tests keep their order
-
-
 @pytest.fixture(scope="session")
 def state_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("icecdc-state")
