@@ -9,7 +9,8 @@
 VENV ?= $(if $(VIRTUAL_ENV),$(VIRTUAL_ENV),.venv)
 export VENV
 # Test processes (pytest-xdist); a file's tests stay on one worker, so module-scoped fixtures
-# (a PostgreSQL cluster, a Debezium run) are made once. Three on 2 cores: most integration tests
+# (a PostgreSQL cluster, a Debezium run) are made once, except the bench smoke tests, each a unit
+# of its own (tests/conftest.py). Three on 2 cores: most integration tests
 # wait on settle windows, brokers and JVMs rather than burn CPU (measured from fresh clones beside a busy
 # core: 28.5 minutes with two; 24:56 and 24:59 with three). Each worker runs its own Spark JVM (about 1.5 GiB).
 WORKERS ?= 3

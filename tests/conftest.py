@@ -6,11 +6,33 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from icecdc.runtime.broker import EmbeddedBroker, free_port
 from icecdc.runtime.config import Config, embedded_config
+
+# Files whose tests share nothing (each bench smoke test runs a whole ``icecdc bench`` in its own
+# process): under ``--dist loadfile`` each of their tests is a unit of its own. Kept together,
+# test_benchmarks.py's took one worker about 14 minutes, the suite's longest path.
+INDEPENDENT_TEST_FILES = frozenset({"tests/integration/test_benchmarks.py"})
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadfile`` (the Makefile's): a file's tests run on one worker, so module fixtures
+    (a PostgreSQL cluster, a Debezium run) are made once, except in ``INDEPENDENT_TEST_FILES``.
+    A scheduler, not ``xdist_group`` marks: loadgroup ignores them with pytest 9 and xdist 3.8."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesExceptIndependentTests(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return nodeid if path in INDEPENDENT_TEST_FILES else path
+
+    return FilesExceptIndependentTests(config, log)
 
 
 @pytest.fixture(scope="session")

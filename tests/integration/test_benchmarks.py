@@ -254,3 +254,35 @@ def test_source_latency_benchmark_harness(tmp_path):
     assert result["snapshots"] >= 1
     assert (out / "source-latency.png").stat().st_size > 0
     assert "| 1 |" in (out / "source-latency.md").read_text()
+
+
+def test_contention_benchmark_harness(tmp_path):
+    """A short ``icecdc bench contention`` in its own process: every mode measured, every table
+    equal to the workload's state (the run fails otherwise), JSON, plot and summary written."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench",
+        "contention",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--batches",
+        "4",
+        "--changes",
+        "300",
+        "--interval",
+        "1",
+        "--out",
+        str(out),
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    results = orjson.loads((out / "contention.json").read_bytes())
+    assert set(results["modes"]) == {"none", "naive", "coordinated", "unmerged"}
+    for mode, measured in results["modes"].items():
+        assert len(measured["commit_seconds"]) == 4 and measured["rows_match"] and not measured["writer_failures"], mode
+    assert results["modes"]["none"]["compactor"] is None and results["modes"]["unmerged"]["compactor"] is None
+    assert all(m["manifests"] > 0 for m in results["modes"].values())
+    for mode in ("naive", "coordinated"):
+        assert {"commit_attempts", "conflict_rate"} <= set(results["modes"][mode]["compactor"])
+    assert (out / "contention.png").stat().st_size > 0
+    assert "| coordinated |" in (out / "contention.md").read_text()
