@@ -133,7 +133,7 @@ LOAD_CHUNK_ROWS = 200_000
 
 
 def large_workload(rows: int, changes: int = 1_500) -> Workload:
-    """Users' partition sizes: ``rows`` (20M: about 1 GB a partition) over 16 partitions written
+    """Users' partition sizes: ``rows`` (20M: about 300 MB a partition, 250 bytes a row as written) over 16 partitions written
     every batch, a 400-character text column nine updates in ten keep, the small workloads'
     change rate; no late changes (every partition is hot anyway)."""
     return Workload(keys=rows, changes=changes, late_share=0.0, partitioning="buckets", note_chars=400, note_keep=0.9)
@@ -1096,7 +1096,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--rows",
         type=int,
         default=20_000_000,
-        help="rows in the large workload's initial load (default: 20000000, about 1 GB a partition; the bench holds "
+        help="rows in the large workload's initial load (default: 20000000, about 300 MB a partition; the bench holds "
         "the stream's state in memory, about 1 KB a row)",
     )
     parser.add_argument(
