@@ -19,16 +19,20 @@ REGIONS = ("eu", "us", "apac", "latam")
 STATUSES = ("new", "paid", "shipped", "returned")
 START = dt.datetime(2025, 1, 1)
 _EPOCH = dt.datetime(1970, 1, 1)
+# A wide text column's values are slices of this (letters drawn once): as compressible as prose
+# is not, so a partition's bytes grow with its rows as a user's wide table's do.
+_TEXT = "".join(random.Random(0).choices("abcdefghijklmnopqrstuvwxyz ", k=1 << 20))
 
 
-def orders_table(name: str, topic: str) -> dict[str, Any]:
+def orders_table(name: str, topic: str, *, note: bool = False) -> dict[str, Any]:
+    """``note``: with the wide text column ``OrdersWorkload(note_chars=...)`` fills."""
     # This source sends every column of the old row with each update and delete.
     return {
         "name": name,
         "topic": topic,
         "primary_key": ["id"],
         "partition_by": ORDERS_PARTITIONING,
-        "schema": ORDERS_SCHEMA,
+        "schema": {**ORDERS_SCHEMA, "note": "string"} if note else ORDERS_SCHEMA,
         "before_image": "full",
     }
 
@@ -56,6 +60,10 @@ class OrdersWorkload:
     # The share of updates and deletes that pick among all keys instead: late changes to rows
     # of days long past (a refund, a correction), which reopen partitions that had settled.
     late_share: float = 0.0
+    # When > 0, every row has a ``note`` of this many characters, which an update keeps with
+    # probability ``note_keep`` (a wide column most changes leave alone, like a description).
+    note_chars: int = 0
+    note_keep: float = 0.0
     rows: dict[int, dict[str, Any]] = field(default_factory=dict)
     next_key: int = 1
 
@@ -66,13 +74,17 @@ class OrdersWorkload:
         r = self._random
         day = r.randrange(self.days) if self.today is None else self.today
         moment = START + dt.timedelta(days=day, seconds=r.randrange(86_400))
-        return {
+        row = {
             "id": key,
             "region": r.choice(REGIONS),
             "status": r.choice(STATUSES),
             "amount": f"{r.randrange(100, 1_000_000) / 100:.2f}",
             "updated_at": (moment - _EPOCH) // dt.timedelta(microseconds=1),
         }
+        if self.note_chars:
+            start = r.randrange(len(_TEXT) - self.note_chars)
+            row["note"] = _TEXT[start : start + self.note_chars]
+        return row
 
     def _record(self, op: str, key: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[bytes, bytes]:
         value = {
@@ -94,6 +106,8 @@ class OrdersWorkload:
         key = self._pick()
         before = self.rows[key]
         after = {**self._row(key), "id": key}
+        if self.note_chars and self._random.random() < self.note_keep:
+            after["note"] = before["note"]
         self.rows[key] = after
         return Change("u", key, after, self._record("u", key, before, after))
 

@@ -15,6 +15,14 @@ every partition, at most ``drain_max_seconds``), then checks that every table ho
 stream's final state and reads the rest from each table's snapshot log: bytes ingested, bytes
 maintenance wrote, compaction commits, and for every partition left with equality deletes by its
 last write, how long until a maintenance commit touched it.
+
+Whether the sidecar's table is portable while it is written: every ``age_sample_seconds`` the age
+of its oldest live equality delete (from its metadata), and at every probe a read of it by
+readers that cannot apply equality deletes (pyiceberg's scan, DuckDB's iceberg extension,
+``icecdc.bench.readers``), compared with Spark's read of the same snapshot. The ``large`` workload
+has partitions of users' sizes (a wide text column most updates keep, 16 partitions all written
+every batch), where a rewrite costs what the partition costs: its write amplification over the
+writing phase is reported beside its read ratios.
 """
 
 from __future__ import annotations
@@ -26,12 +34,24 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pyiceberg.manifest import ManifestContent
+
 from icecdc.bench import out_argument, positive_numbers
 from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, progress
+from icecdc.bench.portability import (
+    AgeSummary,
+    KeyDigest,
+    ReadOutcome,
+    digest_exactness,
+    exact_share,
+    oldest_equality_delete_age,
+    summarise_ages,
+    write_amplification,
+)
 from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
 from icecdc.bench.strategies import (
     ICECDC,
@@ -94,15 +114,29 @@ class Workload:
     burst_factor: float = 4.0
     seed: int = 17
     # ``days``: region and day, so yesterday's partitions settle as the day moves on; ``region``:
-    # four partitions the writer writes every batch, which never settle while it runs.
+    # four partitions the writer writes every batch, which never settle while it runs;
+    # ``buckets``: 16 partitions by key, all written every batch (the large workload's).
     partitioning: str = "days"
+    # The large workload's wide text column: characters per row (0: none) and the share of
+    # updates that keep it.
+    note_chars: int = 0
+    note_keep: float = 0.9
 
     @property
     def partition_by(self) -> list[str]:
         return PARTITIONINGS[self.partitioning]
 
 
-PARTITIONINGS = {"days": ORDERS_PARTITIONING, "region": ["region"]}
+PARTITIONINGS = {"days": ORDERS_PARTITIONING, "region": ["region"], "buckets": ["bucket(16, id)"]}
+# The initial load is written in commits of at most this many rows (one Spark job each).
+LOAD_CHUNK_ROWS = 200_000
+
+
+def large_workload(rows: int, changes: int = 1_500) -> Workload:
+    """Users' partition sizes: ``rows`` (20M: about 300 MB a partition, 250 bytes a row as written) over 16 partitions written
+    every batch, a 400-character text column nine updates in ten keep, the small workloads'
+    change rate; no late changes (every partition is hot anyway)."""
+    return Workload(keys=rows, changes=changes, late_share=0.0, partitioning="buckets", note_chars=400, note_keep=0.9)
 
 
 @dataclass(frozen=True)
@@ -123,6 +157,26 @@ class ProbePoint:
 
 
 @dataclass(frozen=True)
+class ReaderProbe:
+    """The sidecar's table read by each reader that cannot apply equality deletes, one snapshot."""
+
+    t: float
+    snapshot_id: int | None
+    outcomes: dict[str, ReadOutcome]  # reader -> exact / wrong / refused, against Spark's read
+    read_ms: dict[str, float]
+
+
+@dataclass(frozen=True)
+class Portability:
+    """How portable the sidecar's table was, while writing and after."""
+
+    oldest_equality_delete_writing: AgeSummary
+    oldest_equality_delete_after: AgeSummary
+    exact_writing: dict[str, float | None]  # reader -> share of probes read exactly
+    exact_after: dict[str, float | None]
+
+
+@dataclass(frozen=True)
 class SettleToCompacted:
     settled_partitions: int
     compacted: int
@@ -139,6 +193,9 @@ class StrategyResult:
     ingested_bytes: int
     rewritten_bytes: int
     write_amplification: float
+    # (maintenance + writer bytes) / writer bytes, over the commits between the first change
+    # batch and the last: what the sidecar costs beside the writer
+    writing_amplification: float | None
     compaction_commits: int
     maintenance: StrategyCounts
     writer_commit_p50: float
@@ -167,6 +224,12 @@ class E2EResults:
     reference: list[ProbePoint] = field(default_factory=list)  # the compacted copy, probe by probe
     writes_ended_t: float = 0.0
     drained_seconds: float = 0.0  # how long the drain lasted
+    workload_name: str = "small"
+    age_sample_seconds: float = 2.0
+    # (seconds into the run, age of the sidecar table's oldest live equality delete or None)
+    equality_delete_ages: list[tuple[float, float | None]] = field(default_factory=list)
+    readers: list[ReaderProbe] = field(default_factory=list)
+    portability: Portability | None = None
 
 
 def batch_sizes(batches: int, workload: Workload) -> list[int]:
@@ -179,7 +242,14 @@ def batch_sizes(batches: int, workload: Workload) -> list[int]:
 
 def generate(batches: int, workload: Workload) -> tuple[list[list[tuple[bytes, bytes]]], OrdersWorkload]:
     """The initial load and ``batches`` micro-batches of changes, and the state they leave."""
-    orders = OrdersWorkload(seed=workload.seed, today=0, recent_keys=workload.changes * 2, late_share=workload.late_share)
+    orders = OrdersWorkload(
+        seed=workload.seed,
+        today=0,
+        recent_keys=workload.changes * 2,
+        late_share=workload.late_share,
+        note_chars=workload.note_chars,
+        note_keep=workload.note_keep,
+    )
     out = [[c.record for c in orders.load(workload.keys)]]
     for number, size in enumerate(batch_sizes(batches, workload), 1):
         orders.today = number // workload.batches_per_day
@@ -202,7 +272,7 @@ def _config(base: Config, run_id: int, strategies: Sequence[str], run: RunSettin
     slugs = [s.replace("-", "_") for s in strategies]
     tables = [
         {
-            **orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}"),
+            **orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}", note=run.workload.note_chars > 0),
             "partition_by": run.workload.partition_by,
             "format_version": run.format_version,
         }
@@ -301,6 +371,8 @@ class Probe:
         self.reference = f"{config.catalog.name}.bench.e2e_{REFERENCE}_{run_id}"
         self._names = {**names, REFERENCE: self.reference}
         self.series: dict[str, list[ProbePoint]] = {s: [] for s in self._names}
+        self.readers: list[ReaderProbe] = []
+        self._duckdb: Any = None  # opened on the first probe, used by one thread at a time
         # Iceberg answers count(*) from file metadata when no delete applies: off, so that every
         # table is counted by reading it, as a count with deletes must be.
         spark.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
@@ -320,6 +392,7 @@ class Probe:
             self._spark.sql(f"REFRESH TABLE {name}")
             files[strategy] = file_counts(self._catalog.load_table(name.split(".", 1)[1]), self._settings)
         latency = query_latency(self._spark, self._names, keys, self._repeats)
+        self.readers.append(self._read_portably())
         ended = time.monotonic() - self._started
         for strategy in self._names:
             counts, took = files[strategy], latency[strategy]
@@ -342,7 +415,81 @@ class Probe:
             f"{s} {p[-1].count_ms:.0f}/{p[-1].lookup_ms:.0f} ms {p[-1].equality_delete_files} eq-del"
             for s, p in self.series.items()
         )
-        say(f"t={began:.0f}-{ended:.0f}s count/lookup: {line}")
+        readers = ", ".join(f"{r} {o.value}" for r, o in self.readers[-1].outcomes.items())
+        say(f"t={began:.0f}-{ended:.0f}s count/lookup: {line}; the sidecar's table read by {readers}")
+
+    def _read_portably(self) -> ReaderProbe:
+        """The sidecar's table read by pyiceberg and DuckDB (its keys), against Spark's read of the
+        same snapshot (Spark applies equality deletes; the final check holds it to the stream)."""
+        from icecdc.bench.readers import duckdb_connection, key_digest, read_duckdb, read_pyiceberg
+
+        name = self._names[ICECDC]
+        began = round(time.monotonic() - self._started, 1)
+        table = self._catalog.load_table(name.split(".", 1)[1])
+        snapshot = table.current_snapshot()
+        if snapshot is None:
+            return ReaderProbe(began, None, {}, {})
+        self._spark.sql(f"REFRESH TABLE {name}")  # Spark's cached table may not know the snapshot yet
+        spark_read = self._spark.sql(
+            f"SELECT count(*), count(DISTINCT id), coalesce(sum(id), 0) FROM {name} VERSION AS OF {snapshot.snapshot_id}"
+        ).first()
+        expected = KeyDigest(int(spark_read[0]), int(spark_read[1]), int(spark_read[2]))
+        if self._duckdb is None:
+            self._duckdb = duckdb_connection()
+        outcomes, took = {}, {}
+        for read in (lambda: read_pyiceberg(table, ("id",)), lambda: read_duckdb(table, ("id",), self._duckdb)):
+            started = time.perf_counter()
+            result = read()
+            took[result.reader.value] = (time.perf_counter() - started) * 1000
+            outcomes[result.reader.value] = digest_exactness(expected, key_digest(result))
+        return ReaderProbe(began, snapshot.snapshot_id, outcomes, took)
+
+
+def equality_delete_age(table: Any, now_ms: int) -> float | None:
+    """``portability.oldest_equality_delete_age`` of a pyiceberg table: the snapshot that added
+    each live equality-delete file, from the current snapshot's delete manifests (data manifests
+    are not opened), and the commit times of the snapshots still listed."""
+    current = table.current_snapshot()
+    if current is None:
+        return None
+    added_by = [
+        entry.snapshot_id
+        for manifest in current.manifests(table.io)
+        if manifest.content is ManifestContent.DELETES
+        for entry in manifest.fetch_manifest_entry(table.io)
+        if entry.data_file.content is DataFileContent.EQUALITY_DELETES
+    ]
+    return oldest_equality_delete_age(added_by, {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}, now_ms)
+
+
+class AgeSampler:
+    """Samples the age of a table's oldest live equality delete every ``every_seconds``, on a
+    thread of its own, from ``start`` to ``stop``."""
+
+    def __init__(self, config: Config, name: str, every_seconds: float, started: float) -> None:
+        self._catalog = pyiceberg_catalog(config)
+        self._identifier = name.split(".", 1)[1]
+        self._every, self._started = every_seconds, started
+        self.samples: list[tuple[float, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="age-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                table = self._catalog.load_table(self._identifier)
+                age = equality_delete_age(table, int(time.time() * 1000))
+            except Exception as exc:  # noqa: BLE001 - a lost sample is said, the run goes on
+                say(f"age sample failed: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            self.samples.append((round(time.monotonic() - self._started, 1), age))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
 
 
 # ---- the snapshot log ---------------------------------------------------------------------------
@@ -357,6 +504,8 @@ class SnapshotLog:
     writes: dict[tuple[Any, ...], list[tuple[float, bool]]]
     maintained: dict[tuple[Any, ...], list[float]]  # partition -> maintenance commit times
     live_equality_deletes: set[tuple[Any, ...]]  # partitions with live equality deletes now
+    # (commit time, bytes added, whether by maintenance), per snapshot
+    added: list[tuple[float, int, bool]] = field(default_factory=list)
 
 
 def snapshot_log(table: Any) -> SnapshotLog:
@@ -366,6 +515,7 @@ def snapshot_log(table: Any) -> SnapshotLog:
     ingested = rewritten = commits = 0
     writes: dict[tuple[Any, ...], list[tuple[float, bool]]] = defaultdict(list)
     maintained: dict[tuple[Any, ...], list[float]] = defaultdict(list)
+    added_bytes: list[tuple[float, int, bool]] = []
     for snapshot in table.snapshots():
         summary = snapshot.summary
         added = int(summary.get("added-files-size", 0) or 0)
@@ -377,6 +527,7 @@ def snapshot_log(table: Any) -> SnapshotLog:
         else:
             ingested += added
         when = snapshot.timestamp_ms / 1000
+        added_bytes.append((when, added, maintenance))
         touched: dict[tuple[Any, ...], bool] = {}
         for manifest in snapshot.manifests(io):
             if manifest.added_snapshot_id != snapshot.snapshot_id:
@@ -399,7 +550,13 @@ def snapshot_log(table: Any) -> SnapshotLog:
         for entry in manifest.fetch_manifest_entry(io)
         if entry.data_file.content is DataFileContent.EQUALITY_DELETES
     }
-    return SnapshotLog(ingested, rewritten, commits, writes, maintained, live_equality)
+    return SnapshotLog(ingested, rewritten, commits, writes, maintained, live_equality, added_bytes)
+
+
+def amplification_between(log: SnapshotLog, start: float, end: float) -> float | None:
+    """``portability.write_amplification`` of the commits from ``start`` to ``end`` (epoch seconds)."""
+    window = [(size, maintenance) for when, size, maintenance in log.added if start <= when <= end]
+    return write_amplification(sum(b for b, m in window if not m), sum(b for b, m in window if m))
 
 
 def _partition_key(entry: Any) -> tuple[Any, ...]:
@@ -438,6 +595,7 @@ class RunSettings:
     strategies: Sequence[str] | None = None  # None: every one
     format_version: int = 2
     hot_read_budget: float | None = None  # None: the compactor's default
+    age_sample_seconds: float = 2.0
 
 
 def _start(spark: Any, config: Config, strategies: Sequence[str], strategy: str, out: Path) -> Strategy:
@@ -473,13 +631,18 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     names = {s: config.table_ref(t).qualified for s, t in zip(all_strategies, config.tables, strict=True)}
     by_table = {t.name: s for s, t in zip(all_strategies, config.tables, strict=True)}
 
+    load_commits = max(1, -(-len(stream[0]) // LOAD_CHUNK_ROWS))
+
     def write(number: int) -> dict[str, float]:
         # Every table reads the same records from its own topic: one Spark job, one commit each.
-        result = feed.write(stream[number], number)
+        # Batch ids go on from the initial load's commits.
+        result = feed.write(stream[number], number + load_commits - 1)
         return {by_table[t]: s for t, s in result.commit_seconds.items()}
 
-    say(f"initial load: {run.workload.keys:,} rows into {len(all_strategies)} tables")
-    write(0)
+    say(f"initial load: {run.workload.keys:,} rows into {len(all_strategies)} tables, in {load_commits} commits")
+    for number in range(load_commits):
+        feed.write(stream[0][number * LOAD_CHUNK_ROWS : (number + 1) * LOAD_CHUNK_ROWS], number)
+    stream[0] = []  # the large workload's load is most of the run's memory
     strategies = {s: _start(spark, config, all_strategies, s, out) for s in all_strategies}
     for maintenance in strategies.values():
         maintenance.start()
@@ -507,6 +670,9 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
 
     prober = threading.Thread(target=probe_loop, name="probe", daemon=True)
     prober.start()
+    sampler = AgeSampler(config, names[ICECDC], run.age_sample_seconds, started)
+    sampler.start()
+    writes_started = time.time()
     for number in range(1, run.batches + 1):
         time.sleep(max(0.0, started + (number - 1) * run.batch_seconds - time.monotonic()))
         try:
@@ -525,6 +691,8 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     results.drained_seconds = _drain(strategies, run.drain_seconds, run.drain_max_seconds)
     probing.set()
     prober.join()
+    sampler.stop()
+    results.equality_delete_ages = sampler.samples
     counts = {s: maintenance.stop() for s, maintenance in strategies.items()}
     probe()  # the final state, maintenance stopped
     feed.close()
@@ -547,6 +715,7 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
             ingested_bytes=log.ingested_bytes,
             rewritten_bytes=log.rewritten_bytes,
             write_amplification=log.rewritten_bytes / log.ingested_bytes,
+            writing_amplification=amplification_between(log, writes_started, writes_ended),
             compaction_commits=log.compaction_commits,
             maintenance=counts[strategy],
             writer_commit_p50=statistics.median(latencies),
@@ -556,6 +725,8 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
             settled_partitions_with_equality_deletes=len(log.live_equality_deletes & settled_keys),
         )
     results.reference = probe.series[REFERENCE]
+    results.readers = probe.readers
+    results.portability = portability(results)
     say(f"every table holds the stream's final state ({len(expected):,} rows)")
     for name in (*names.values(), probe.reference):
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
@@ -577,6 +748,8 @@ def run(
     strategies: Sequence[str] | None = None,
     format_version: int = 2,
     hot_read_budget: float | None = None,
+    age_sample_seconds: float = 2.0,
+    workload_name: str = "small",
 ) -> E2EResults:
     batches = max(2, round(minutes * 60 / batch_seconds))
     drain_max = drain_max_seconds if drain_max_seconds is not None else drain_seconds + 300.0
@@ -600,6 +773,7 @@ def run(
         strategies,
         format_version,
         hot_read_budget,
+        age_sample_seconds,
     )
     results = E2EResults(
         machine(),
@@ -615,6 +789,8 @@ def run(
         workload,
         format_version,
         hot_read_budget,
+        workload_name=workload_name,
+        age_sample_seconds=age_sample_seconds,
     )
     with bench_stack("e2e", state_dir) as stack:
         _run_strategies(stack, out, settings, results)
@@ -647,6 +823,74 @@ def latency_ratio(results: E2EResults, strategy: str, metric: str, phase: str) -
     return statistics.median(ratios) if ratios else None
 
 
+def portability(results: E2EResults) -> Portability:
+    """The sidecar table's age samples and reader probes, while writing (up to the last batch)
+    and after it (the drain and the final probe)."""
+    ended, probes = results.writes_ended_t, results.readers
+    readers = sorted({r for p in probes for r in p.outcomes})
+
+    def shares(phase: list[ReaderProbe]) -> dict[str, float | None]:
+        return {r: exact_share([p.outcomes[r] for p in phase if r in p.outcomes]) for r in readers}
+
+    return Portability(
+        oldest_equality_delete_writing=summarise_ages([a for t, a in results.equality_delete_ages if t <= ended]),
+        oldest_equality_delete_after=summarise_ages([a for t, a in results.equality_delete_ages if t > ended]),
+        exact_writing=shares([p for p in probes if p.t <= ended]),
+        exact_after=shares([p for p in probes if p.t > ended]),
+    )
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def portability_summary(results: E2EResults) -> str:
+    """The sidecar table's portability: its oldest live equality delete and the readers' probes."""
+    p = results.portability
+    if p is None:
+        return ""
+    rows = [
+        [
+            phase,
+            f"{_seconds(ages.p50_seconds)} / {_seconds(ages.p95_seconds)} / {_seconds(ages.max_seconds)}",
+            _share(ages.none_share),
+            ages.samples,
+            *(_share(exact.get(r)) for r in ("pyiceberg", "duckdb")),
+            sum(1 for probe in results.readers if (probe.t <= results.writes_ended_t) == (phase == "writing")),
+        ]
+        for phase, ages, exact in (
+            ("writing", p.oldest_equality_delete_writing, p.exact_writing),
+            ("after", p.oldest_equality_delete_after, p.exact_after),
+        )
+    ]
+    sidecar = results.strategies.get(ICECDC)
+    amplification = sidecar.writing_amplification if sidecar is not None else None
+    return (
+        f"\nThe sidecar's table, portable? The age of its oldest live equality delete, sampled every "
+        f"{results.age_sample_seconds:g}s (a sample with none counts as 0 s), and reads by readers that cannot apply "
+        f"equality deletes, each compared with Spark's read of the same snapshot. Write amplification while writing "
+        f"((sidecar + writer bytes) / writer bytes, between the first and the last batch): "
+        f"{'-' if amplification is None else f'{amplification:.2f}'}.\n\n"
+        + markdown_table(
+            [
+                "phase",
+                "oldest eq delete p50 / p95 / max s",
+                "samples with none live",
+                "samples",
+                "pyiceberg exact",
+                "DuckDB exact",
+                "reader probes",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+
+
 def _ratios(results: E2EResults, strategy: str, metric: str) -> str:
     return " / ".join(
         "-" if (r := latency_ratio(results, strategy, metric, phase)) is None else f"{r:.2f}x" for phase in (WRITING, FINAL)
@@ -668,6 +912,7 @@ def summary(results: E2EResults) -> str:
                 last.manifests,
                 f"{m.rewritten_bytes / 1e6:.1f}",
                 f"{m.write_amplification:.2f}",
+                "-" if m.writing_amplification is None else f"{m.writing_amplification:.2f}",
                 m.compaction_commits,
                 f"{m.maintenance.conflicts}/{m.maintenance.runs}",
                 f"{m.writer_commit_p50 * 1000:.0f} / {m.writer_commit_p99 * 1000:.0f}",
@@ -681,7 +926,9 @@ def summary(results: E2EResults) -> str:
     ingested = next(iter(results.strategies.values())).ingested_bytes
     return (
         f"{results.batches} micro-batches, one every {results.batch_seconds:g}s, then {results.drained_seconds:.0f}s "
-        f"of drain; {results.workload.keys:,} starting keys; partitioned by {', '.join(results.workload.partition_by)}; "
+        f"of drain; workload {results.workload_name}; {results.workload.keys:,} starting keys"
+        + (f" with a {results.workload.note_chars}-character note" if results.workload.note_chars else "")
+        + f"; partitioned by {', '.join(results.workload.partition_by)}; "
         f"format v{results.format_version}; hot read budget {results.hot_read_budget or 'default'}; probes every {results.probe_seconds:g}s; "
         f"{results.machine}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
         f"Latency columns: each query's latency over the compacted copy's in the same probe, the median over the "
@@ -700,6 +947,7 @@ def summary(results: E2EResults) -> str:
                 "manifests at end",
                 "MB rewritten",
                 "write amplification",
+                "(maintenance + writer) / writer while writing",
                 "compaction commits",
                 "conflicts / attempts",
                 "writer commit p50 / p99 ms",
@@ -711,6 +959,7 @@ def summary(results: E2EResults) -> str:
             rows,
         )
         + "\n"
+        + portability_summary(results)
     )
 
 
@@ -763,6 +1012,28 @@ def plot(results: E2EResults, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path.with_name("e2e-writer_commit_ms.png"), dpi=100)
     plt.close(fig)
+    plot_portability(results, path.with_name("e2e-portability.png"))
+
+
+def plot_portability(results: E2EResults, path: Path) -> None:
+    """The sidecar table's oldest live equality delete over the run (0: none live), and each
+    reader probe's outcome at its time."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([t for t, _ in results.equality_delete_ages], [a or 0.0 for _, a in results.equality_delete_ages], label="age (s)")
+    for offset, reader in enumerate(sorted({r for p in results.readers for r in p.outcomes})):
+        for outcome, marker in ((ReadOutcome.EXACT, "o"), (ReadOutcome.REFUSED, "x"), (ReadOutcome.WRONG, "s")):
+            times = [p.t for p in results.readers if p.outcomes.get(reader) is outcome]
+            if times:
+                ax.plot(times, [-1.0 - offset] * len(times), marker=marker, linestyle="", label=f"{reader} {outcome.value}")
+    ax.axvline(results.writes_ended_t, color="grey", linestyle=":", linewidth=1)
+    ax.set_title("oldest live equality delete in the sidecar's table (s); reader probes below 0", fontsize=9)
+    ax.set_xlabel("seconds into the run", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 # ---- icecdc bench e2e ----
@@ -814,6 +1085,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--format-version", type=int, choices=(2, 3), default=2, help="Iceberg format of the tables (default: 2)")
     parser.add_argument(
+        "--workload",
+        choices=("small", "large"),
+        default="small",
+        help="small: the orders stream of --keys rows, --partitioning; large: users' partition sizes, --rows rows over "
+        "16 partitions (bucket(16, id)) all written every batch, a 400-character note nine updates in ten keep, "
+        "--changes a batch (default: small)",
+    )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=20_000_000,
+        help="rows in the large workload's initial load (default: 20000000, about 300 MB a partition; the bench holds "
+        "the stream's state in memory, about 1 KB a row)",
+    )
+    parser.add_argument(
+        "--age-sample-seconds",
+        type=float,
+        default=2.0,
+        help="sample the age of the sidecar table's oldest live equality delete this often (default: 2)",
+    )
+    parser.add_argument(
         "--hot-read-budget", type=float, help="the sidecar's compactor.hot_read_budget (default: the configuration's default)"
     )
     out_argument(parser, "plots")
@@ -827,7 +1119,12 @@ def main(args: argparse.Namespace) -> int:
     if min(updates, inserts) < 0 or updates + inserts > 1:
         raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
     cron_seconds = positive_numbers(args.cron_seconds, "--cron-seconds")
-    workload = Workload(keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning)
+    if args.workload == "large":
+        workload = replace(large_workload(args.rows, args.changes), updates=updates, inserts=inserts)
+    else:
+        workload = Workload(
+            keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning
+        )
     strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     results = run(
         args.minutes,
@@ -843,6 +1140,8 @@ def main(args: argparse.Namespace) -> int:
         strategies=strategies,
         format_version=args.format_version,
         hot_read_budget=args.hot_read_budget,
+        age_sample_seconds=args.age_sample_seconds,
+        workload_name=args.workload,
     )
     print(summary(results))
     print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")

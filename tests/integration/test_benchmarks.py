@@ -67,7 +67,11 @@ def test_e2e_benchmark_harness(tmp_path):
     assert results["strategies"]["icecdc"]["compaction_commits"] > 0
     # The sidecar left every partition merged (the drain waited for it): no live equality deletes.
     assert results["strategies"]["icecdc"]["series"][-1]["equality_delete_files"] == 0
-    for name in ("e2e.png", "e2e-writer_commit_ms.png", *(f"e2e-{m}.png" for m in METRICS)):
+    # The sidecar's table was sampled for its oldest equality delete, and once drained both readers
+    # that cannot apply equality deletes read it exactly.
+    assert results["equality_delete_ages"] and results["portability"]["oldest_equality_delete_writing"]["samples"] > 0
+    assert results["readers"][-1]["outcomes"] == {"pyiceberg": "exact", "duckdb": "exact"}
+    for name in ("e2e.png", "e2e-writer_commit_ms.png", "e2e-portability.png", *(f"e2e-{m}.png" for m in METRICS)):
         assert (out / name).stat().st_size > 0, name
     text = (out / "e2e.md").read_text()
     assert all(f"| {s} |" in text for s in strategies)

@@ -1,7 +1,9 @@
-"""The pure parts of ``icecdc bench e2e``: the stream's shape, Amoro's trigger, the settle delay."""
+"""The pure parts of ``icecdc bench e2e``: the stream's shape, Amoro's trigger, the settle delay, and
+whether the sidecar's table is portable (equality-delete ages, readers' exactness, write amplification)."""
 
 from types import SimpleNamespace
 
+import orjson
 import pytest
 
 from icecdc.bench.e2e import (
@@ -9,13 +11,27 @@ from icecdc.bench.e2e import (
     WRITING,
     E2EResults,
     ProbePoint,
+    ReaderProbe,
     SnapshotLog,
     Workload,
+    amplification_between,
     batch_sizes,
     generate,
+    large_workload,
     latency_ratio,
+    portability,
     settle_settings,
     settle_to_compacted,
+)
+from icecdc.bench.portability import (
+    AgeSummary,
+    KeyDigest,
+    ReadOutcome,
+    digest_exactness,
+    exact_share,
+    exactness,
+    oldest_equality_delete_age,
+    summarise_ages,
 )
 from icecdc.bench.strategies import amoro_minor_due, cron_period, strategy_names
 
@@ -89,3 +105,78 @@ def test_strategy_names_one_cron_per_period():
     names = strategy_names([30, 120.5])
     assert names == ("none", "cron-30s", "cron-120.5s", "threshold", "icecdc")
     assert [cron_period(n) for n in names] == [None, 30.0, 120.5, None, None]
+
+
+def test_oldest_equality_delete_age_from_the_snapshots_that_added_the_live_files():
+    committed = {1: 10_000, 2: 14_000, 3: 19_000}
+    assert oldest_equality_delete_age([3, 2, 3], committed, now_ms=20_000) == pytest.approx(6.0)
+    assert oldest_equality_delete_age([], committed, now_ms=20_000) is None  # none live
+    # A snapshot expiry removed counts as old as the oldest one still listed: a lower bound.
+    assert oldest_equality_delete_age([99, 3], committed, now_ms=20_000) == pytest.approx(10.0)
+    assert oldest_equality_delete_age([None], committed, now_ms=20_000) == pytest.approx(10.0)
+
+
+def test_age_samples_summarised_with_the_share_that_had_none_live():
+    ages = [None, None, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 40.0]
+    summary = summarise_ages(ages)
+    assert (summary.samples, summary.none_share, summary.max_seconds) == (10, 0.2, 40.0)
+    # Nearest-rank percentiles (bench.report), a sample with none live counting as 0 s.
+    assert summary.p50_seconds == pytest.approx(3.0) and summary.p95_seconds == pytest.approx(40.0)
+    assert summarise_ages([]) == AgeSummary(0, None, None, None, None)
+
+
+def test_a_read_is_exact_only_with_the_models_rows_each_once():
+    model = [(1, "eu"), (2, "us")]
+    assert exactness(model, [(2, "us"), (1, "eu")]) is ReadOutcome.EXACT
+    assert exactness(model, [(1, "eu"), (2, "us"), (2, "eu")]) is ReadOutcome.WRONG  # a delete not applied
+    assert exactness(model, [(1, "eu"), (1, "eu"), (2, "us")]) is ReadOutcome.WRONG  # a key read twice
+    assert exactness(model, None) is ReadOutcome.REFUSED
+    digest = KeyDigest.of([1, 2, 3])
+    assert digest_exactness(digest, KeyDigest.of([3, 1, 2])) is ReadOutcome.EXACT
+    assert digest_exactness(digest, KeyDigest.of([1, 2, 3, 3])) is ReadOutcome.WRONG  # an old version read too
+    assert digest_exactness(digest, KeyDigest.of([1, 2])) is ReadOutcome.WRONG
+    assert digest_exactness(digest, None) is ReadOutcome.REFUSED
+    assert exact_share([ReadOutcome.EXACT, ReadOutcome.REFUSED, ReadOutcome.EXACT, ReadOutcome.EXACT]) == 0.75
+    assert exact_share([]) is None
+
+
+def test_portability_splits_samples_and_probes_at_the_last_batch():
+    results = E2EResults("m", 1, 1, 1, 1, [], 1, 1, 1, 1, Workload(), writes_ended_t=100.0)
+    results.equality_delete_ages = [(50.0, 8.0), (99.0, None), (120.0, None)]
+    exact, refused = ReadOutcome.EXACT, ReadOutcome.REFUSED
+    results.readers = [
+        ReaderProbe(40.0, 1, {"pyiceberg": refused, "duckdb": exact}, {}),
+        ReaderProbe(90.0, 2, {"pyiceberg": exact, "duckdb": exact}, {}),
+        ReaderProbe(130.0, 3, {"pyiceberg": exact, "duckdb": exact}, {}),
+    ]
+    report = portability(results)
+    assert report.oldest_equality_delete_writing.samples == 2 and report.oldest_equality_delete_writing.none_share == 0.5
+    assert report.oldest_equality_delete_after.none_share == 1.0
+    assert report.exact_writing == {"duckdb": 1.0, "pyiceberg": 0.5}
+    assert report.exact_after == {"duckdb": 1.0, "pyiceberg": 1.0}
+
+
+def test_write_amplification_over_the_writing_phase_only():
+    log = SnapshotLog(
+        ingested_bytes=0,
+        rewritten_bytes=0,
+        compaction_commits=0,
+        writes={},
+        maintained={},
+        live_equality_deletes=set(),
+        added=[(5.0, 1000, False), (12.0, 10, False), (15.0, 25, True), (18.0, 10, False), (30.0, 500, True)],
+    )
+    # The initial load (t=5) and the drain's rewrite (t=30) are outside the window.
+    assert amplification_between(log, start=10.0, end=20.0) == pytest.approx(45 / 20)
+    assert amplification_between(log, start=40.0, end=50.0) is None
+
+
+def test_the_large_workload_keeps_most_notes_and_writes_every_bucket():
+    workload = large_workload(rows=300, changes=100)
+    stream, orders = generate(3, workload)
+    assert len(stream[0]) == 300 and workload.partition_by == ["bucket(16, id)"]
+    assert all(len(row["note"]) == 400 for row in orders.rows.values())
+    # Most updates keep the note of the row they change.
+    updates = [v for v in (orjson.loads(value) for batch in stream[1:] for _, value in batch) if v["op"] == "u"]
+    kept = sum(u["before"]["note"] == u["after"]["note"] for u in updates)
+    assert updates and kept / len(updates) > 0.75

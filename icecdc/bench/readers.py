@@ -1,0 +1,116 @@
+"""Readers that cannot apply equality deletes, reading a live table as a user's other engines
+would: pyiceberg's own scan and DuckDB's iceberg extension. Each read is of one snapshot (the
+table's current one when it was loaded: DuckDB reads that snapshot's metadata file), and ends in
+the rows it read or a typed refusal (pyiceberg 0.12 raises on an equality delete rather than
+misreading). Whether a read was *exact* is the caller's comparison with its own model
+(``icecdc.bench.portability``, pure).
+
+DuckDB and its extensions come with the ``test`` and ``bench`` extras; the extension files are
+the ones their PyPI packages ship, LOADed from disk (never INSTALLed from the network).
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib.resources
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from icecdc.bench.portability import KeyDigest
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.table import Table
+
+
+class Reader(str, enum.Enum):
+    PYICEBERG = "pyiceberg"
+    DUCKDB = "duckdb"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """The reader declined the snapshot; ``reason`` is its own error, as it said it."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class Read:
+    """What one reader read of one snapshot."""
+
+    reader: Reader
+    snapshot_id: int | None
+    rows: pa.Table | None  # None when refused
+    refused: Refused | None = None
+
+
+def _extension(package: str, name: str) -> str:
+    """The path of the extension file a ``duckdb-extension-*`` package ships
+    (``<package>/extensions/v<duckdb version>/<name>.duckdb_extension``)."""
+    import duckdb
+
+    path = importlib.resources.files(package) / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"{path} is missing: {package.replace('_', '-')} must match duckdb {duckdb.__version__} (pip install 'icecdc[test]')"
+        )
+    return str(path)
+
+
+def duckdb_connection() -> Any:
+    """An in-memory DuckDB with the avro and iceberg extensions its packages ship, loaded from
+    disk (avro first: the iceberg extension reads manifests with it)."""
+    import duckdb
+
+    connection = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
+    for package, name in (("duckdb_extension_avro", "avro"), ("duckdb_extension_iceberg", "iceberg")):
+        path = _extension(package, name).replace("'", "''")
+        connection.execute(f"LOAD '{path}'")
+    return connection
+
+
+def read_pyiceberg(table: Table, columns: Sequence[str] = ("*",)) -> Read:
+    """pyiceberg's own scan of the loaded snapshot; a refusal when it raises on what it cannot
+    apply (equality deletes: ``ValueError``/``NotImplementedError`` in 0.12)."""
+    snapshot = table.current_snapshot()
+    snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+    try:
+        rows = table.scan(selected_fields=tuple(columns), snapshot_id=snapshot_id).to_arrow()
+    except (ValueError, NotImplementedError) as error:
+        return Read(Reader.PYICEBERG, snapshot_id, None, Refused(f"{type(error).__name__}: {error}"))
+    return Read(Reader.PYICEBERG, snapshot_id, rows)
+
+
+def read_duckdb(table: Table, columns: Sequence[str] = ("*",), connection: Any = None) -> Read:
+    """DuckDB's ``iceberg_scan`` of the metadata file the table was loaded from (the same snapshot
+    pyiceberg reads); a refusal when DuckDB raises on the table (its own error, not I/O)."""
+    import duckdb
+
+    snapshot = table.current_snapshot()
+    snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+    own = connection is None
+    connection = duckdb_connection() if own else connection
+    try:
+        location = table.metadata_location.replace("'", "''")
+        selected = ", ".join(c if c == "*" else f'"{c}"' for c in columns)
+        rows = connection.execute(f"SELECT {selected} FROM iceberg_scan('{location}')").to_arrow_table()
+    except (duckdb.NotImplementedException, duckdb.InvalidInputException) as error:
+        return Read(Reader.DUCKDB, snapshot_id, None, Refused(f"{type(error).__name__}: {error}"))
+    finally:
+        if own:
+            connection.close()
+    return Read(Reader.DUCKDB, snapshot_id, rows)
+
+
+def read_all(table: Table, columns: Sequence[str] = ("*",), connection: Any = None) -> list[Read]:
+    """Both readers, on the same snapshot."""
+    return [read_pyiceberg(table, columns), read_duckdb(table, columns, connection)]
+
+
+def key_digest(read: Read, key: str = "id") -> KeyDigest | None:
+    """A read's digest by its key column (``portability.KeyDigest``); None when it was refused."""
+    if read.rows is None:
+        return None
+    return KeyDigest.of(read.rows.column(key).to_pylist())
