@@ -207,7 +207,13 @@ class CompactionJob:
         indexed = None
         if self._key_index is not None:
             table = self._layout.table
-            partitions = [] if self._partitions is None else [((table, x.partition), x.data) for x in listings]
+            # Files this plan rewrites are neither converted nor live once it commits: not read.
+            rewritten = set(plan.rewrite)
+            partitions = (
+                []
+                if self._partitions is None
+                else [((table, x.partition), [f for f in x.data if f.path not in rewritten]) for x in listings]
+            )
             indexed = convert_with_index(
                 self._key_index,
                 partitions,
