@@ -11,7 +11,9 @@ from collections.abc import Sequence
 
 import hypothesis.strategies as st
 import pyarrow as pa
+import pytest
 from hypothesis import event, given, settings
+from pydantic import ValidationError
 
 from icecdc.compactor.key_index import DeleteKeys, KeyIndex
 from icecdc.compactor.key_index_loader import convert_with_index
@@ -331,3 +333,10 @@ def test_a_restart_rebuilds_the_index_from_the_partitions_files():
     assert commit is not None
     assert model_rows(commit()) == history.source.expected_images()
     assert history.index.keys == 11
+
+
+def test_the_bound_is_configured_in_bytes_and_zero_turns_the_index_off():
+    assert CompactorConfig().key_index_max_bytes == 256 * 1024 * 1024
+    assert CompactorConfig(key_index_max_bytes=0).key_index_max_bytes == 0
+    with pytest.raises(ValidationError):
+        CompactorConfig(key_index_max_bytes=-1)
