@@ -14,8 +14,9 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from icecdc.compactor import metrics, outcomes
+from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.outcomes import Outcome
-from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_for
+from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, plan_for
 from icecdc.compactor.policy import Candidate, Work
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
@@ -107,6 +108,7 @@ class CompactionRunner:
         clock: Callable[[], float],
         on_start: Callable[[], None] = lambda: None,
         rng: random.Random | None = None,
+        key_index: KeyIndex | None = None,
     ) -> None:
         self._replica = replica
         self._settings = settings
@@ -118,6 +120,7 @@ class CompactionRunner:
         self._clock = clock
         self._on_start = on_start  # e.g. show the partition as compacting in the status at once
         self._rng = rng or random.Random()
+        self._key_index = key_index
 
     def run(self, job: Sequence[tuple[Candidate, TrackedPartition]], layout: TableLayout) -> list[CompactionEvent]:
         """One compaction job of the candidates' partitions, all of one table (one, or several
@@ -192,7 +195,23 @@ class CompactionRunner:
             finished = self._event(replace(part, outcome=resolution.outcome, reason=resolution.reason), started, now)
             self._record(finished)
             events.append(finished)
+        self._follow_key_index(table, parts, layout, [e.outcome for e in events])
         return events
+
+    def _follow_key_index(self, table: str, parts: Sequence[JobPartition], layout: TableLayout, ended: Sequence[Outcome]) -> None:
+        """A settled partition whose data a committed job rewrote leaves the key index (its
+        conversions are done; were it written again, its next conversion rebuilds it); and the
+        index's size per table goes to the metrics."""
+        if self._key_index is None:
+            return
+        for part, outcome in zip(parts, ended, strict=True):
+            rewrote = part.plan is not None and bool(part.plan.rewrite) and part.plan.work not in CONVERSIONS
+            if outcome is Outcome.COMMITTED and rewrote and not part.candidate.hot and not part.partition.is_global:
+                self._key_index.drop((table, _key(part.partition, layout)))
+        held = self._key_index.usage(lambda partition: partition[0] if isinstance(partition, tuple) else partition)
+        held_bytes, held_keys = held.get(table, (0, 0))
+        metrics.KEY_INDEX_BYTES.labels(table).set(held_bytes)
+        metrics.KEY_INDEX_KEYS.labels(table).set(held_keys)
 
     def _event(self, part: JobPartition, started: float, finished: float) -> CompactionEvent:
         return CompactionEvent.from_result(

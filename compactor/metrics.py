@@ -44,6 +44,10 @@ MANIFESTS_READ = Counter(
     ["table", "source"],
 )
 
+# The key index (``key_index``): bytes held over keys held is its bytes per key.
+KEY_INDEX_BYTES = Gauge("icecdc_compactor_key_index_bytes", "Bytes the key index holds", ["table"])
+KEY_INDEX_KEYS = Gauge("icecdc_compactor_key_index_keys", "Keys (data file rows) the key index holds", ["table"])
+
 
 def compaction_finished(table: str, kind: CompactionKind, outcome: CompactionOutcome, counts: CompactionCounts) -> None:
     FINISHED.labels(table, kind.value, outcome.value).inc()

@@ -11,6 +11,7 @@ position deletes stay as they are, and the equality deletes apply to it no more 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -101,7 +102,8 @@ def _matching_positions(data: pa.Table, deletes: pa.Table) -> pa.Array:
     return pa.chunked_array(found, pa.int64()).combine_chunks()
 
 
-def _earlier_positions(data_file: str, position_deletes: Sequence[PositionDeletes], io_properties: Mapping[str, str]) -> pa.Array:
+def earlier_positions(data_file: str, position_deletes: Sequence[PositionDeletes], io_properties: Mapping[str, str]) -> pa.Array:
+    """The positions of a data file its position deletes (or deletion vector) remove, each once."""
     found = []
     for deletes in position_deletes:
         if deletes.deletion_vector:
@@ -155,17 +157,28 @@ def deleted_positions_of(
             keys_by_ids.setdefault(deletes.field_ids, []).append(read(deletes))
         for field_ids, tables in keys_by_ids.items():
             data = [read_parquet_fields(path, list(field_ids), io_properties) for path in data_files]
-            found = _matching_positions(*_same_types(data, tables)).to_numpy()
-            offsets = np.cumsum([0, *(t.num_rows for t in data)])
-            for path, start, end in zip(data_files, offsets[:-1], offsets[1:], strict=True):
-                matched[path].append(pa.array(found[(found >= start) & (found < end)] - start, pa.int64()))
+            for path, found in zip(data_files, matched_positions(data, tables), strict=True):
+                matched[path].append(found)
     out = []
     for file in files:
-        earlier = _earlier_positions(file.data_file, file.position_deletes, io_properties)
-        mine = matched[file.data_file]
-        new = pc.unique(pa.chunked_array(mine, pa.int64()).combine_chunks()) if mine else pa.array([], pa.int64())
-        out.append((earlier, new.filter(pc.invert(pc.is_in(new, value_set=earlier)))))
+        earlier = earlier_positions(file.data_file, file.position_deletes, io_properties)
+        out.append((earlier, not_yet_deleted(matched[file.data_file], earlier)))
     return out
+
+
+def matched_positions(data: Sequence[pa.Table], deletes: Sequence[pa.Table]) -> list[pa.Array]:
+    """For each of several data files' key columns, the positions whose key one of the equality
+    deletes' key tables names (possibly repeated). The files are matched side by side: the
+    deleted keys' hash set is built once, not once a file."""
+    found = _matching_positions(*_same_types(data, deletes)).to_numpy()
+    offsets = np.cumsum([0, *(t.num_rows for t in data)])
+    return [pa.array(found[(found >= start) & (found < end)] - start, pa.int64()) for start, end in itertools.pairwise(offsets)]
+
+
+def not_yet_deleted(matched: Sequence[pa.Array], earlier: pa.Array) -> pa.Array:
+    """The matched positions, each once, that the ``earlier`` positions do not already remove."""
+    new = pc.unique(pa.chunked_array(matched, pa.int64()).combine_chunks()) if matched else pa.array([], pa.int64())
+    return new.filter(pc.invert(pc.is_in(new, value_set=earlier)))
 
 
 def convert(

@@ -28,6 +28,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
+from icecdc.compactor.key_index import KeyIndex
+from icecdc.compactor.key_index_loader import ParquetFiles, convert_with_index
 from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, keep_deletes_of_unchanged, plan_together
 from icecdc.compactor.policy import Work
 from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, FileDeletes, PositionDeletes, convert_all
@@ -82,6 +84,7 @@ class CompactionJob:
         io_properties: Mapping[str, str],
         target_file_size: int,
         engine: RewriteEngine = RewriteEngine.ARROW,
+        key_index: KeyIndex | None = None,
     ) -> None:
         if partitions is not None and not partitions:
             raise ValueError("a compaction job needs at least one partition")
@@ -92,6 +95,7 @@ class CompactionJob:
         self._io_properties = dict(io_properties)
         self._target = target_file_size
         self._engine = engine
+        self._key_index = key_index
         self._listings: list[PartitionListing] | None = None
         self._files: list[PartitionFiles] | None = None
 
@@ -187,24 +191,53 @@ class CompactionJob:
     def _convert(
         self, plan: RewritePlan, files: Sequence[PartitionFiles], listings: Sequence[PartitionListing]
     ) -> list[PositionDeleteFile]:
-        """Position deletes for the files to convert, written on executors (one task per file);
-        a file with nothing new deleted comes back without a path."""
+        """Position deletes for the files to convert, a file with nothing new deleted coming
+        back without a path: through the key index in this process (``key_index_loader``), else
+        written on executors (one task per file)."""
         data = {f.path: f for partition in files for f in partition.data}
         deletes = {d.path: d for listing in listings for d in listing.deletes}
         dv = self._layout.format_version >= 3  # v3 refuses Parquet position deletes
         suffix = "deletion-vector.puffin" if dv else "position-deletes.parquet"
-        jobs = [
-            Conversion(
-                path,
-                tuple(EqualityDeletes(p, deletes[p].equality_field_ids) for p in data[path].equality_deletes),
-                tuple(PositionDeletes(p, deletes[p].is_deletion_vector) for p in data[path].position_deletes),
-                # Beside the data file it deletes from, in its partition's directory.
-                f"{path.rsplit('/', 1)[0]}/{uuid.uuid4().hex}-{suffix}",
-                deletion_vector=dv,
+
+        def output_for(path: str) -> str:
+            # Beside the data file it deletes from, in its partition's directory.
+            return f"{path.rsplit('/', 1)[0]}/{uuid.uuid4().hex}-{suffix}"
+
+        converted: list[ConvertedFile]
+        indexed = None
+        if self._key_index is not None:
+            table = self._layout.table
+            # Files this plan rewrites are neither converted nor live once it commits: not read.
+            rewritten = set(plan.rewrite)
+            partitions = (
+                []
+                if self._partitions is None
+                else [((table, x.partition), [f for f in x.data if f.path not in rewritten]) for x in listings]
             )
-            for path in plan.convert
-        ]
-        converted: list[ConvertedFile] = self._on_executors(jobs, convert_all)
+            indexed = convert_with_index(
+                self._key_index,
+                partitions,
+                [data[path] for path in plan.convert],
+                deletes,
+                self._layout.key_field_ids,
+                ParquetFiles(self._io_properties),
+                output_for,
+                dv,
+            )
+        if indexed is not None:
+            converted = indexed.converted
+        else:
+            jobs = [
+                Conversion(
+                    path,
+                    tuple(EqualityDeletes(p, deletes[p].equality_field_ids) for p in data[path].equality_deletes),
+                    tuple(PositionDeletes(p, deletes[p].is_deletion_vector) for p in data[path].position_deletes),
+                    output_for(path),
+                    deletion_vector=dv,
+                )
+                for path in plan.convert
+            ]
+            converted = self._on_executors(jobs, convert_all)
         return [
             PositionDeleteFile(c.data_file, c.path or "", c.size, c.positions, c.content_offset, c.content_size)
             for c in converted
@@ -271,10 +304,11 @@ class PartitionCompaction:
         io_properties: Mapping[str, str],
         target_file_size: int,
         engine: RewriteEngine = RewriteEngine.ARROW,
+        key_index: KeyIndex | None = None,
     ) -> None:
         self.table = table
         self._job = CompactionJob(
-            spark, table, layout, None if partition is None else [partition], io_properties, target_file_size, engine
+            spark, table, layout, None if partition is None else [partition], io_properties, target_file_size, engine, key_index
         )
 
     def files(self) -> PartitionFiles | None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from icecdc.compactor import turns
 from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.feed import EVENT_TAIL, EventFeed, EventTopics
+from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.maintenance_runner import MaintenanceRunner
 from icecdc.compactor.membership import KAFKA_CHECK, Membership
 from icecdc.compactor.policy import Candidate
@@ -224,6 +225,7 @@ def create_sidecar(
     status = StatusWriter(config, replica, tracker, membership.owns, clock)
     bridge = JavaBridge(spark)
     tables: dict[str, IcebergTable] = {}
+    key_index = KeyIndex(settings.key_index_max_bytes) if settings.key_index_max_bytes else None
 
     def table(name: str) -> IcebergTable:
         if name not in tables:
@@ -239,6 +241,7 @@ def create_sidecar(
             config.catalog.properties,
             settings.target_file_size_bytes,
             settings.rewrite_engine,
+            key_index,
         )
 
     def serve(seconds: float) -> None:
@@ -255,6 +258,7 @@ def create_sidecar(
         publisher=publisher,
         clock=clock,
         on_start=lambda: status.write(force=True),
+        key_index=key_index,
     )
     maintenance = MaintenanceRunner(
         replica=replica,

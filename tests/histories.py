@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from hypothesis import event
 
+from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
@@ -35,6 +36,8 @@ class History(Generic[M]):
         self.stream.source = self.source = source
         self.writer_snapshots: dict[int, list] = {}  # snapshot -> the model's rows after that batch
         self.maintenance: list[CommittedSnapshot] = []
+        # The sidecar's key index, kept across the history's conversions as the sidecar keeps it.
+        self.key_index = KeyIndex(1 << 30)
 
     def write(self, batch: list[Change]) -> None:
         pairs = self.source.apply(batch)

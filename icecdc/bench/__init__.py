@@ -56,6 +56,10 @@ BENCHMARKS = (
         "the ingester's cost per batch against the batch's size and the tables it spans, with memory",
     ),
     Benchmark(
+        "conversion",
+        "one batch's equality deletes converted to position deletes, with the key index and by reading the partition's keys",
+    ),
+    Benchmark(
         "source-latency",
         "PostgreSQL commit to visible in Iceberg through the real Debezium connector and the ingester, at a steady "
         "rate of transactions",

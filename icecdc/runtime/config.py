@@ -295,6 +295,11 @@ class CompactorConfig(_Strict):
     # Hard ceilings besides the budget: past either, a hot partition gets a full delete merge.
     hot_max_delete_files: int = Field(default=64, ge=1)
     hot_max_small_files: int = Field(default=128, ge=2)
+    # The key index (docs/compactor.md, "The key index"): each converted partition's key columns
+    # kept in memory, so a batch's conversion reads the batch's files, not the partition's. Past
+    # this many bytes the least recently converted partitions are evicted (read again on their
+    # next conversion). 0: no index, every conversion reads its partition's keys in a Spark job.
+    key_index_max_bytes: int = Field(default=256 * MIB, ge=0)
     # How often every table's metadata is re-read, to catch what commit events missed.
     reconcile_seconds: float = Field(default=60.0, gt=0)
     # A failed compaction is retried after retry_base_seconds * 2^(n-1) (jittered, capped),

@@ -13,6 +13,7 @@ import orjson
 import pytest
 from prometheus_client import REGISTRY
 
+from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.metadata import TableMetadata, load_table_partitions
 from icecdc.compactor.plans import plan_rewrite
 from icecdc.compactor.policy import Work
@@ -82,9 +83,12 @@ def table_metadata(config: Config) -> TableMetadata:
     return loaded
 
 
-def compaction_of(spark, config: Config, layout: TableLayout, partition: PartitionKey, target: int) -> PartitionCompaction:
+def compaction_of(
+    spark, config: Config, layout: TableLayout, partition: PartitionKey, target: int, key_index: KeyIndex | None = None
+) -> PartitionCompaction:
+    """``key_index``: conversions through it, in this process (else on executors)."""
     table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
-    return PartitionCompaction(spark, table, layout, partition, config.catalog.properties, target)
+    return PartitionCompaction(spark, table, layout, partition, config.catalog.properties, target, key_index=key_index)
 
 
 def partition_files(spark, name: str, region: str) -> dict[int, list]:

@@ -133,13 +133,13 @@ def maintain(history: History, chosen: tuple[str, str], commit: Committer) -> li
     spark, target = history.stream.spark, config.compactor.target_file_size_bytes
     loaded = table_metadata(config)
     if kind == "resolve":
-        compaction = compaction_of(spark, config, loaded.layout, None, target)
+        compaction = compaction_of(spark, config, loaded.layout, None, target, history.key_index)
     else:
         key = next((p.partition for p in loaded.partitions.values() if p.partition.get("region") == region), None)
         if key is None:
             return []
         partition = tuple(key[t.name] for t in loaded.layout.partition)
-        compaction = compaction_of(spark, config, loaded.layout, partition, target)
+        compaction = compaction_of(spark, config, loaded.layout, partition, target, history.key_index)
     files = compaction.files()
     if files is None:
         return []

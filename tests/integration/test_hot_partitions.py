@@ -68,7 +68,9 @@ def maintain(history: History, chosen: tuple[str, str], commit: Committer) -> li
     kind, region = chosen
     config = history.config
     loaded = table_metadata(config)
-    compaction = compaction_of(history.stream.spark, config, loaded.layout, (region,), config.compactor.target_file_size_bytes)
+    compaction = compaction_of(
+        history.stream.spark, config, loaded.layout, (region,), config.compactor.target_file_size_bytes, history.key_index
+    )
     files = compaction.files()
     if files is None:
         return []

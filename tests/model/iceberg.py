@@ -281,14 +281,19 @@ class Table:
         added_positions: Iterable[tuple[str, Iterable[int]]],
         removed_deletes: Sequence[str],
         examined: Sequence[str],
+        paths: Mapping[str, str] | None = None,
     ) -> Snapshot:
         """A conversion's ``RowDelta``: position deletes added at the commit's sequence number,
         delete files removed; validated from ``start`` that every examined data file and every
         removed delete file is still live (no check for files the writer added meanwhile), and on
-        format v3 that no deletion vector for a file it adds one for was committed meanwhile."""
+        format v3 that no deletion vector for a file it adds one for was committed meanwhile.
+        ``paths``: where the compactor wrote each data file's new position deletes (default: new
+        paths of the model's own)."""
         self._require_live(examined, removed_deletes)
         sequence = self.current.sequence_number + 1
         positions = [self.new_position_delete(start.data[path], pos, sequence) for path, pos in added_positions]
+        if paths:
+            positions = [dataclasses.replace(d, path=paths[d.data_file]) for d in positions]
         if self.format_version >= 3:
             named = {d.data_file for d in positions}
             if concurrent := [d for d in self._added_since(start) if isinstance(d, PositionDelete) and d.data_file in named]:

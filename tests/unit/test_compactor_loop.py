@@ -4,15 +4,18 @@ event publisher; the maintenance runner; the turn decision; the event feed."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass, field
 
 import orjson
+import pyarrow as pa
 import pytest
 
-from icecdc.compactor import turns
+from icecdc.compactor import metrics, turns
 from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.feed import EventFeed, EventTopics
+from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.maintenance_runner import MaintenanceRunner
 from icecdc.compactor.outcomes import Answered, BackingOff, Idle, Outcome
 from icecdc.compactor.plans import PartitionFiles, RewritePlan
@@ -143,7 +146,11 @@ SMALL_FILES = PartitionFiles.of([LiveDataFile(f"f{i}", 100, 10, 1) for i in rang
 
 
 def runner(
-    compaction: FakeCompaction, gate: FakeGate | None = None, leases: FakeLeases | None = None, clock: Clock | None = None
+    compaction: FakeCompaction,
+    gate: FakeGate | None = None,
+    leases: FakeLeases | None = None,
+    clock: Clock | None = None,
+    key_index: KeyIndex | None = None,
 ) -> tuple[CompactionRunner, Published]:
     published = Published()
     settings = SETTINGS.model_copy(update={"min_small_files": 2})
@@ -157,6 +164,7 @@ def runner(
         publisher=published,
         clock=clock or Clock(),
         rng=random.Random(0),
+        key_index=key_index,
     ), published
 
 
@@ -182,6 +190,21 @@ def test_a_commit_is_announced_then_reported_and_answers_the_partition():
     assert published[0].starting_snapshot_id == 8 and published[0].snapshot_id is None
     assert (event.snapshot_id, event.sequence_number, event.data_files_rewritten, event.kind) == (9, 5, 3, "minor")
     assert s.state == Answered(900.0) and s.answered(settled=True) and s.last_compaction == 1000.0
+
+
+@pytest.mark.parametrize("hot", [False, True])
+def test_a_settled_partition_whose_files_a_job_rewrote_leaves_the_key_index(hot):
+    s = state()
+    key = tuple(s.partition.get(t.name) for t in LAYOUT.partition)
+    index = KeyIndex(1 << 20)
+    index.add(("db.t", key), "f0", 1, pa.table({"1": pa.array([1, 2], pa.int64())}))
+    index.add(("db.t", ("us",)), "g0", 1, pa.table({"1": pa.array([3], pa.int64())}))
+    run, _ = runner(FakeCompaction(SMALL_FILES), key_index=index)
+    [event] = run.run([(dataclasses.replace(CANDIDATE, hot=hot), s)], LAYOUT)
+    assert event.outcome is Outcome.COMMITTED
+    # A hot partition's pack leaves the rest of its files indexed (the next reconcile drops the packed ones).
+    assert index.partitions == ([("db.t", key), ("db.t", ("us",))] if hot else [("db.t", ("us",))])
+    assert metrics.KEY_INDEX_KEYS.labels("db.t")._value.get() == (3 if hot else 1)
 
 
 @pytest.mark.parametrize("files", [None, PartitionFiles((), ())], ids=["empty table", "nothing to rewrite"])
