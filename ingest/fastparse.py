@@ -39,7 +39,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from icecdc.domain.layout import Column, TableLayout
-from icecdc.domain.sourcespec import BeforeImage, SourceRules, UnavailableValues
+from icecdc.domain.sourcespec import BeforeImage, SourceRules, UnavailableValues, UnknownPartition
 from icecdc.ingest.batch import KeyChange, to_key_change
 from icecdc.ingest.debezium import (
     INT_RANGE,
@@ -236,26 +236,60 @@ def _checked(plan: Plan, image: pa.StructArray, placeholder: bool) -> tuple[pa.A
         if rule.micros_per_unit > 1:
             values = pc.multiply_checked(values, rule.micros_per_unit)
         elif rule.micros_per_unit < 0:
-            divisor = -rule.micros_per_unit
-            quotient = pc.divide(values, divisor)  # truncates toward zero; Python's // floors
-            values = pc.subtract(quotient, pc.cast(pc.greater(pc.multiply(quotient, divisor), values), pa.int64()))
+            values = _floor_divide(values, -rule.micros_per_unit)
         children.append(values)
     fields = [pa.field(r.column.name, r.arrow) for r in plan.rules]
     converted = pa.StructArray.from_arrays(children, fields=fields, mask=pc.is_null(image))
     return fine, converted
 
 
-def _valid(array: pa.Array) -> pa.Array:
-    return pc.is_valid(array)
+# Partition transforms rendered here, as ``PartitionTerm.apply`` computes them: identity of a
+# type whose canonical value is the partition value, and day and hour of epoch microseconds.
+_IDENTITY_TYPES = frozenset({"string", "int", "long", "boolean", "date"})
+_MICROS_PER = {"day": 86_400_000_000, "hour": 3_600_000_000}
+# What orjson escapes in a string; a value holding one is rendered by orjson, record by record.
+_ESCAPED = r'["\\\x00-\x1f]'
+_OUT = pa.schema([("index", pa.int64()), ("op", pa.string()), ("key", pa.string()), ("change", pa.binary())])
+
+
+def _floor_divide(values: pa.Array, divisor: int) -> pa.Array:
+    quotient = pc.divide(values, divisor)  # truncates toward zero; Python's // floors
+    return pc.subtract(quotient, pc.cast(pc.greater(pc.multiply(quotient, divisor), values), pa.int64()))
+
+
+def _concat(*parts: Any) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _json(rule: _ValueRule, values: pa.Array) -> pa.Array:
+    """Canonical values as orjson writes them (strings that need no escape)."""
+    text = _concat('"', values, '"') if rule.arrow == pa.string() else pc.cast(values, pa.string())
+    return pc.if_else(pc.is_valid(values), text, "null")
+
+
+def _list(items: Sequence[pa.Array]) -> pa.Array | str:
+    return _concat("[", *_joined(items), "]") if items else "[]"
+
+
+def _joined(items: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        out += [",", item] if out else [item]
+    return out
 
 
 @dataclass
 class FastRows:
-    """One chunk's outcome: per record, its parsed fields (``op``, ``key``, ``change``) or None
-    (the Python path's), and the unknown source fields of the records taken, counted."""
+    """The records the fast path took: ``taken`` has, per record, its position in the values
+    given, op, key and change (the parse stage's columns); ``unknown``: their source fields the
+    table lacks, counted."""
 
-    rows: list[dict[str, Any] | None]
+    taken: pa.Table
     unknown: Counter[str]
+
+    @property
+    def positions(self) -> list[int]:
+        return list(self.taken.column("index").to_pylist())
 
 
 class FastParser:
@@ -267,6 +301,11 @@ class FastParser:
         self.table = layout.table
         self._plans: dict[bytes | None, Plan | None] = {}
         self._last: tuple[bytes, Plan | None] | None = None
+        self._vector_partition = all(
+            (t.transform == "identity" and t.source_type in _IDENTITY_TYPES)
+            or (t.transform in _MICROS_PER and t.source_type in ("timestamp", "timestamptz"))
+            for t in layout.partition
+        )
 
     def _plan(self, prefix: bytes | None) -> Plan | None:
         if prefix not in self._plans:
@@ -280,8 +319,8 @@ class FastParser:
         return self._plans[prefix]
 
     def parse(self, values: Sequence[bytes | None], moved: Sequence[bool] | None = None) -> FastRows:
-        """Each record's parsed fields, or None for the Python path. ``moved``: whether each record
-        carries the header of a primary-key change's delete (None: no record does)."""
+        """The records the fast path takes (the others are the Python path's). ``moved``: whether
+        each record carries the header of a primary-key change's delete (None: no record does)."""
         groups: dict[int, tuple[Plan, list[int], list[bytes]]] = {}
         for index, value in enumerate(values):
             parts = split_wrapper(value)
@@ -299,65 +338,153 @@ class FastParser:
             group = groups.setdefault(id(plan), (plan, [], []))
             group[1].append(index)
             group[2].append(payload)
-        out = FastRows([None] * len(values), Counter())
+        tables: list[pa.Table] = []
+        unknown: Counter[str] = Counter()
         for plan, indices, payloads in groups.values():
-            self._parse_chunk(plan, indices, payloads, [moved[i] for i in indices] if moved is not None else None, out)
-        return out
+            for taken in self._parse_chunk(plan, indices, payloads, [moved[i] for i in indices] if moved is not None else None):
+                if taken.num_rows:
+                    tables.append(taken)
+                    unknown.update(dict.fromkeys(plan.unknown, taken.num_rows))
+        return FastRows(pa.concat_tables(tables) if tables else _OUT.empty_table(), unknown)
 
-    def _parse_chunk(
-        self, plan: Plan, indices: list[int], payloads: list[bytes], moved: list[bool] | None, out: FastRows
-    ) -> None:
+    def _parse_chunk(self, plan: Plan, indices: list[int], payloads: list[bytes], moved: list[bool] | None) -> list[pa.Table]:
         try:
-            table = _read(plan, payloads)
-            taken = self._rows(plan, table, moved)
+            return [self._rows(plan, _read(plan, payloads), pa.array(indices, pa.int64()), moved)]
         except (_Refused, pa.ArrowInvalid):
             if len(indices) == 1:
-                return  # the record Arrow refuses: the Python path says why
+                return []  # the record Arrow refuses: the Python path says why
             half = len(indices) // 2
             first, second = (moved[:half], moved[half:]) if moved is not None else (None, None)
-            self._parse_chunk(plan, indices[:half], payloads[:half], first, out)
-            self._parse_chunk(plan, indices[half:], payloads[half:], second, out)
-            return
-        for index, row in zip(indices, taken, strict=True):
-            if row is not None:
-                out.rows[index] = row
-                out.unknown.update(plan.unknown)
+            return [
+                *self._parse_chunk(plan, indices[:half], payloads[:half], first),
+                *self._parse_chunk(plan, indices[half:], payloads[half:], second),
+            ]
 
-    def _rows(self, plan: Plan, table: pa.Table, moved: list[bool] | None) -> list[dict[str, Any] | None]:
+    def _rows(self, plan: Plan, table: pa.Table, indices: pa.Array, moved: list[bool] | None) -> pa.Table:
         layout, rules = self._layout, self._rules
         op = table.column("op").combine_chunks()
         before, after = _image(table, "before", plan), _image(table, "after", plan)
         placeholder = rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER
         before_fine, before = _checked(plan, before, False)
         after_fine, after = _checked(plan, after, placeholder)
-        is_delete = pc.equal(op, "d")
-        fine = pc.and_(pc.fill_null(pc.is_in(op, _OPS), False), _valid(table.column("source").combine_chunks()))
+        is_delete = pc.fill_null(pc.equal(op, "d"), False)
+        fine = pc.and_(pc.fill_null(pc.is_in(op, _OPS), False), pc.is_valid(table.column("source").combine_chunks()))
         fine = pc.and_(fine, pc.and_(before_fine, after_fine))
-        image = pc.if_else(is_delete, _valid(before), _valid(after))
-        fine = pc.and_(fine, pc.fill_null(image, False))
-        by_name = dict(zip((r.column.name for r in plan.rules), range(len(plan.rules)), strict=True))
-        before_values, after_values = before.flatten(), after.flatten()
+        fine = pc.and_(fine, pc.if_else(is_delete, pc.is_valid(before), pc.is_valid(after)))
+        names = [r.column.name for r in plan.rules]
+        old_values = dict(zip(names, before.flatten(), strict=True))
+        new_values = dict(zip(names, after.flatten(), strict=True))
         for name in layout.primary_key:
-            present = pc.if_else(is_delete, _valid(before_values[by_name[name]]), _valid(after_values[by_name[name]]))
-            fine = pc.and_(fine, pc.fill_null(present, False))
+            present = pc.if_else(is_delete, pc.is_valid(old_values[name]), pc.is_valid(new_values[name]))
+            fine = pc.and_(fine, present)
+            # A delete's after-image (if any) takes the key of its before-image (``decode_change``).
+            new_values[name] = pc.if_else(is_delete, old_values[name], new_values[name])
+        reads_before = pc.and_(pc.is_in(op, pa.array(["u", "d"])), pc.is_valid(before))
         if rules.before_image is BeforeImage.FULL:
             # Arrow reads an absent field as null: a before-image's null partition value could be
             # either, and the two give different partitions (``TableLayout.partition_of``).
-            reads_before = pc.and_(pc.is_in(op, pa.array(["u", "d"])), _valid(before))
             for term in layout.partition:
-                missing = pc.and_(reads_before, pc.is_null(before_values[by_name[term.source]]))
-                fine = pc.and_(fine, pc.invert(pc.fill_null(missing, False)))
+                fine = pc.and_(fine, pc.invert(pc.and_(reads_before, pc.is_null(old_values[term.source]))))
         if rules.unavailable_values is UnavailableValues.RESOLVE and moved is not None:
             # A primary-key change's delete names the new key in a header: the Python path reads it.
-            fine = pc.and_(fine, pc.invert(pc.and_(pc.fill_null(is_delete, False), pa.array(moved))))
-        rows: list[dict[str, Any] | None] = []
-        for takes, kind, old, new in zip(
-            pc.fill_null(fine, False).to_pylist(), op.to_pylist(), before.to_pylist(), after.to_pylist(), strict=True
-        ):
-            rows.append(self._row(kind, old, new) if takes else None)
-        return rows
+            fine = pc.and_(fine, pc.invert(pc.and_(is_delete, pa.array(moved))))
+        fine = pc.fill_null(fine, False)
+        if not self._vector_partition:
+            return self._one_by_one(
+                pc.filter(indices, fine), pc.filter(op, fine), pc.filter(before, fine), pc.filter(after, fine)
+            )
+        rules_by_name = dict(zip(names, plan.rules, strict=True))
+        old_text = {name: _json(rules_by_name[name], values) for name, values in old_values.items()}
+        new_text = {name: _json(rules_by_name[name], values) for name, values in new_values.items()}
+        plain = pa.array([True] * len(op))
+        for name, rule in rules_by_name.items():
+            if rule.arrow == pa.string():
+                for values in (old_values[name], new_values[name]):
+                    plain = pc.and_(plain, pc.invert(pc.fill_null(pc.match_substring_regex(values, _ESCAPED), False)))
+        key = _list([new_text[name] for name in layout.primary_key])
+        after_text = _concat("{", *_joined([_concat(orjson.dumps(n).decode(), ":", new_text[n]) for n in names]), "}")
+        after_text = pc.if_else(pc.is_valid(after), after_text, "null")
+        new_partition = pc.if_else(pc.is_valid(after), self._partition(new_values, new_text), pa.scalar(None, pa.string()))
+        old_partition = self._old_partition(old_values, old_text, new_values, new_text, is_delete, reads_before)
+        prior, global_delete, decided = self._prior(op, old_partition, new_partition)
+        change = _concat('{"after":', after_text, ',"prior":', prior, ',"global":', global_delete, "}")
+        vector = pc.and_(fine, pc.and_(plain, decided))
+        taken = pa.table({"index": indices, "op": op, "key": key, "change": pc.cast(change, pa.binary())}, schema=_OUT).filter(
+            vector
+        )
+        rest = pc.and_(fine, pc.invert(vector))
+        by_row = self._one_by_one(pc.filter(indices, rest), pc.filter(op, rest), pc.filter(before, rest), pc.filter(after, rest))
+        return pa.concat_tables([taken, by_row])
 
-    def _row(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[str, Any] | None:
+    def _partition(self, values: Mapping[str, pa.Array], text: Mapping[str, pa.Array]) -> pa.Array | str:
+        """A row image's partition as orjson writes the tuple (``TableLayout.partition_of``)."""
+        parts = []
+        for term in self._layout.partition:
+            if term.transform == "identity":
+                parts.append(text[term.source])
+            else:
+                source = values[term.source]
+                parts.append(
+                    pc.if_else(
+                        pc.is_valid(source), pc.cast(_floor_divide(source, _MICROS_PER[term.transform]), pa.string()), "null"
+                    )
+                )
+        return _list(parts)
+
+    def _old_partition(
+        self,
+        old_values: Mapping[str, pa.Array],
+        old_text: Mapping[str, pa.Array],
+        new_values: Mapping[str, pa.Array],
+        new_text: Mapping[str, pa.Array],
+        is_delete: pa.Array,
+        reads_before: pa.Array,
+    ) -> pa.Array:
+        """Where an update's or delete's row lived (``batch.old_partition``); null when unknown."""
+        if self._layout.key_determines_partition:
+            # The key's partition: of the before-image's key values for a delete, the after-image's otherwise.
+            by_key = pc.if_else(is_delete, self._partition(old_values, old_text), self._partition(new_values, new_text))
+        else:
+            by_key = pa.nulls(len(is_delete), pa.string())
+        if self._rules.before_image is BeforeImage.FULL:
+            return pc.if_else(reads_before, self._partition(old_values, old_text), by_key)
+        return by_key
+
+    def _prior(self, op: pa.Array, old: pa.Array, new: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """(prior partitions, global delete, whether decided here) as ``batch.to_key_change``
+        decides them; the undecided (a dead letter) go record by record."""
+        created = pc.is_in(op, pa.array(["c", "r"]))
+        known = _concat("[", old, "]")
+        moved = pc.and_(pc.is_valid(new), pc.not_equal(pc.fill_null(new, ""), pc.fill_null(old, "")))
+        known = pc.if_else(moved, _concat("[", old, ",", new, "]"), known)
+        unknown_rule = self._rules.unknown_partition
+        if unknown_rule is UnknownPartition.GLOBAL_DELETE:
+            unknown, unknown_decided, unknown_global = pa.array(["[]"] * len(op)), pa.array([True] * len(op)), "true"
+        elif unknown_rule is UnknownPartition.SAME_PARTITION:
+            unknown, unknown_decided, unknown_global = _concat("[", new, "]"), pc.is_valid(new), "false"
+        else:
+            unknown, unknown_decided, unknown_global = pa.nulls(len(op), pa.string()), pa.array([False] * len(op)), "false"
+        has_old = pc.is_valid(old)
+        prior = pc.if_else(created, _concat("[", new, "]"), pc.if_else(has_old, known, unknown))
+        global_delete = pc.if_else(pc.or_(created, has_old), "false", unknown_global)
+        decided = pc.fill_null(pc.or_(pc.or_(created, has_old), unknown_decided), False)
+        return prior, global_delete, decided
+
+    def _one_by_one(self, indices: pa.Array, op: pa.Array, before: pa.Array, after: pa.Array) -> pa.Table:
+        """The records the vectorized rendering does not take (a string to escape, a partition
+        transform it does not compute, a dead letter to find): ``batch.to_key_change`` and orjson."""
+        rows = [
+            (index, *row)
+            for index, kind, old, new in zip(
+                indices.to_pylist(), op.to_pylist(), before.to_pylist(), after.to_pylist(), strict=True
+            )
+            if (row := self._row(kind, old, new)) is not None
+        ]
+        return pa.table(
+            dict(zip(_OUT.names, zip(*rows, strict=True), strict=True)) if rows else {n: [] for n in _OUT.names}, schema=_OUT
+        )
+
+    def _row(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[str, str, bytes] | None:
         layout = self._layout
         image = before if op == "d" else after
         assert image is not None
@@ -368,4 +495,4 @@ class FastParser:
             change = to_key_change(ChangeEvent(op, key, before, after), layout, self._rules)
         except RejectedEvent:
             return None  # the Python path rejects it, with its detail
-        return {"op": op, "key": key_text(key), "change": orjson.dumps(change_payload(change))}
+        return op, key_text(key), orjson.dumps(change_payload(change))

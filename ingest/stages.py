@@ -254,23 +254,37 @@ def _carrying(headers: pa.Array, name: str) -> list[bool]:
 def _fast_rows(
     parsers: Mapping[str, FastParser],
     kept: list[int],
-    topics: list[str],
-    values: list[bytes | None],
+    batch: pa.RecordBatch,
     moved: list[bool] | None,
     tallies: Mapping[str, _TableTally],
-) -> dict[int, dict[str, Any]]:
-    """Record index -> its parsed fields, for the records the fast path takes (one call per topic)."""
+) -> tuple[set[int], list[pa.RecordBatch]]:
+    """The records the fast path takes (their indices in ``batch``) and their parsed rows (one
+    call per topic)."""
+    topics, values = batch.column("topic").to_pylist(), batch.column("value").to_pylist()
     by_topic: dict[str, list[int]] = defaultdict(list)
     for index in kept:
         if topics[index] in parsers:
             by_topic[topics[index]].append(index)
-    taken: dict[int, dict[str, Any]] = {}
+    taken: set[int] = set()
+    rows: list[pa.RecordBatch] = []
     for topic, indices in by_topic.items():
         parser = parsers[topic]
         result = parser.parse([values[i] for i in indices], [moved[i] for i in indices] if moved is not None else None)
         tallies[parser.table].unknown.update(result.unknown)
-        taken.update((i, row) for i, row in zip(indices, result.rows, strict=True) if row is not None)
-    return taken
+        if not result.taken.num_rows:
+            continue
+        at = pc.take(pa.array(indices, pa.int64()), result.taken.column("index").combine_chunks())
+        taken.update(at.to_pylist())
+        columns = {
+            "table": pa.array([parser.table] * len(at), pa.string()),
+            "topic": pc.take(batch.column("topic"), at),
+            "kafka_partition": pc.take(batch.column("partition"), at),
+            "offset": pc.take(batch.column("offset"), at),
+            **{name: result.taken.column(name).combine_chunks() for name in ("op", "key", "change")},
+        }
+        n = len(at)
+        rows.append(pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in PARSED], schema=PARSED))
+    return taken, rows
 
 
 def parse_stage(
@@ -298,9 +312,7 @@ def parse_stage(
             out: list[dict[str, Any]] = []
             marks: dict[tuple[str, int], list[int]] = {}
             header_column = batch.column("headers") if "headers" in batch.schema.names else None
-            keys, values, topics, partitions, offsets = (
-                batch.column(name).to_pylist() for name in ("key", "value", "topic", "partition", "offset")
-            )
+            topics, partitions, offsets = (batch.column(name).to_pylist() for name in ("topic", "partition", "offset"))
             kept = []
             for index, (topic, partition, offset) in enumerate(zip(topics, partitions, offsets, strict=True)):
                 if offset < committed.get((topic, partition), 0):
@@ -309,18 +321,16 @@ def parse_stage(
                 mark[0], mark[1] = max(mark[0], offset), mark[1] + 1
                 kept.append(index)
             moved = _carrying(header_column, NEW_KEY_HEADER) if header_column is not None else None
-            taken = _fast_rows(parsers, kept, topics, values, moved, tallies)
+            taken, fast_rows = _fast_rows(parsers, kept, batch, moved, tallies)
+            yield from fast_rows
+            keys, values = batch.column("key"), batch.column("value")
             for index in kept:
-                topic, value = topics[index], values[index]
+                if index in taken:
+                    continue
+                topic = topics[index]
                 row: dict[str, Any] = {"topic": topic, "kafka_partition": partitions[index], "offset": offsets[index]}
                 layout = layouts_by_topic.get(topic)
-                if index in taken:
-                    assert layout is not None
-                    row["table"] = layout.table
-                    row.update(taken[index])
-                    out.append(row)
-                    continue
-                record = {"key": keys[index], "value": value}
+                record = {"key": keys[index].as_py(), "value": values[index].as_py()}
                 try:
                     if layout is None:
                         raise RejectedEvent(
