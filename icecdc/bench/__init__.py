@@ -56,6 +56,9 @@ BENCHMARKS = (
         "the ingester's cost per batch against the batch's size and the tables it spans, with memory",
     ),
     Benchmark(
+        "parse", "the ingester's parse stage on one core: its Python path against its fast path, generator and connector messages"
+    ),
+    Benchmark(
         "source-latency",
         "PostgreSQL commit to visible in Iceberg through the real Debezium connector and the ingester, at a steady "
         "rate of transactions",
