@@ -283,7 +283,8 @@ def _fast_rows(
             **{name: result.taken.column(name).combine_chunks() for name in ("op", "key", "change")},
         }
         n = len(at)
-        rows.append(pa.RecordBatch.from_arrays([columns.get(f.name, pa.nulls(n, f.type)) for f in PARSED], schema=PARSED))
+        arrays = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type) for f in PARSED]
+        rows.append(pa.RecordBatch.from_arrays(arrays, schema=PARSED))
     return taken, rows
 
 
