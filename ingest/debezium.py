@@ -53,9 +53,9 @@ ROW_OPS = frozenset({"c", "r", "u", "d"})
 TRUNCATE, MESSAGE = "t", "m"
 OPS = ROW_OPS | {TRUNCATE, MESSAGE}
 EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
-_INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
+INT_RANGE = {"int": (-(2**31), 2**31 - 1), "long": (-(2**63), 2**63 - 1)}
 # Connect logical type -> how many of its integer units make one microsecond (negative: divide).
-_TIMESTAMP_UNITS = {
+TIMESTAMP_UNITS = {
     "io.debezium.time.Timestamp": 1000,
     "org.apache.kafka.connect.data.Timestamp": 1000,
     "io.debezium.time.MicroTimestamp": 1,
@@ -63,13 +63,13 @@ _TIMESTAMP_UNITS = {
 }
 # A time of day: how many of the logical type's integer units make one microsecond (negative:
 # divide). Into a ``long`` column, as microseconds since midnight.
-_TIME_UNITS = {
+TIME_UNITS = {
     "io.debezium.time.Time": 1000,
     "org.apache.kafka.connect.data.Time": 1000,
     "io.debezium.time.MicroTime": 1,
     "io.debezium.time.NanoTime": -1000,
 }
-_ISO_TIMES = frozenset({"io.debezium.time.ZonedTime", "io.debezium.time.IsoTime"})
+ISO_TIMES = frozenset({"io.debezium.time.ZonedTime", "io.debezium.time.IsoTime"})
 CONNECT_DECIMAL = "org.apache.kafka.connect.data.Decimal"
 JSON_FLOAT32 = "float"  # the JsonConverter's name for Connect's FLOAT32
 _FLOAT32 = struct.Struct("<f")
@@ -173,7 +173,7 @@ def _iso_micros(text: str) -> int:
 
 
 @functools.cache
-def _decimal_shape(iceberg_type: str) -> tuple[int, int, re.Pattern[str]]:
+def decimal_shape(iceberg_type: str) -> tuple[int, int, re.Pattern[str]]:
     shape = decimal_type(iceberg_type)
     if shape is None:
         raise ValueError(f"not a decimal type: {iceberg_type!r}")
@@ -202,7 +202,7 @@ def _variable_scale(value: Mapping[str, Any]) -> decimal.Decimal:
 
 
 def _decimal(column: Column, value: Any, logical: Mapping[str, Any] | None) -> str:
-    precision, scale, canonical = _decimal_shape(column.type)
+    precision, scale, canonical = decimal_shape(column.type)
     if type(value) is str and canonical.match(value):
         return value  # the common case (Debezium's string decimal mode), checked without Decimal
     try:
@@ -241,12 +241,12 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
         return None
     kind = column.type
     name = logical.get("name", "") if logical else ""
-    if kind == "long" and (name in _TIME_UNITS or name in _ISO_TIMES):
+    if kind == "long" and (name in TIME_UNITS or name in ISO_TIMES):
         value = _time_of_day(column, value, name)  # a string column takes the ISO text as it came
-    if kind in _INT_RANGE:
+    if kind in INT_RANGE:
         if isinstance(value, bool) or not isinstance(value, int):
             raise _bad(column, value, "is not an integer")
-        low, high = _INT_RANGE[kind]
+        low, high = INT_RANGE[kind]
         if not low <= value <= high:
             raise _bad(column, value, f"is out of range for {kind}")
         return value
@@ -296,7 +296,7 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
         if isinstance(value, bool):
             raise _bad(column, value, "is not a timestamp")
         if isinstance(value, int):
-            unit = _TIMESTAMP_UNITS.get(logical.get("name", "") if logical else "", 1)
+            unit = TIMESTAMP_UNITS.get(logical.get("name", "") if logical else "", 1)
             return value * unit if unit > 0 else value // -unit
         if isinstance(value, str):
             try:
@@ -324,11 +324,11 @@ def _time_of_day(column: Column, value: Any, name: str) -> int:
             raise _bad(column, value, "is not a time of day (ISO-8601)") from None
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(column, value, "is not a time of day")
-    unit = _TIME_UNITS.get(name, 1)
+    unit = TIME_UNITS.get(name, 1)
     return value * unit if unit > 0 else value // -unit
 
 
-def _logical_types(schema: Any) -> dict[str, Mapping[str, Any]]:
+def logical_types(schema: Any) -> dict[str, Mapping[str, Any]]:
     """column -> Connect field schema ({name, parameters}) from a wrapper's before/after struct,
     for the fields whose schema says more than their JSON value: a logical type, or a float32."""
     types: dict[str, Mapping[str, Any]] = {}
@@ -447,7 +447,7 @@ def decode_change(key: bytes | None, envelope: Envelope, columns: Sequence[Colum
     """The row change an envelope holds, its values decoded for the table's columns. Raises
     RejectedEvent."""
     payload, op = envelope.payload, envelope.payload["op"]
-    logical = _logical_types(envelope.schema)
+    logical = logical_types(envelope.schema)
     before = _decode_row(payload["before"], columns, logical) if payload.get("before") is not None else None
     after = _decode_row(payload["after"], columns, logical) if payload.get("after") is not None else None
     image = before if op == "d" else after

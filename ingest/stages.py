@@ -22,6 +22,7 @@ from typing import Any
 
 import orjson
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.domain.sourcespec import SourceRules, TruncateMode, UnavailableValues
@@ -41,6 +42,7 @@ from icecdc.ingest.debezium import (
     unavailable_columns,
 )
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
+from icecdc.ingest.fastparse import FastParser, change_payload, key_text
 from icecdc.ingest.filemeta import FileKind, describe
 from icecdc.ingest.plan import erased_by_truncate
 from icecdc.ingest.unavailable import unavailable_detail
@@ -181,8 +183,8 @@ def _parse_record(
     change = to_key_change(event, layout, rules)
     if truncate_lsn is not None and erased_by_truncate(source_lsn(envelope.payload), truncate_lsn):
         return {"op": Tag.SKIP}
-    payload: dict[str, Any] = {"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}
-    parsed: dict[str, Any] = {"op": event.op, "key": orjson.dumps(list(event.key)).decode()}
+    payload = change_payload(change)
+    parsed: dict[str, Any] = {"op": event.op, "key": key_text(event.key)}
     if rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER:
         parsed.update(_unavailable_fields(record, event, layout, rules, headers, payload))
     parsed["change"] = orjson.dumps(payload)
@@ -240,33 +242,96 @@ def _header_reader(column: pa.Array, index: int) -> Headers:
     return header
 
 
+def _carrying(headers: pa.Array, name: str) -> list[bool]:
+    """Per record, whether it carries the header ``name`` (read in Arrow: every record of the real
+    connector carries headers, few this one)."""
+    pairs = pc.list_flatten(headers)
+    found = pc.equal(pc.struct_field(pairs, "key"), name)
+    carrying = set(pc.filter(pc.list_parent_indices(headers), pc.fill_null(found, False)).to_pylist())
+    return [index in carrying for index in range(len(headers))]
+
+
+def _fast_rows(
+    parsers: Mapping[str, FastParser],
+    kept: list[int],
+    batch: pa.RecordBatch,
+    moved: list[bool] | None,
+    tallies: Mapping[str, _TableTally],
+) -> tuple[set[int], list[pa.RecordBatch]]:
+    """The records the fast path takes (their indices in ``batch``) and their parsed rows (one
+    call per topic)."""
+    topics, values = batch.column("topic").to_pylist(), batch.column("value").to_pylist()
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for index in kept:
+        if topics[index] in parsers:
+            by_topic[topics[index]].append(index)
+    taken: set[int] = set()
+    rows: list[pa.RecordBatch] = []
+    for topic, indices in by_topic.items():
+        parser = parsers[topic]
+        result = parser.parse([values[i] for i in indices], [moved[i] for i in indices] if moved is not None else None)
+        tallies[parser.table].unknown.update(result.unknown)
+        if not result.taken.num_rows:
+            continue
+        at = pc.take(pa.array(indices, pa.int64()), result.taken.column("index").combine_chunks())
+        taken.update(at.to_pylist())
+        columns = {
+            "table": pa.array([parser.table] * len(at), pa.string()),
+            "topic": pc.take(batch.column("topic"), at),
+            "kafka_partition": pc.take(batch.column("partition"), at),
+            "offset": pc.take(batch.column("offset"), at),
+            **{name: result.taken.column(name).combine_chunks() for name in ("op", "key", "change")},
+        }
+        n = len(at)
+        arrays = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type) for f in PARSED]
+        rows.append(pa.RecordBatch.from_arrays(arrays, schema=PARSED))
+    return taken, rows
+
+
 def parse_stage(
     layouts_by_topic: Mapping[str, TableLayout],
     committed: Mapping[tuple[str, int], int],
     rules_by_table: Mapping[str, SourceRules],
     truncate_lsns: Mapping[str, int],
+    fast: bool = True,
 ) -> ArrowStage:
     """Kafka records -> one parsed row each, plus offset marks and what else the task saw. Records
     below the table's committed offset (a replayed batch, or the replayed part of one) are dropped
     here: that is the exactly-once filter. ``truncate_lsns``: table -> the LSN of the truncate a
-    redo applies, below which its changes are skipped."""
+    redo applies, below which its changes are skipped. The records the fast path takes
+    (``fastparse``) are parsed there, the others here, one by one; ``fast=False`` parses every
+    record here (the property tests and ``bench parse`` compare the two)."""
 
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tallies: dict[str, _TableTally] = defaultdict(_TableTally)
+        parsers = {
+            topic: FastParser(layout, rules_by_table[layout.table])
+            for topic, layout in layouts_by_topic.items()
+            if fast and layout.table not in truncate_lsns  # a redo after a truncate reads its records' LSNs
+        }
         for batch in batches:
             out: list[dict[str, Any]] = []
             marks: dict[tuple[str, int], list[int]] = {}
             header_column = batch.column("headers") if "headers" in batch.schema.names else None
-            if header_column is not None:
-                batch = batch.select([name for name in batch.schema.names if name != "headers"])
-            for index, record in enumerate(batch.to_pylist()):
-                topic, partition, offset = record["topic"], record["partition"], record["offset"]
+            topics, partitions, offsets = (batch.column(name).to_pylist() for name in ("topic", "partition", "offset"))
+            kept = []
+            for index, (topic, partition, offset) in enumerate(zip(topics, partitions, offsets, strict=True)):
                 if offset < committed.get((topic, partition), 0):
                     continue
                 mark = marks.setdefault((topic, partition), [offset, 0])
                 mark[0], mark[1] = max(mark[0], offset), mark[1] + 1
-                row: dict[str, Any] = {"topic": topic, "kafka_partition": partition, "offset": offset}
+                kept.append(index)
+            moved = _carrying(header_column, NEW_KEY_HEADER) if header_column is not None else None
+            taken, fast_rows = _fast_rows(parsers, kept, batch, moved, tallies)
+            yield from fast_rows
+            keys, values = batch.column("key"), batch.column("value")
+            for index in kept:
+                if index in taken:
+                    continue
+                topic = topics[index]
+                row: dict[str, Any] = {"topic": topic, "kafka_partition": partitions[index], "offset": offsets[index]}
                 layout = layouts_by_topic.get(topic)
+                record = {"key": keys[index].as_py(), "value": values[index].as_py()}
                 try:
                     if layout is None:
                         raise RejectedEvent(

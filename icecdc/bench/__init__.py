@@ -60,6 +60,9 @@ BENCHMARKS = (
         "one batch's equality deletes converted to position deletes, with the key index and by reading the partition's keys",
     ),
     Benchmark(
+        "parse", "the ingester's parse stage on one core: its Python path against its fast path, generator and connector messages"
+    ),
+    Benchmark(
         "source-latency",
         "PostgreSQL commit to visible in Iceberg through the real Debezium connector and the ingester, at a steady "
         "rate of transactions",

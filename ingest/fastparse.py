@@ -1,0 +1,502 @@
+"""The parse stage's fast path: the common Debezium records of one table read by Arrow's
+vectorized JSON reader instead of one ``orjson.loads`` and one Python decode per record. Pure:
+bytes in, the parsed rows of the records it takes out (the others go to the Python path,
+``debezium``, in ``stages``).
+
+What makes it pay on real connector records is not the JSON reader alone: most of a record with
+the Connect schema wrapper (``{"schema": ..., "payload": ...}``, about 3 KB) is its schema, the
+same bytes on every record of a table version. The schema is read once per distinct text (its
+fields compared with the table's columns as ``evolution.compare`` does, its logical types read as
+``debezium.logical_types`` does) and only the payloads are parsed, in one call per chunk of a
+topic's records; the values are checked and converted column by column (``pyarrow.compute``),
+and the key and the reduce stage's JSON payload are rendered column by column too, as orjson
+writes them, with ``batch.to_key_change``'s rule for where an earlier version of the key may
+live; a record with a string to escape, or a partition transform other than identity, day and
+hour, is rendered one by one with ``to_key_change`` itself and orjson.
+
+A record the fast path cannot take as the Python path would goes to the Python path, whole, so
+every dead-letter reason and every rule stays where it is: a tombstone; anything but a compact
+``{"schema":...,"payload":{...}}`` or a bare ``{...}`` on one line; a schema that asks for a
+column change or that the table cannot take; a column type or logical type the fast path does not
+read (floats, binary, times of day, ISO-8601 dates and timestamps, variable-scale decimals: the
+table's records all go the Python way); an op other than c, r, u, d; a null or absent ``source``,
+row image or key value; a value that is not canonical (a decimal to quantize, an int out of
+range, a JSON type the column does not take); Debezium's unavailable-value placeholder when the
+table resolves or dead-letters it; a delete carrying a primary-key change's header when the table
+resolves unavailable values; a bare after-image with fields the table lacks; a before-image
+without a partition value when the partition is read from it; a change the rules dead-letter;
+and any chunk Arrow's reader refuses (bad JSON, a type conflict), split in halves until the
+records it refuses are found.
+"""
+
+from __future__ import annotations
+
+import io
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.json as pj
+
+from icecdc.domain.layout import Column, TableLayout
+from icecdc.domain.sourcespec import BeforeImage, SourceRules, UnavailableValues, UnknownPartition
+from icecdc.ingest.batch import KeyChange, to_key_change
+from icecdc.ingest.debezium import (
+    INT_RANGE,
+    ISO_TIMES,
+    ROW_OPS,
+    TIME_UNITS,
+    TIMESTAMP_UNITS,
+    UNAVAILABLE_PLACEHOLDER,
+    VARIABLE_SCALE_DECIMAL,
+    ChangeEvent,
+    RejectedEvent,
+    decimal_shape,
+    logical_types,
+)
+from icecdc.ingest.evolution import ChangeKind, compare, source_fields
+
+WRAPPED = b'{"schema":'
+PAYLOAD = b',"payload":'
+_OPS = pa.array(sorted(ROW_OPS))
+
+
+def key_text(key: Sequence[Any]) -> str:
+    """A change's key as the ``key`` column carries it (the shuffle's grouping value)."""
+    return orjson.dumps(list(key)).decode()
+
+
+def change_payload(change: KeyChange) -> dict[str, Any]:
+    """What the reduce stage reads of a change (``change`` column), before it is serialized."""
+    return {"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}
+
+
+@dataclass(frozen=True)
+class _ValueRule:
+    """How one column's JSON values are read (``arrow``) and which of them are canonical as read."""
+
+    column: Column
+    arrow: pa.DataType
+    micros_per_unit: int = 1  # a timestamp's unit; negative: that many units make a microsecond
+    decimal_pattern: str | None = None
+    int_range: tuple[int, int] | None = None
+
+
+def _value_rule(column: Column, logical: Mapping[str, Any] | None) -> _ValueRule | None:
+    """How the fast path reads ``column`` under its Connect field schema, or None when it does not
+    (its records go the Python way)."""
+    name = logical.get("name", "") if logical else ""
+    sent_as_text = logical is not None and logical.get("type") == "string"
+    kind = column.type
+    if name == VARIABLE_SCALE_DECIMAL:
+        return None
+    if kind in INT_RANGE:
+        if kind == "long" and (name in TIME_UNITS or name in ISO_TIMES):
+            return None
+        return _ValueRule(column, pa.int64(), int_range=INT_RANGE[kind] if kind == "int" else None)
+    if kind == "boolean":
+        return _ValueRule(column, pa.bool_())
+    if kind == "string":
+        return _ValueRule(column, pa.string())
+    if kind.startswith("decimal("):
+        _, _, canonical = decimal_shape(kind)
+        # RE2 reads \d as ASCII digits only and $ as the very end: what it accepts, Python's
+        # pattern accepts too; what it does not goes the Python way.
+        return _ValueRule(column, pa.string(), decimal_pattern=canonical.pattern)
+    if kind in ("date", "timestamp", "timestamptz") and not sent_as_text:
+        unit = TIMESTAMP_UNITS.get(name, 1) if kind != "date" else 1
+        return _ValueRule(column, pa.int64(), micros_per_unit=unit)
+    return None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the records of one table under one schema text are read."""
+
+    rules: tuple[_ValueRule, ...]
+    payload_schema: pa.Schema
+    bare: bool  # no row struct in the schema: the after-image's extra fields must be looked for
+    unknown: tuple[str, ...]  # source fields the table lacks, counted per record (``COLUMNS``)
+
+
+def plan_for(layout: TableLayout, rules: SourceRules, schema: Any) -> Plan | None:
+    """The plan for records with Connect schema ``schema`` (None: bare), or None when none of
+    them can take the fast path."""
+    fields = source_fields(schema)
+    unknown: tuple[str, ...] = ()
+    if fields:
+        source = compare(layout.columns, fields)
+        if source.incompatible or (source.changes and rules.evolve_schema):
+            return None
+        unknown = source.unknown + tuple(c.column for c in source.changes if c.kind is ChangeKind.ADD)
+    logical = logical_types(schema)
+    value_rules = []
+    for column in layout.columns:
+        rule = _value_rule(column, logical.get(column.name))
+        if rule is None:
+            return None
+        value_rules.append(rule)
+    image = pa.struct([(r.column.name, r.arrow) for r in value_rules])
+    stamps = [(name, pa.int64()) for name in ("ts_ms", "ts_us", "ts_ns")]
+    payload = pa.schema(
+        [
+            ("op", pa.string()),
+            ("before", image),
+            ("after", image),
+            ("source", pa.struct([])),
+            ("transaction", pa.struct([])),
+            *stamps,
+        ]
+    )
+    return Plan(tuple(value_rules), payload, not fields, unknown)
+
+
+def split_wrapper(value: bytes | None) -> tuple[bytes | None, bytes] | None:
+    """(the schema part, the payload) of a compact wrapped record, (None, the value) of a bare one
+    on one line, or None when it is neither. The schema part is ``{"schema":<value>``: when its
+    text is one JSON value, the payload follows it exactly."""
+    if value is None or b"\n" in value or b"\r" in value:
+        return None
+    if value.startswith(WRAPPED):
+        cut = value.find(PAYLOAD)
+        if cut < 0 or not value.endswith(b"}"):
+            return None
+        prefix, payload = value[:cut], value[cut + len(PAYLOAD) : -1]
+    else:
+        prefix, payload = None, value
+    if not (payload.startswith(b"{") and payload.endswith(b"}")):
+        return None
+    return prefix, payload
+
+
+def wrapper_schema(prefix: bytes) -> tuple[bool, Any]:
+    """(whether ``prefix`` is ``{"schema":<one JSON value>``, that value)."""
+    try:
+        document = orjson.loads(prefix + b"}")
+    except orjson.JSONDecodeError:
+        return False, None
+    if not isinstance(document, dict) or list(document) != ["schema"]:
+        return False, None
+    return True, document["schema"]
+
+
+class _Refused(Exception):
+    """Arrow's reader refused a chunk, or read it other than record by record."""
+
+
+def _read(plan: Plan, payloads: Sequence[bytes]) -> pa.Table:
+    data = b"\n".join(payloads)
+    try:
+        # orjson refuses what is not UTF-8 (a surrogate too): Arrow does not look at fields it skips.
+        data.decode("utf-8")
+        table = pj.read_json(
+            io.BytesIO(data),
+            read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            parse_options=pj.ParseOptions(
+                explicit_schema=plan.payload_schema, unexpected_field_behavior="infer" if plan.bare else "ignore"
+            ),
+        )
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        raise _Refused from None
+    if table.num_rows != len(payloads):
+        raise _Refused  # a line with two documents
+    if plan.bare:
+        names = set(table.schema.names)
+        if {"schema", "payload"} <= names:
+            raise _Refused  # a wrapper with its keys in another order: the Python path unwraps it
+        if table.schema.field("after").type.num_fields != len(plan.rules):
+            raise _Refused  # after-image fields the table lacks (counted or inferred by the Python path)
+    return table
+
+
+def _image(table: pa.Table, name: str, plan: Plan) -> pa.StructArray:
+    """A row image's column, with the table's fields only (a bare read infers the others)."""
+    array = table.column(name).combine_chunks()
+    assert isinstance(array, pa.StructArray)
+    names = [r.column.name for r in plan.rules]
+    return pa.StructArray.from_arrays([array.field(n) for n in names], names=names, mask=pc.is_null(array))
+
+
+def _checked(plan: Plan, image: pa.StructArray, placeholder: bool) -> tuple[pa.Array, pa.StructArray]:
+    """(per record, whether every value of ``image`` is canonical as read; the image with values
+    converted to their canonical form)."""
+    fine = pa.array([True] * len(image))
+    children = []
+    for rule, values in zip(plan.rules, image.flatten(), strict=True):
+        check = None
+        if rule.int_range is not None:
+            low, high = rule.int_range
+            check = pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
+        elif rule.decimal_pattern is not None:
+            check = pc.match_substring_regex(values, rule.decimal_pattern)
+        elif placeholder and rule.column.type == "string":
+            check = pc.not_equal(values, UNAVAILABLE_PLACEHOLDER)
+        if check is not None:
+            fine = pc.and_(fine, pc.fill_null(check, True))
+        if rule.micros_per_unit > 1:
+            values = pc.multiply_checked(values, rule.micros_per_unit)
+        elif rule.micros_per_unit < 0:
+            values = _floor_divide(values, -rule.micros_per_unit)
+        children.append(values)
+    fields = [pa.field(r.column.name, r.arrow) for r in plan.rules]
+    converted = pa.StructArray.from_arrays(children, fields=fields, mask=pc.is_null(image))
+    return fine, converted
+
+
+# Partition transforms rendered here, as ``PartitionTerm.apply`` computes them: identity of a
+# type whose canonical value is the partition value, and day and hour of epoch microseconds.
+_IDENTITY_TYPES = frozenset({"string", "int", "long", "boolean", "date"})
+_MICROS_PER = {"day": 86_400_000_000, "hour": 3_600_000_000}
+# What orjson escapes in a string; a value holding one is rendered by orjson, record by record.
+_ESCAPED = r'["\\\x00-\x1f]'
+_OUT = pa.schema([("index", pa.int64()), ("op", pa.string()), ("key", pa.string()), ("change", pa.binary())])
+
+
+def _floor_divide(values: pa.Array, divisor: int) -> pa.Array:
+    quotient = pc.divide(values, divisor)  # truncates toward zero; Python's // floors
+    return pc.subtract(quotient, pc.cast(pc.greater(pc.multiply(quotient, divisor), values), pa.int64()))
+
+
+def _concat(*parts: Any) -> pa.Array:
+    return pc.binary_join_element_wise(*parts, "")
+
+
+def _json(rule: _ValueRule, values: pa.Array) -> pa.Array:
+    """Canonical values as orjson writes them (strings that need no escape)."""
+    text = _concat('"', values, '"') if rule.arrow == pa.string() else pc.cast(values, pa.string())
+    return pc.if_else(pc.is_valid(values), text, "null")
+
+
+def _list(items: Sequence[pa.Array]) -> pa.Array | str:
+    return _concat("[", *_joined(items), "]") if items else "[]"
+
+
+def _joined(items: Sequence[Any]) -> list[Any]:
+    out: list[Any] = []
+    for item in items:
+        out += [",", item] if out else [item]
+    return out
+
+
+@dataclass
+class FastRows:
+    """The records the fast path took: ``taken`` has, per record, its position in the values
+    given, op, key and change (the parse stage's columns); ``unknown``: their source fields the
+    table lacks, counted."""
+
+    taken: pa.Table
+    unknown: Counter[str]
+
+    @property
+    def positions(self) -> list[int]:
+        return list(self.taken.column("index").to_pylist())
+
+
+class FastParser:
+    """The fast path for one table's records, with its plans per schema text (a table has a
+    handful over its life)."""
+
+    def __init__(self, layout: TableLayout, rules: SourceRules) -> None:
+        self._layout, self._rules = layout, rules
+        self.table = layout.table
+        self._plans: dict[bytes | None, Plan | None] = {}
+        self._last: tuple[bytes, Plan | None] | None = None
+        self._vector_partition = all(
+            (t.transform == "identity" and t.source_type in _IDENTITY_TYPES)
+            or (t.transform in _MICROS_PER and t.source_type in ("timestamp", "timestamptz"))
+            for t in layout.partition
+        )
+
+    def _plan(self, prefix: bytes | None) -> Plan | None:
+        if prefix not in self._plans:
+            schema: Any = None
+            if prefix is not None:
+                whole, schema = wrapper_schema(prefix)
+                if not whole:
+                    self._plans[prefix] = None
+                    return None
+            self._plans[prefix] = plan_for(self._layout, self._rules, schema)
+        return self._plans[prefix]
+
+    def parse(self, values: Sequence[bytes | None], moved: Sequence[bool] | None = None) -> FastRows:
+        """The records the fast path takes (the others are the Python path's). ``moved``: whether
+        each record carries the header of a primary-key change's delete (None: no record does)."""
+        groups: dict[int, tuple[Plan, list[int], list[bytes]]] = {}
+        for index, value in enumerate(values):
+            parts = split_wrapper(value)
+            if parts is None:
+                continue
+            prefix, payload = parts
+            if prefix is not None and self._last is not None and self._last[0] == prefix:
+                plan = self._last[1]
+            else:
+                plan = self._plan(prefix)
+                if prefix is not None:
+                    self._last = (prefix, plan)
+            if plan is None:
+                continue
+            group = groups.setdefault(id(plan), (plan, [], []))
+            group[1].append(index)
+            group[2].append(payload)
+        tables: list[pa.Table] = []
+        unknown: Counter[str] = Counter()
+        for plan, indices, payloads in groups.values():
+            for taken in self._parse_chunk(plan, indices, payloads, [moved[i] for i in indices] if moved is not None else None):
+                if taken.num_rows:
+                    tables.append(taken)
+                    unknown.update(dict.fromkeys(plan.unknown, taken.num_rows))
+        return FastRows(pa.concat_tables(tables) if tables else _OUT.empty_table(), unknown)
+
+    def _parse_chunk(self, plan: Plan, indices: list[int], payloads: list[bytes], moved: list[bool] | None) -> list[pa.Table]:
+        try:
+            return [self._rows(plan, _read(plan, payloads), pa.array(indices, pa.int64()), moved)]
+        except (_Refused, pa.ArrowInvalid):
+            if len(indices) == 1:
+                return []  # the record Arrow refuses: the Python path says why
+            half = len(indices) // 2
+            first, second = (moved[:half], moved[half:]) if moved is not None else (None, None)
+            return [
+                *self._parse_chunk(plan, indices[:half], payloads[:half], first),
+                *self._parse_chunk(plan, indices[half:], payloads[half:], second),
+            ]
+
+    def _rows(self, plan: Plan, table: pa.Table, indices: pa.Array, moved: list[bool] | None) -> pa.Table:
+        layout, rules = self._layout, self._rules
+        op = table.column("op").combine_chunks()
+        before, after = _image(table, "before", plan), _image(table, "after", plan)
+        placeholder = rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER
+        before_fine, before = _checked(plan, before, False)
+        after_fine, after = _checked(plan, after, placeholder)
+        is_delete = pc.fill_null(pc.equal(op, "d"), False)
+        fine = pc.and_(pc.fill_null(pc.is_in(op, _OPS), False), pc.is_valid(table.column("source").combine_chunks()))
+        fine = pc.and_(fine, pc.and_(before_fine, after_fine))
+        fine = pc.and_(fine, pc.if_else(is_delete, pc.is_valid(before), pc.is_valid(after)))
+        names = [r.column.name for r in plan.rules]
+        old_values = dict(zip(names, before.flatten(), strict=True))
+        new_values = dict(zip(names, after.flatten(), strict=True))
+        for name in layout.primary_key:
+            present = pc.if_else(is_delete, pc.is_valid(old_values[name]), pc.is_valid(new_values[name]))
+            fine = pc.and_(fine, present)
+            # A delete's after-image (if any) takes the key of its before-image (``decode_change``).
+            new_values[name] = pc.if_else(is_delete, old_values[name], new_values[name])
+        reads_before = pc.and_(pc.is_in(op, pa.array(["u", "d"])), pc.is_valid(before))
+        if rules.before_image is BeforeImage.FULL:
+            # Arrow reads an absent field as null: a before-image's null partition value could be
+            # either, and the two give different partitions (``TableLayout.partition_of``).
+            for term in layout.partition:
+                fine = pc.and_(fine, pc.invert(pc.and_(reads_before, pc.is_null(old_values[term.source]))))
+        if rules.unavailable_values is UnavailableValues.RESOLVE and moved is not None:
+            # A primary-key change's delete names the new key in a header: the Python path reads it.
+            fine = pc.and_(fine, pc.invert(pc.and_(is_delete, pa.array(moved))))
+        fine = pc.fill_null(fine, False)
+        if not self._vector_partition:
+            return self._one_by_one(
+                pc.filter(indices, fine), pc.filter(op, fine), pc.filter(before, fine), pc.filter(after, fine)
+            )
+        rules_by_name = dict(zip(names, plan.rules, strict=True))
+        old_text = {name: _json(rules_by_name[name], values) for name, values in old_values.items()}
+        new_text = {name: _json(rules_by_name[name], values) for name, values in new_values.items()}
+        plain = pa.array([True] * len(op))
+        for name, rule in rules_by_name.items():
+            if rule.arrow == pa.string():
+                for values in (old_values[name], new_values[name]):
+                    plain = pc.and_(plain, pc.invert(pc.fill_null(pc.match_substring_regex(values, _ESCAPED), False)))
+        key = _list([new_text[name] for name in layout.primary_key])
+        after_text = _concat("{", *_joined([_concat(orjson.dumps(n).decode(), ":", new_text[n]) for n in names]), "}")
+        after_text = pc.if_else(pc.is_valid(after), after_text, "null")
+        new_partition = pc.if_else(pc.is_valid(after), self._partition(new_values, new_text), pa.scalar(None, pa.string()))
+        old_partition = self._old_partition(old_values, old_text, new_values, new_text, is_delete, reads_before)
+        prior, global_delete, decided = self._prior(op, old_partition, new_partition)
+        change = _concat('{"after":', after_text, ',"prior":', prior, ',"global":', global_delete, "}")
+        vector = pc.and_(fine, pc.and_(plain, decided))
+        taken = pa.table({"index": indices, "op": op, "key": key, "change": pc.cast(change, pa.binary())}, schema=_OUT).filter(
+            vector
+        )
+        rest = pc.and_(fine, pc.invert(vector))
+        by_row = self._one_by_one(pc.filter(indices, rest), pc.filter(op, rest), pc.filter(before, rest), pc.filter(after, rest))
+        return pa.concat_tables([taken, by_row])
+
+    def _partition(self, values: Mapping[str, pa.Array], text: Mapping[str, pa.Array]) -> pa.Array | str:
+        """A row image's partition as orjson writes the tuple (``TableLayout.partition_of``)."""
+        parts = []
+        for term in self._layout.partition:
+            if term.transform == "identity":
+                parts.append(text[term.source])
+            else:
+                source = values[term.source]
+                parts.append(
+                    pc.if_else(
+                        pc.is_valid(source), pc.cast(_floor_divide(source, _MICROS_PER[term.transform]), pa.string()), "null"
+                    )
+                )
+        return _list(parts)
+
+    def _old_partition(
+        self,
+        old_values: Mapping[str, pa.Array],
+        old_text: Mapping[str, pa.Array],
+        new_values: Mapping[str, pa.Array],
+        new_text: Mapping[str, pa.Array],
+        is_delete: pa.Array,
+        reads_before: pa.Array,
+    ) -> pa.Array:
+        """Where an update's or delete's row lived (``batch.old_partition``); null when unknown."""
+        if self._layout.key_determines_partition:
+            # The key's partition: of the before-image's key values for a delete, the after-image's otherwise.
+            by_key = pc.if_else(is_delete, self._partition(old_values, old_text), self._partition(new_values, new_text))
+        else:
+            by_key = pa.nulls(len(is_delete), pa.string())
+        if self._rules.before_image is BeforeImage.FULL:
+            return pc.if_else(reads_before, self._partition(old_values, old_text), by_key)
+        return by_key
+
+    def _prior(self, op: pa.Array, old: pa.Array, new: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+        """(prior partitions, global delete, whether decided here) as ``batch.to_key_change``
+        decides them; the undecided (a dead letter) go record by record."""
+        created = pc.is_in(op, pa.array(["c", "r"]))
+        known = _concat("[", old, "]")
+        moved = pc.and_(pc.is_valid(new), pc.not_equal(pc.fill_null(new, ""), pc.fill_null(old, "")))
+        known = pc.if_else(moved, _concat("[", old, ",", new, "]"), known)
+        unknown_rule = self._rules.unknown_partition
+        if unknown_rule is UnknownPartition.GLOBAL_DELETE:
+            unknown, unknown_decided, unknown_global = pa.array(["[]"] * len(op)), pa.array([True] * len(op)), "true"
+        elif unknown_rule is UnknownPartition.SAME_PARTITION:
+            unknown, unknown_decided, unknown_global = _concat("[", new, "]"), pc.is_valid(new), "false"
+        else:
+            unknown, unknown_decided, unknown_global = pa.nulls(len(op), pa.string()), pa.array([False] * len(op)), "false"
+        has_old = pc.is_valid(old)
+        prior = pc.if_else(created, _concat("[", new, "]"), pc.if_else(has_old, known, unknown))
+        global_delete = pc.if_else(pc.or_(created, has_old), "false", unknown_global)
+        decided = pc.fill_null(pc.or_(pc.or_(created, has_old), unknown_decided), False)
+        return prior, global_delete, decided
+
+    def _one_by_one(self, indices: pa.Array, op: pa.Array, before: pa.Array, after: pa.Array) -> pa.Table:
+        """The records the vectorized rendering does not take (a string to escape, a partition
+        transform it does not compute, a dead letter to find): ``batch.to_key_change`` and orjson."""
+        rows = [
+            (index, *row)
+            for index, kind, old, new in zip(
+                indices.to_pylist(), op.to_pylist(), before.to_pylist(), after.to_pylist(), strict=True
+            )
+            if (row := self._row(kind, old, new)) is not None
+        ]
+        return pa.table(
+            dict(zip(_OUT.names, zip(*rows, strict=True), strict=True)) if rows else {n: [] for n in _OUT.names}, schema=_OUT
+        )
+
+    def _row(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[str, str, bytes] | None:
+        layout = self._layout
+        image = before if op == "d" else after
+        assert image is not None
+        key = tuple(image[name] for name in layout.primary_key)
+        if op == "d" and after is not None:
+            after = {**after, **dict(zip(layout.primary_key, key, strict=True))}  # as ``decode_change`` does
+        try:
+            change = to_key_change(ChangeEvent(op, key, before, after), layout, self._rules)
+        except RejectedEvent:
+            return None  # the Python path rejects it, with its detail
+        return op, key_text(key), orjson.dumps(change_payload(change))

@@ -1,0 +1,276 @@
+"""The parse stage's fast path against its Python path: on the same random streams (random tables,
+types, ops and rules, wrapped and bare, with the records the fast path must hand over), both give
+the same rows, rejects, marks and tallies; and the common records do take the fast path."""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import hypothesis.strategies as st
+import orjson
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from icecdc.domain.layout import Column, PartitionTerm, TableLayout
+from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnavailableValues, UnknownPartition
+from icecdc.ingest.debezium import UNAVAILABLE_PLACEHOLDER
+from icecdc.ingest.fastparse import FastParser, split_wrapper, wrapper_schema
+from icecdc.ingest.stages import Tag, parse_stage
+
+TOPIC = "shop.public.t"
+# Column type -> (Connect field schema, a strategy of the JSON values a source may send for it:
+# mostly canonical, some the fast path must hand over, some the Python path rejects).
+BIG = 2**63
+VALUES: dict[str, tuple[dict[str, Any], st.SearchStrategy[Any]]] = {
+    "long": ({"type": "int64"}, st.one_of(st.integers(-(2**40), 2**40), st.sampled_from([BIG, -BIG - 1, 1.5, "7", True]))),
+    "int": ({"type": "int32"}, st.one_of(st.integers(-(2**31) - 2, 2**31 + 1), st.sampled_from([2**33, "x"]))),
+    "string": (
+        {"type": "string"},
+        st.one_of(st.text(max_size=6), st.sampled_from([UNAVAILABLE_PLACEHOLDER, 'quote " and \\ \n', 5, ""])),
+    ),
+    "boolean": ({"type": "boolean"}, st.one_of(st.booleans(), st.sampled_from([0, "true"]))),
+    "decimal(5, 2)": (
+        {"type": "string"},
+        st.one_of(
+            st.sampled_from(["1.50", "-999.99", "0.00", "1.5", "1000.00", "1.505", "\u0661.\u0665\u0660", "1.50\n", "abc"]),
+            st.integers(-5, 5),
+        ),
+    ),
+    "timestamp": (
+        {"type": "int64", "name": "io.debezium.time.MicroTimestamp"},
+        st.one_of(st.integers(-(2**45), 2**45), st.sampled_from(["2025-01-01T00:00:00Z", 1.5])),
+    ),
+    "timestamptz": (
+        {"type": "int64", "name": "io.debezium.time.NanoTimestamp"},
+        st.one_of(st.integers(-(2**55), 2**55), st.sampled_from([-1, -1000, -1001, 999])),
+    ),
+    "date": ({"type": "int32", "name": "io.debezium.time.Date"}, st.integers(-30000, 30000)),
+    "double": ({"type": "double"}, st.floats(allow_nan=False, allow_infinity=False)),  # not on the fast path
+}
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> tuple[TableLayout, SourceRules, dict[str, Any]]:
+    kinds = draw(st.lists(st.sampled_from(sorted(set(VALUES) - {"double"} if draw(st.booleans()) else set(VALUES))), max_size=4))
+    columns = [Column("id", "long", True), *(Column(f"c{i}", kind) for i, kind in enumerate(kinds))]
+    key = ("id",)
+    partition: list[PartitionTerm] = []
+    for column in columns[1:]:
+        if column.type in ("string", "int", "date") and draw(st.booleans()):
+            partition.append(PartitionTerm(column.name, column.name, "identity", column.type, 1000 + len(partition)))
+        elif column.type in ("timestamp", "timestamptz") and draw(st.booleans()):
+            transform = draw(st.sampled_from(["day", "hour"]))
+            partition.append(
+                PartitionTerm(f"{column.name}_{transform}", column.name, transform, column.type, 1000 + len(partition))
+            )
+    if draw(st.booleans()):
+        partition.append(PartitionTerm("id_bucket", "id", "bucket[4]", "long", 1000 + len(partition)))
+    layout = TableLayout(
+        "db.t", TOPIC, tuple(columns), {c.name: i + 1 for i, c in enumerate(columns)}, key, tuple(partition), 0, "/w"
+    )
+    rules = SourceRules(
+        before_image=draw(st.sampled_from(BeforeImage)),
+        unknown_partition=draw(st.sampled_from(UnknownPartition)),
+        truncate=draw(st.sampled_from(TruncateMode)),
+        evolve_schema=draw(st.booleans()),
+        infer_new_columns=draw(st.booleans()),
+        unavailable_values=draw(st.sampled_from(UnavailableValues)),
+    )
+    fields = [{**VALUES[c.type][0], "optional": c.name != "id", "field": c.name} for c in columns]
+    if draw(st.booleans()):
+        fields.append({"type": "string", "optional": True, "field": "added"})  # a column the table lacks
+    if draw(st.booleans()):
+        fields = [f for f in fields if f["field"] != "id"] + [{"type": "int32", "optional": False, "field": "id"}]  # narrower
+    row = {"type": "struct", "fields": fields, "optional": True, "name": "shop.public.t.Value"}
+    schema = {
+        "type": "struct",
+        "fields": [{**row, "field": "before"}, {**row, "field": "after"}],
+        "name": "shop.public.t.Envelope",
+    }
+    return layout, rules, schema
+
+
+@st.composite
+def images(draw: st.DrawFn, layout: TableLayout) -> dict[str, Any] | None:
+    if draw(st.integers(0, 9)) == 0:
+        return None
+    image = {}
+    for column in layout.columns:
+        if column.name == "id":
+            image["id"] = (
+                draw(st.one_of(st.integers(1, 6), st.sampled_from([None, "k"])))
+                if draw(st.integers(0, 9)) == 0
+                else draw(st.integers(1, 6))
+            )
+            if draw(st.integers(0, 19)) == 0:
+                del image["id"]
+            continue
+        choice = draw(st.integers(0, 9))
+        if choice == 0:
+            continue  # not sent
+        image[column.name] = None if choice == 1 else draw(VALUES[column.type][1])
+    if draw(st.integers(0, 9)) == 0:
+        image["extra"] = draw(st.one_of(st.none(), st.integers(), st.text(max_size=3)))
+    return image
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+@st.composite
+def records(draw: st.DrawFn, layout: TableLayout, schema: dict[str, Any], offset: int) -> dict[str, Any]:
+    op = draw(st.sampled_from(["c", "c", "r", "u", "u", "d", "t", "m", "x", None]))
+    payload: dict[str, Any] = {"op": op, "before": draw(images(layout)), "after": draw(images(layout))}
+    if draw(st.integers(0, 9)):
+        payload["source"] = {"connector": "postgresql", "lsn": offset * 10}
+    elif draw(st.booleans()):
+        payload["source"] = None
+    payload["ts_ms"] = draw(st.sampled_from([1700000000000, None, "soon"]))
+    if op is None and draw(st.booleans()):
+        del payload["op"]
+    key_id = draw(st.integers(1, 6))
+    key = (
+        orjson.dumps({"schema": {"type": "struct"}, "payload": {"id": key_id}})
+        if draw(st.booleans())
+        else orjson.dumps({"id": key_id})
+    )
+    dump = _json  # orjson refuses integers past 64 bits, which a source may send
+    form = draw(st.integers(0, 19))
+    if form == 0:
+        value: bytes | None = None  # a tombstone
+    elif form == 1:
+        value = dump(payload)[:-1]  # cut short
+    elif form == 2:
+        value = dump(payload) + b" " + dump(payload)  # two documents
+    elif form == 3:
+        value = dump({"payload": payload, "schema": schema})  # the wrapper's keys the other way round
+    elif form < 12:
+        value = dump({"schema": schema, "payload": payload})
+    else:
+        value = dump(payload)
+    partition = draw(st.integers(0, 1))
+    return {"key": key, "value": value, "topic": TOPIC, "partition": partition, "offset": offset}
+
+
+def _rows(
+    layout: TableLayout, rules: SourceRules, batch: list[dict[str, Any]], fast: bool, committed: dict[Any, int]
+) -> list[Any]:
+    stage = parse_stage({TOPIC: layout}, committed, {layout.table: rules}, {}, fast=fast)
+    rows = [row for out in stage([pa.RecordBatch.from_pylist(batch)]) for row in out.to_pylist()]
+    for row in rows:
+        if row["op"] in (Tag.COLUMNS, Tag.CONTROL):
+            row["detail"] = orjson.loads(row["detail"])  # counts by name: the driver adds them up in any order
+    return sorted(
+        rows, key=lambda r: orjson.dumps(r, default=lambda v: base64.b64encode(v).decode(), option=orjson.OPT_SORT_KEYS)
+    )
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@given(data=st.data())
+def test_the_fast_path_parses_every_stream_as_the_python_path_does(data: st.DataObject) -> None:
+    layout, rules, schema = data.draw(tables())
+    batch = [data.draw(records(layout, schema, offset)) for offset in range(data.draw(st.integers(1, 40)))]
+    committed = {(TOPIC, 0): data.draw(st.integers(0, 3))}
+    assert _rows(layout, rules, batch, True, committed) == _rows(layout, rules, batch, False, committed)
+
+
+def orders() -> TableLayout:
+    columns = (
+        Column("id", "long", True),
+        Column("region", "string"),
+        Column("amount", "decimal(12, 2)"),
+        Column("at", "timestamp"),
+    )
+    partition = (
+        PartitionTerm("region", "region", "identity", "string", 1000),
+        PartitionTerm("at_day", "at", "day", "timestamp", 1001),
+    )
+    return TableLayout("db.t", TOPIC, columns, {"id": 1, "region": 2, "amount": 3, "at": 4}, ("id",), partition, 0, "/w")
+
+
+WRAPPER = {
+    "type": "struct",
+    "fields": [
+        {
+            "type": "struct",
+            "field": "after",
+            "fields": [
+                {"type": "int64", "optional": False, "field": "id"},
+                {"type": "string", "optional": True, "field": "region"},
+                {"type": "string", "optional": True, "field": "amount"},
+                {"type": "int64", "optional": True, "name": "io.debezium.time.Timestamp", "field": "at"},
+            ],
+        }
+    ],
+}
+
+
+def common(op: str, key: int, wrapped: bool) -> bytes:
+    row = {"id": key, "region": "eu", "amount": "12.50", "at": 1_735_689_600_000 + key}
+    payload = {"op": op, "before": row if op == "d" else None, "after": None if op == "d" else row, "source": {"lsn": key}}
+    return orjson.dumps({"schema": WRAPPER, "payload": payload} if wrapped else payload)
+
+
+@pytest.mark.parametrize("wrapped", [True, False])
+def test_the_common_records_take_the_fast_path(wrapped: bool) -> None:
+    values = [common(op, key, wrapped) for key, op in enumerate(["c", "r", "u", "d"] * 10)]
+    rules = SourceRules(before_image=BeforeImage.FULL)
+    parsed = FastParser(orders(), rules).parse(values)
+    assert sorted(parsed.positions) == list(range(len(values)))
+    change = orjson.loads(parsed.taken.filter(pc.equal(parsed.taken.column("index"), 0)).column("change")[0].as_py())
+    # The wrapper says the timestamp is in millis: micros, and the partition is the day of it; bare,
+    # the integer is taken as micros.
+    at, day = (1_735_689_600_000_000, 20089) if wrapped else (1_735_689_600_000, 20)
+    assert change == {"after": {"id": 0, "region": "eu", "amount": "12.50", "at": at}, "prior": [["eu", day]], "global": False}
+
+
+def test_the_records_it_cannot_take_are_handed_over_one_by_one() -> None:
+    good = common("c", 1, True)
+    handed = [
+        None,  # a tombstone
+        good.replace(b'"12.50"', b'"12.5"'),  # a decimal to quantize
+        good.replace(b'"eu"', b'"__debezium_unavailable_value"'),  # resolved from an earlier version
+        good.replace(b'"op":"c"', b'"op":"t"'),
+        good.replace(b'"id":1', b'"id":null'),
+        good[:-2],  # malformed
+        good.replace(b'"eu"', b"5"),  # a number for a string column: Arrow refuses the chunk, split until found
+    ]
+    values = [good] * 40 + handed + [good] * 40
+    parsed = FastParser(orders(), SourceRules()).parse(values)
+    assert sorted(set(range(len(values))) - set(parsed.positions)) == list(range(40, 40 + len(handed)))
+
+
+def test_a_schema_is_read_once_whole_or_not_at_all() -> None:
+    assert split_wrapper(b'{"schema":{"a":1},"payload":{"op":"c"}}') == (b'{"schema":{"a":1}', b'{"op":"c"}')
+    assert split_wrapper(b'{"op":"c"}') == (None, b'{"op":"c"}')
+    assert split_wrapper(b'{"schema":{"a":1},"payload":5}') is None
+    assert wrapper_schema(b'{"schema":{"a":1}') == (True, {"a": 1})
+    # A "payload" key inside the schema: not one JSON value up to the cut.
+    assert wrapper_schema(b'{"schema":{"parameters":{"x":1')[0] is False
+    assert wrapper_schema(b'{"schema":1,"other":2')[0] is False
+
+
+def test_unsupported_column_types_send_the_table_the_python_way() -> None:
+    layout = orders()
+    columns = (*layout.columns, Column("ratio", "double"))
+    fields = {**layout.field_ids, "ratio": 5}
+    with_double = TableLayout(layout.table, TOPIC, columns, fields, layout.primary_key, layout.partition, 0, "/w")
+    assert FastParser(with_double, SourceRules()).parse([common("c", 1, False)]).positions == []
+
+
+def test_a_stream_of_the_common_case_is_parsed_alike_by_both_paths() -> None:
+    layout = orders()
+    batch = [
+        {"key": b'{"id": 1}', "value": common(op, key % 7, key % 2 == 0), "topic": TOPIC, "partition": 0, "offset": key}
+        for key, op in enumerate(["c", "u", "d", "r"] * 25)
+    ]
+    rules = SourceRules(before_image=BeforeImage.FULL, unavailable_values=UnavailableValues.KEEP_PLACEHOLDER)
+    fast = _rows(layout, rules, batch, True, {})
+    assert fast == _rows(layout, rules, batch, False, {})
+    assert sum(row["op"] in "curd" for row in fast) == 100 and not any(row["reason"] for row in fast)
+    assert next(row for row in fast if row["op"] == Tag.MARK)["records"] == 100
