@@ -152,11 +152,10 @@ class CompactorSidecar:
         layout = self.layouts.get(table)
         if not job or layout is None:  # forgotten by a reconcile since they were ranked
             return []
-        events = self.compactions.run(job, layout)
+        events = self.compactions.run(job, layout)  # it re-reads the table before reporting the end
         for event in events:
             self.stats.outcomes[event.outcome.value] += 1
             self.stats.results.append(event)
-        self.reconciler.reconcile(table)
         self.status.write(force=True)  # no longer "compacting", with the new file counts
         return events
 
@@ -187,7 +186,8 @@ class CompactorSidecar:
         stop = stop or threading.Event()
         log.info("compactor %s watching %s", self.replica, ", ".join(t.name for t in self.config.tables))
         while not stop.is_set():
-            events = self.run_once(poll_timeout=0.0 if self.candidates(self._clock()) else 1.0)
+            now = self._clock()
+            events = self.run_once(poll_timeout=turns.poll_timeout(bool(self.candidates(now)), self.tracker.next_due(), now))
             if not events and until_idle is not None and self.idle(until_idle) and self.idle_after_reconcile(until_idle):
                 log.info("no commit event for %.0fs and nothing left to do: stopping", until_idle)
                 break
@@ -255,6 +255,7 @@ def create_sidecar(
         publisher=publisher,
         clock=clock,
         on_start=lambda: status.write(force=True),
+        on_finish=reconciler.reconcile,
     )
     maintenance = MaintenanceRunner(
         replica=replica,

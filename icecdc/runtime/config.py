@@ -295,6 +295,13 @@ class CompactorConfig(_Strict):
     # Hard ceilings besides the budget: past either, a hot partition gets a full delete merge.
     hot_max_delete_files: int = Field(default=64, ge=1)
     hot_max_small_files: int = Field(default=128, ge=2)
+    # The portability target (docs/compactor.md, "Portability"): no live equality-delete file,
+    # partitioned or global, older than this, in any partition, hot or settled, while the writer
+    # writes. Readers that cannot apply equality deletes (Snowflake, Databricks, pyiceberg,
+    # Polars; Dremio for global ones) read the table once none is live. A partition whose oldest
+    # equality delete reaches half of it gets a conversion (or the table a resolution of its
+    # global deletes), ranked ahead of every merge and pack (``policy.portability_work``).
+    portable_within_seconds: float = Field(default=10.0, gt=0)
     # How often every table's metadata is re-read, to catch what commit events missed.
     reconcile_seconds: float = Field(default=60.0, gt=0)
     # A failed compaction is retried after retry_base_seconds * 2^(n-1) (jittered, capped),
