@@ -207,7 +207,7 @@ class CompactionRunner:
         return events
 
     def _event(self, part: JobPartition, started: float, finished: float) -> CompactionEvent:
-        portability = self._tracker.portability(part.candidate.table, finished)
+        portability = self._tracker.portability(part.candidate.table)
         return CompactionEvent.from_result(
             table=part.candidate.table,
             partition=part.partition.partition,

@@ -19,7 +19,7 @@ import orjson
 
 from icecdc.compactor import metrics
 from icecdc.compactor.metadata import load_table_partitions
-from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionStatus, PartitionTracker, TablePortability, portability_of
+from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionStatus, PartitionTracker, TablePortability, status_portability
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config
 
@@ -79,7 +79,7 @@ class StatusWriter:
             return
         self._last = now
         rows = self._tracker.report(now, owned=self._owned)
-        portability = portability_of(rows)
+        portability = status_portability(rows)
         for table in self._config.tables:
             counts = dict.fromkeys(STATES, 0)
             global_files, oldest = 0, None
@@ -173,7 +173,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [f"source: {report.source}"]
-    lines += [portability_line(t, report.portable_within_seconds, now) for t in portability_of(report.partitions).values()]
+    lines += [portability_line(t, report.portable_within_seconds, now) for t in status_portability(report.partitions).values()]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     if len(rows) == 1:
         lines.append("(no partitions with live files)")

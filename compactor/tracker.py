@@ -149,16 +149,22 @@ class TablePortability:
         return max(0.0, now - self.oldest_write) if self.equality_delete_files and self.oldest_write is not None else 0.0
 
 
-def portability_of(rows: Iterable[PartitionStatus]) -> dict[str, TablePortability]:
-    """Each table's portability, from its status rows (the sidecar's or table metadata's)."""
+def portability_of(partitions: Iterable[tuple[str, int, float | None]]) -> dict[str, TablePortability]:
+    """Each table's portability, from its partitions' (table, live equality-delete files, when
+    the oldest was committed)."""
     tables: dict[str, TablePortability] = {}
-    for row in rows:
-        known = tables.get(row.table, TablePortability(row.table))
+    for table, files, written in partitions:
+        known = tables.get(table, TablePortability(table))
         oldest = known.oldest_write
-        if row.equality_delete_files and row.oldest_write is not None:
-            oldest = row.oldest_write if oldest is None else min(oldest, row.oldest_write)
-        tables[row.table] = TablePortability(row.table, known.equality_delete_files + row.equality_delete_files, oldest)
+        if files and written is not None:
+            oldest = written if oldest is None else min(oldest, written)
+        tables[table] = TablePortability(table, known.equality_delete_files + files, oldest)
     return tables
+
+
+def status_portability(rows: Iterable[PartitionStatus]) -> dict[str, TablePortability]:
+    """Each table's portability, from its status rows (the sidecar's or table metadata's)."""
+    return portability_of((r.table, r.equality_delete_files, r.oldest_write) for r in rows)
 
 
 def _add(stats: PartitionStats, delta: PartitionDelta, settings: CompactorConfig) -> PartitionStats:
@@ -294,8 +300,9 @@ class PartitionTracker:
         return phase(partition.cadence, now, self.settings.settle) is Phase.SETTLED
 
     def portability_due_at(self, partition: TrackedPartition) -> float | None:
-        """When the portability target asks for a conversion of the partition (None: it does
-        not, or one is under way or has already answered its oldest equality delete)."""
+        """When the portability target asks for a conversion of the partition: once its oldest
+        equality delete is ``policy.PORTABLE_SHARE`` of the target old, and not before a backoff
+        ends (None: it holds none, or an attempt on it is under way)."""
         state = partition.state
         if not partition.stats.equality_delete_files or isinstance(state, Compacting):
             return None
@@ -367,9 +374,10 @@ class PartitionTracker:
             and self._due(p, now) is None
         ]
 
-    def portability(self, table: str, now: float) -> TablePortability:
+    def portability(self, table: str) -> TablePortability:
         """The table's portability as this tracker knows it now."""
-        return portability_of(self.report(now, [table])).get(table, TablePortability(table))
+        mine = ((p.table, p.stats.equality_delete_files, p.oldest_write) for p in self._partitions.values() if p.table == table)
+        return portability_of(mine).get(table, TablePortability(table))
 
     def report(
         self, now: float, tables: Iterable[str] | None = None, owned: Callable[[str, str], bool] | None = None
