@@ -166,6 +166,9 @@ class CompactorSidecar:
         self._quiet.activity(self.feed.last_commit_event)
         self._quiet.catalog(self._catalog_waits(), now)
         waiting = any(self.membership.owns(s.table, s.path) for s in self.tracker.waiting(now))
+        # Asked from another thread while a job runs: its partition is neither due nor waiting,
+        # and what lands meanwhile is answered after it.
+        waiting = waiting or any(p.compacting for p in self.tracker)
         return turns.idle(
             joined=self.membership.joined,
             quiet_seconds=self._quiet.quiet_seconds(now),
