@@ -177,7 +177,9 @@ def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spar
     none at all, and the table holds the rows the stream implies."""
     caplog.set_level(logging.INFO, logger="icecdc")
     settle = {"cadence_multiple": 100, "min_seconds": 3600, "initial_seconds": 3600, "max_seconds": 7200}
-    config = region_table(compactor_config(stack_config, unique, hot_read_budget=1000, settle=settle), 2)
+    config = region_table(
+        compactor_config(stack_config, unique, hot_read_budget=1000, settle=settle, portable_within_seconds=10), 2
+    )
     target = config.compactor.portable_within_seconds
     stop = threading.Event()
     ages: list[float] = []
