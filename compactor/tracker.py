@@ -254,7 +254,10 @@ class PartitionTracker:
                 p.last_compaction = max(p.last_compaction or 0.0, meta.last_compaction)
             p.oldest_write = meta.oldest_write
         for key in [k for k in self._partitions if k[0] == table and k[1] not in partitions]:
-            if not self._partitions[key].compacting:
+            gone = self._partitions[key]
+            if gone.compacting:  # its job re-reads the table before it ends: no live file is left
+                gone.stats, gone.oldest_write = PartitionStats(), None
+            else:
                 del self._partitions[key]
 
     def phase_of(self, partition: TrackedPartition, now: float) -> PartitionPhase:

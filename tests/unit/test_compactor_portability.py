@@ -249,3 +249,15 @@ def test_the_writers_bytes_are_counted_beside_the_sidecars():
     before = metrics.WRITER_BYTES.labels("db.t")._value.get()
     metrics.writer_committed(commit("p=a", 1.0, 1))
     assert metrics.WRITER_BYTES.labels("db.t")._value.get() - before == 1000
+
+
+def test_global_deletes_resolved_by_the_job_still_under_way_are_not_due_again():
+    """The job re-reads the table before it ends, while its partition is still being compacted:
+    a partition the metadata no longer lists has no live file left, whatever the events said."""
+    t = PartitionTracker(SETTINGS)
+    t.on_commit(commit("p=a", 100.0, 1, deletes=0, global_deletes=1))
+    resolving = t.get("db.t", GLOBAL_DELETES_PATH)
+    t.begin(resolving)
+    t.on_metadata("db.t", 2, {"p=a": PartitionMetadata({"p": "p=a"}, PartitionStats(data_files=1), 100.0, None)})
+    t.resolve(resolving, Outcome.COMMITTED, "done", started=101, now=120, rng=random.Random(0))
+    assert t.candidates(120.0) == [] and t.next_due() is None and t.portability("db.t").portable
