@@ -166,6 +166,7 @@ def test_the_sidecar_keeps_a_partition_under_constant_writes_within_its_read_bud
     assert data + positions + 3 * equality <= 4, (data, positions, equality)
 
 
+@pytest.mark.slow
 def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spark, stack_config, unique, caplog):
     """The portability target on the real stack: a writer updates two partitions back to back
     while the sidecar runs beside it, its read budget set so high that only the target asks for
@@ -206,8 +207,13 @@ def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spar
                 n += 1
                 stream([src.upsert(k, REGIONS[(k + n) % 2], n, 0) for k in range(n % 7 + 1, 200, 7)])
                 ages.append(oldest_age())
-            # The writer stopped: the last batches' deletes are converted within the target too.
-            deadline = time.monotonic() + 3 * target
+            # The writer stopped: the last batches' deletes are converted too, within what a turn
+            # may take to answer (a join, a quiet wait and a backoff per commit attempt).
+            coordination = config.coordinator
+            deadline = time.monotonic() + (
+                3 * coordination.session_timeout_seconds
+                + coordination.commit_attempts * (coordination.max_quiet_wait_seconds + coordination.commit_backoff_max_seconds)
+            )
             while (age := oldest_age()) and time.monotonic() < deadline:
                 ages.append(age)
                 time.sleep(0.5)
