@@ -107,6 +107,7 @@ class CompactionRunner:
         publisher: Publisher,
         clock: Callable[[], float],
         on_start: Callable[[], None] = lambda: None,
+        on_finish: Callable[[str], None] = lambda table: None,
         rng: random.Random | None = None,
         key_index: KeyIndex | None = None,
     ) -> None:
@@ -119,6 +120,9 @@ class CompactionRunner:
         self._publisher = publisher
         self._clock = clock
         self._on_start = on_start  # e.g. show the partition as compacting in the status at once
+        # Before a job's end is reported: re-read the table (its events then tell the table's
+        # portability after the commit).
+        self._on_finish = on_finish
         self._rng = rng or random.Random()
         self._key_index = key_index
 
@@ -154,7 +158,14 @@ class CompactionRunner:
                 [RewritePlan(part.candidate.work) for part in parts]  # an empty table: nothing to rewrite anywhere
                 if listed is None
                 else [
-                    plan_for(part.candidate.work, files, self._settings, hot=part.candidate.hot)
+                    plan_for(
+                        part.candidate.work,
+                        files,
+                        self._settings,
+                        hot=part.candidate.hot,
+                        portable=part.candidate.due_by is not None,
+                        deletion_vectors=layout.format_version >= 3,
+                    )
                     for part, files in zip(parts, listed, strict=True)
                 ]
             )
@@ -186,6 +197,7 @@ class CompactionRunner:
                 self._gate.lease_lost(table)
             elif outcome is Outcome.FAILED:
                 log.exception("compaction of %s failed", what)
+        self._on_finish(table)
         now = self._clock()
         events = []
         for part in parts:
@@ -214,6 +226,7 @@ class CompactionRunner:
         metrics.KEY_INDEX_KEYS.labels(table).set(held_keys)
 
     def _event(self, part: JobPartition, started: float, finished: float) -> CompactionEvent:
+        portability = self._tracker.portability(part.candidate.table)
         return CompactionEvent.from_result(
             table=part.candidate.table,
             partition=part.partition.partition,
@@ -226,6 +239,8 @@ class CompactionRunner:
             started=started,
             finished=finished,
             counts=part.counts,
+            oldest_equality_delete_age_seconds=round(portability.oldest_age(finished), 3),
+            portable=portability.portable,
         )
 
     def _record(self, event: CompactionEvent) -> None:

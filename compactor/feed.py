@@ -101,6 +101,7 @@ class EventFeed:
         self.writer(event.table).record(event.commit_time_ms / 1000)
         self.commit_events += 1
         metrics.COMMIT_EVENTS.labels("applied").inc()
+        metrics.writer_committed(event)
         return 1
 
     def close(self) -> None:

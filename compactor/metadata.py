@@ -28,11 +28,18 @@ class PartitionTally:
     counts: Counter[str] = field(default_factory=Counter)
     # (timestamp ms, snapshot id) of the newest commit that added one of the files.
     newest: tuple[int, int] | None = None
+    # Timestamp (ms) of the oldest commit that added one of its live equality-delete files.
+    oldest_equality_delete_ms: int | None = None
 
     def add(self, other: PartitionTally) -> None:
         self.counts.update(other.counts)
         if other.newest is not None and (self.newest is None or other.newest > self.newest):
             self.newest = other.newest
+        self.equality_delete_at(other.oldest_equality_delete_ms)
+
+    def equality_delete_at(self, at: int | None) -> None:
+        if at is not None and (self.oldest_equality_delete_ms is None or at < self.oldest_equality_delete_ms):
+            self.oldest_equality_delete_ms = at
 
 
 @dataclass
@@ -84,6 +91,7 @@ def _tally_manifest(
         elif content is DataFileContent.EQUALITY_DELETES:
             c["equality_delete_files"] += 1
             c["equality_delete_records"] += records
+            partition.equality_delete_at(at)
         else:
             c["position_delete_files"] += 1
             c["position_delete_records"] += records
@@ -165,6 +173,7 @@ def read_partitions(
             stats=PartitionStats(**total.counts),
             last_write=None if ours else when,
             last_compaction=when if ours else None,
+            oldest_write=None if total.oldest_equality_delete_ms is None else total.oldest_equality_delete_ms / 1000,
         )
     return out
 

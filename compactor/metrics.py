@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from icecdc.domain.events import CompactionCounts, CompactionKind, CompactionOutcome
+from icecdc.domain.events import CommitEvent, CompactionCounts, CompactionKind, CompactionOutcome
 
 PARTITIONS = Gauge("icecdc_compactor_partitions", "Partitions by state", ["table", "state"])
 COMMIT_EVENTS = Counter("icecdc_compactor_commit_events_total", "Commit events consumed", ["outcome"])
@@ -15,7 +15,12 @@ FINISHED = Counter(
     ["table", "kind", "outcome"],
 )
 BYTES_READ = Counter("icecdc_compactor_bytes_read_total", "Data file bytes rewritten", ["table"])
-BYTES_WRITTEN = Counter("icecdc_compactor_bytes_written_total", "Data file bytes written", ["table"])
+BYTES_WRITTEN = Counter("icecdc_compactor_bytes_written_total", "Data file bytes this replica's compactions committed", ["table"])
+# Beside BYTES_WRITTEN: the write amplification is (the bytes every replica wrote + the writer's)
+# over the writer's. Every replica reads every commit event, so take this from one replica.
+WRITER_BYTES = Counter(
+    "icecdc_compactor_writer_bytes_total", "Data file bytes the writer committed, from its commit events", ["table"]
+)
 DATA_FILES_REMOVED = Counter("icecdc_compactor_data_files_removed_total", "Data files replaced by compactions", ["table"])
 DATA_FILES_ADDED = Counter("icecdc_compactor_data_files_added_total", "Data files written by compactions", ["table"])
 DELETE_FILES_REMOVED = Counter("icecdc_compactor_delete_files_removed_total", "Delete files removed by compactions", ["table"])
@@ -38,6 +43,17 @@ GLOBAL_DELETE_FILES = Gauge(
 GLOBAL_DELETE_AGE = Gauge(
     "icecdc_compactor_global_delete_age_seconds", "Age of the oldest live global equality-delete file (0: none)", ["table"]
 )
+OLDEST_EQUALITY_DELETE_AGE = Gauge(
+    "icecdc_compactor_oldest_equality_delete_age_seconds",
+    "Age of the table's oldest live equality-delete file, partitioned or global (0: none); "
+    "compactor.portable_within_seconds is its target",
+    ["table"],
+)
+PORTABLE = Gauge(
+    "icecdc_compactor_portable",
+    "1 when the table holds no live equality-delete file (readers that cannot apply them can read it), else 0",
+    ["table"],
+)
 MANIFESTS_READ = Counter(
     "icecdc_compactor_manifests_read_total",
     "Manifests a metadata reconcile needed: opened (new since the last read) or cached (read before)",
@@ -57,3 +73,7 @@ def compaction_finished(table: str, kind: CompactionKind, outcome: CompactionOut
     DATA_FILES_ADDED.labels(table).inc(counts.data_files_added)
     DELETE_FILES_REMOVED.labels(table).inc(counts.delete_files_removed)
     POSITION_DELETE_FILES_ADDED.labels(table).inc(counts.position_delete_files_added)
+
+
+def writer_committed(event: CommitEvent) -> None:
+    WRITER_BYTES.labels(event.table).inc(sum(p.data_bytes for p in event.partitions))

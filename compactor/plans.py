@@ -100,8 +100,14 @@ class RewritePlan:
         return not (self.rewrite or self.convert or self.remove_deletes)
 
 
-def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig) -> RewritePlan:
-    """The files one compaction of this partition touches."""
+def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig, deletion_vectors: bool = False) -> RewritePlan:
+    """The files one compaction of this partition touches. ``deletion_vectors`` (format v3): the
+    large files' equality deletes are not converted here but left to a conversion
+    (``plan_conversion``, the portability target asks for it): a ``RewriteFiles`` that adds a
+    deletion vector is not validated against deletion vectors added concurrently (Iceberg 1.10
+    validates them for a ``RowDelta`` only), so a resolution of the global deletes committed on
+    another replica from the same snapshot would leave the file two, which the spec forbids and
+    which breaks the scan. Conversions commit as a ``RowDelta``, and the second of two fails."""
     small = [f for f in files.data if size_class(f.size, settings) is SizeClass.SMALL]
     large = [f for f in files.data if size_class(f.size, settings) is SizeClass.LARGE]
     deletes_by_path = {d.path: d for d in files.deletes}
@@ -127,7 +133,7 @@ def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig) -
                     rewrite.append(f)
             elif f.position_deletes and deleted_share(f) >= settings.position_delete_rewrite_ratio:
                 rewrite.append(f)
-            elif f.equality_deletes:
+            elif f.equality_deletes and not deletion_vectors:
                 convert.append(f)
     touched = {f.path for f in rewrite} | {f.path for f in convert}
     still_needed = {p for f in files.data if f.path not in touched for p in (*f.equality_deletes, *f.position_deletes)}
@@ -240,15 +246,16 @@ def read_cost_after(files: PartitionFiles, plan: RewritePlan, settings: Compacto
     return data + positions + EQUALITY_DELETE_WEIGHT * equality
 
 
-def plan_fresh_pack(files: PartitionFiles, settings: CompactorConfig) -> RewritePlan | None:
+def plan_fresh_pack(files: PartitionFiles, settings: CompactorConfig, deletion_vectors: bool = False) -> RewritePlan | None:
     """Rewrite the files the writer added since the last pack (their deletes applied) into one,
-    and convert the equality deletes of the rest, in one commit; None when fewer than two."""
+    and convert the equality deletes of the rest, in one commit; None when fewer than two.
+    ``deletion_vectors``: the rest is left to a conversion (``plan_rewrite`` says why)."""
     largest = max((f.size for f in files.data), default=0)
     fresh = [f for f in files.data if f.size < FRESH_SHARE * largest and size_class(f.size, settings) is not SizeClass.LARGE]
     if len(fresh) < 2:
         return None
     rewrite = {f.path for f in fresh}
-    convert = [f.path for f in files.data if f.path not in rewrite and f.equality_deletes]
+    convert = [] if deletion_vectors else [f.path for f in files.data if f.path not in rewrite and f.equality_deletes]
     touched = rewrite | set(convert)
     by_path = {d.path: d for d in files.deletes}
     still_needed = {p for f in files.data if f.path not in touched for p in (*f.equality_deletes, *f.position_deletes)}
@@ -260,7 +267,7 @@ def plan_fresh_pack(files: PartitionFiles, settings: CompactorConfig) -> Rewrite
     return RewritePlan(Work.DELETE_MERGE, tuple(f.path for f in fresh), tuple(convert), remove)
 
 
-def plan_hot(files: PartitionFiles, settings: CompactorConfig) -> RewritePlan:
+def plan_hot(files: PartitionFiles, settings: CompactorConfig, deletion_vectors: bool = False) -> RewritePlan:
     """The cheapest work that brings a partition still being written back within its read
     budget (``policy.read_budget``): converting its equality deletes (no data rewritten); else
     packing the writer's fresh files and converting the rest; else a full delete merge."""
@@ -268,17 +275,29 @@ def plan_hot(files: PartitionFiles, settings: CompactorConfig) -> RewritePlan:
     conversion = plan_conversion(files)
     if not conversion.empty and read_cost_after(files, conversion, settings) <= budget:
         return conversion
-    packed = plan_fresh_pack(files, settings)
+    packed = plan_fresh_pack(files, settings, deletion_vectors)
     if packed is not None and read_cost_after(files, packed, settings) <= budget:
         return packed
-    return plan_rewrite(files, Work.DELETE_MERGE, settings)
+    return plan_rewrite(files, Work.DELETE_MERGE, settings, deletion_vectors)
 
 
-def plan_for(work: Work, files: PartitionFiles, settings: CompactorConfig, hot: bool = False) -> RewritePlan:
-    """The plan of a candidate: against its read budget for a partition still being written,
-    else the plan of its kind of work."""
+def plan_for(
+    work: Work,
+    files: PartitionFiles,
+    settings: CompactorConfig,
+    hot: bool = False,
+    *,
+    portable: bool = False,
+    deletion_vectors: bool = False,
+) -> RewritePlan:
+    """The plan of a candidate: a conversion alone for the portability target (``portable``:
+    conversions, never data rewrites, whatever the partition's phase); against its read budget
+    for a partition still being written; else the plan of its kind of work. ``deletion_vectors``:
+    the table is format v3 (``plan_rewrite``)."""
     if work is Work.RESOLVE_GLOBAL_DELETES:
         return plan_resolution(files)
+    if work is Work.CONVERT and (portable or not hot):
+        return plan_conversion(files)
     if hot:
-        return plan_hot(files, settings)
-    return plan_conversion(files) if work is Work.CONVERT else plan_rewrite(files, work, settings)
+        return plan_hot(files, settings, deletion_vectors)
+    return plan_rewrite(files, work, settings, deletion_vectors)

@@ -34,6 +34,19 @@ EQUALITY_DELETE_WEIGHT = 3
 FIXED_COST_BYTES = 4 * MIB
 
 
+# A partition's oldest live equality delete gets a conversion (the table's global deletes a
+# resolution) once it is this share of ``portable_within_seconds`` old, so that the conversion
+# commits within the target. From the delete's commit to the conversion's commit pass: this
+# share of the target; the turn that sees it due (the sidecar wakes for the due time, but a job
+# already running finishes first); then the conversion itself: a listing, key columns read for
+# the partition's files with deletes, one RowDelta through the writer's quiet window (a batch's
+# conversion's time is in its event; docs/compactor.md, "Portability"). Half the target for that
+# is the margin; waiting at all, rather than converting every batch's deletes as they land, lets one
+# conversion (one commit, one file per data file) cover the few batches the writer commits
+# meanwhile instead of doubling the table's commits.
+PORTABLE_SHARE = 0.5
+
+
 # What a compaction does: minor, delete-merge, equality-to-position, remove-dangling-deletes,
 # resolve-global-deletes. Its compaction event reports it, so the enum lives with the event.
 Work = CompactionKind
@@ -105,6 +118,31 @@ def global_work(stats: PartitionStats, oldest_write: float | None, now: float) -
     )
 
 
+def portability_due(oldest_write: float | None, settings: CompactorConfig) -> float | None:
+    """When a partition whose oldest live equality delete was committed at ``oldest_write``
+    needs its conversion (None: it has none, as far as this is told)."""
+    return None if oldest_write is None else oldest_write + PORTABLE_SHARE * settings.portable_within_seconds
+
+
+def portability_work(
+    stats: PartitionStats, oldest_write: float | None, now: float, settings: CompactorConfig, *, is_global: bool = False
+) -> tuple[Work, str] | None:
+    """What the portability target asks of a partition (or, ``is_global``, of a table's global
+    deletes) holding equality deletes, the oldest committed at ``oldest_write``: a conversion
+    (a resolution) once that one is ``PORTABLE_SHARE`` of the target old, hot or settled, whatever
+    its read budget says. Conversions only: merges and packs stay the read budget's and the settle
+    rules'. An equality delete of unknown age (its snapshot expired) is due at once."""
+    if not stats.equality_delete_files:
+        return None
+    due = portability_due(oldest_write, settings)
+    if due is not None and now < due:
+        return None
+    target = settings.portable_within_seconds
+    age = "of unknown age" if oldest_write is None else f"{max(0.0, now - oldest_write):.1f}s old"
+    work = Work.RESOLVE_GLOBAL_DELETES if is_global else Work.CONVERT
+    return work, f"oldest of {stats.equality_delete_files} equality-delete files {age} (portable within {target:g}s)"
+
+
 def needed_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, str] | None:
     """What a partition needs, with the reason, or None when it is healthy."""
     if stats.equality_delete_files:
@@ -160,6 +198,9 @@ class Candidate:
     cost: float
     hot: bool = False  # still being written: planned against its read budget (``plans.plan_hot``)
     data_bytes: int = 0  # the partition's live data (what a job compacting it reads at most)
+    # Work the portability target asks for: when its oldest equality delete reaches the target
+    # (it goes first, the most urgent first). None: work for reads and file counts.
+    due_by: float | None = None
 
     @property
     def priority(self) -> float:
@@ -167,10 +208,19 @@ class Candidate:
 
 
 def rank(candidates: Iterable[Candidate]) -> list[Candidate]:
-    """Global deletes first (every read of every partition pays for them, and resolving them
-    rewrites no data), then most read cost removed per byte rewritten; ties go to the bigger
-    benefit."""
+    """The portability target's conversions first, the nearest deadline first (a reader that
+    cannot apply equality deletes fails on the table until they are done, and they rewrite no
+    data); then global deletes (every read of every partition pays for them); then most read cost
+    removed per byte rewritten; ties go to the bigger benefit."""
     return sorted(
         candidates,
-        key=lambda c: (c.work is not Work.RESOLVE_GLOBAL_DELETES, -c.priority, -c.benefit, c.table, c.partition_path),
+        key=lambda c: (
+            c.due_by is None,
+            c.due_by or 0.0,
+            c.work is not Work.RESOLVE_GLOBAL_DELETES,
+            -c.priority,
+            -c.benefit,
+            c.table,
+            c.partition_path,
+        ),
     )

@@ -153,11 +153,10 @@ class CompactorSidecar:
         layout = self.layouts.get(table)
         if not job or layout is None:  # forgotten by a reconcile since they were ranked
             return []
-        events = self.compactions.run(job, layout)
+        events = self.compactions.run(job, layout)  # it re-reads the table before reporting the end
         for event in events:
             self.stats.outcomes[event.outcome.value] += 1
             self.stats.results.append(event)
-        self.reconciler.reconcile(table)
         self.status.write(force=True)  # no longer "compacting", with the new file counts
         return events
 
@@ -168,6 +167,9 @@ class CompactorSidecar:
         self._quiet.activity(self.feed.last_commit_event)
         self._quiet.catalog(self._catalog_waits(), now)
         waiting = any(self.membership.owns(s.table, s.path) for s in self.tracker.waiting(now))
+        # Asked from another thread while a job runs: its partition is neither due nor waiting,
+        # and what lands meanwhile is answered after it.
+        waiting = waiting or any(p.compacting for p in self.tracker)
         return turns.idle(
             joined=self.membership.joined,
             quiet_seconds=self._quiet.quiet_seconds(now),
@@ -188,7 +190,8 @@ class CompactorSidecar:
         stop = stop or threading.Event()
         log.info("compactor %s watching %s", self.replica, ", ".join(t.name for t in self.config.tables))
         while not stop.is_set():
-            events = self.run_once(poll_timeout=0.0 if self.candidates(self._clock()) else 1.0)
+            now = self._clock()
+            events = self.run_once(poll_timeout=turns.poll_timeout(bool(self.candidates(now)), self.tracker.next_due(), now))
             if not events and until_idle is not None and self.idle(until_idle) and self.idle_after_reconcile(until_idle):
                 log.info("no commit event for %.0fs and nothing left to do: stopping", until_idle)
                 break
@@ -259,6 +262,7 @@ def create_sidecar(
         clock=clock,
         on_start=lambda: status.write(force=True),
         key_index=key_index,
+        on_finish=reconciler.reconcile,
     )
     maintenance = MaintenanceRunner(
         replica=replica,

@@ -1,6 +1,7 @@
-"""``icecdc status``: every partition's state, files, deletes and read cost, and each table's
-unresolved global deletes (a "(global deletes)" row: its "last write" is when the oldest was
-committed). A running sidecar
+"""``icecdc status``: each table's portability (its oldest live equality delete against
+``compactor.portable_within_seconds``), every partition's state, files, deletes and read cost, and
+each table's unresolved global deletes (a "(global deletes)" row: its "last write" is when the
+oldest was committed). A running sidecar
 writes its own view (hot, settling, settled, compacting as it sees them) to a status file and
 refreshes its partition gauges; ``icecdc status`` shows that view while it is fresh, and
 otherwise one computed from table metadata alone (no Spark, no Kafka)."""
@@ -18,7 +19,7 @@ import orjson
 
 from icecdc.compactor import metrics
 from icecdc.compactor.metadata import load_table_partitions
-from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionStatus, PartitionTracker
+from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionStatus, PartitionTracker, TablePortability, status_portability
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config
 
@@ -39,13 +40,19 @@ class StatusReport:
     source: str  # which view this is: a running compactor's, or table metadata's
     updated: float
     partitions: list[PartitionStatus]
+    portable_within_seconds: float | None = None  # the portability target (None: a report older than it)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, document: dict[str, Any]) -> StatusReport:
-        return cls(document["source"], document["updated"], [PartitionStatus(**p) for p in document["partitions"]])
+        return cls(
+            document["source"],
+            document["updated"],
+            [PartitionStatus(**p) for p in document["partitions"]],
+            document.get("portable_within_seconds"),
+        )
 
 
 class StatusWriter:
@@ -72,6 +79,7 @@ class StatusWriter:
             return
         self._last = now
         rows = self._tracker.report(now, owned=self._owned)
+        portability = status_portability(rows)
         for table in self._config.tables:
             counts = dict.fromkeys(STATES, 0)
             global_files, oldest = 0, None
@@ -86,9 +94,12 @@ class StatusWriter:
                 metrics.PARTITIONS.labels(table.name, state).set(count)
             metrics.GLOBAL_DELETE_FILES.labels(table.name).set(global_files)
             metrics.GLOBAL_DELETE_AGE.labels(table.name).set(max(0.0, now - oldest) if global_files and oldest else 0.0)
+            if (known := portability.get(table.name)) is not None:
+                metrics.OLDEST_EQUALITY_DELETE_AGE.labels(table.name).set(known.oldest_age(now))
+                metrics.PORTABLE.labels(table.name).set(1 if known.portable else 0)
         path = status_path(self._config)
         path.parent.mkdir(parents=True, exist_ok=True)
-        report = StatusReport(f"compactor {self._replica}", now, rows)
+        report = StatusReport(f"compactor {self._replica}", now, rows, self._config.compactor.portable_within_seconds)
         temporary = path.with_suffix(".tmp")
         temporary.write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
         temporary.replace(path)
@@ -107,7 +118,9 @@ def collect(config: Config, now: float | None = None) -> StatusReport:
         loaded = load_table_partitions(catalog, config.table_ref(table), table, config.compactor)
         if loaded is not None:
             tracker.on_metadata(table.name, loaded.sequence_number, loaded.partitions)
-    return StatusReport("table metadata (no running compactor)", now, tracker.report(now))
+    return StatusReport(
+        "table metadata (no running compactor)", now, tracker.report(now), config.compactor.portable_within_seconds
+    )
 
 
 def _age(then: float | None, now: float) -> str:
@@ -133,6 +146,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
         "pos-del files",
         "pos-del rows",
         "last write",
+        "oldest eq-del",
         "last compaction",
         "read cost",
         "hot budget",
@@ -151,6 +165,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
                 str(p.position_delete_files),
                 str(p.position_delete_records),
                 _age(p.last_write if p.partition != GLOBAL_DELETES_PATH else p.oldest_write, now),
+                _age(p.oldest_write if p.equality_delete_files else None, now),
                 _age(p.last_compaction, now),
                 f"{p.read_cost} (ideal {p.ideal_read_cost})",
                 f"{p.read_budget:g}" + (" OVER" if p.state == "hot" and p.read_cost > p.read_budget else ""),
@@ -158,7 +173,22 @@ def render(report: StatusReport, now: float | None = None) -> str:
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [f"source: {report.source}"]
+    lines += [portability_line(t, report.portable_within_seconds, now) for t in status_portability(report.partitions).values()]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     if len(rows) == 1:
         lines.append("(no partitions with live files)")
     return "\n".join(lines)
+
+
+def portability_line(table: TablePortability, target: float | None, now: float) -> str:
+    """One table's portability: whether readers that cannot apply equality deletes can read it
+    now, and its oldest live equality delete against the target."""
+    if table.portable:
+        return f"{table.table}: portable (no live equality delete)"
+    age = "of unknown age" if table.oldest_write is None else f"{table.oldest_age(now):.1f}s old"
+    within = (
+        ""
+        if target is None or table.oldest_write is None
+        else f", {'within' if table.oldest_age(now) <= target else 'PAST'} the {target:g}s target"
+    )
+    return f"{table.table}: not portable: {table.equality_delete_files} live equality-delete files, the oldest {age}{within}"

@@ -28,6 +28,8 @@ from icecdc.compactor.policy import (
     hot_work,
     ideal_read_cost,
     needed_work,
+    portability_due,
+    portability_work,
     rank,
     read_budget,
     read_cost,
@@ -52,7 +54,8 @@ class PartitionMetadata:
     # The last commit that touched the partition, unless it was one of ours.
     last_write: float | None
     last_compaction: float | None
-    # The global deletes only: when the oldest live one was committed.
+    # When the commit that added its oldest live equality-delete file was made (None: none, or
+    # its snapshot is gone); for the global deletes, the oldest of them.
     oldest_write: float | None = None
 
 
@@ -80,7 +83,8 @@ class TrackedPartition:
     cadence: WriteCadence = field(default_factory=WriteCadence)
     last_compaction: float | None = None
     state: PartitionState = field(default_factory=Idle)
-    # The global deletes only: when the oldest live one was committed (their age in the status).
+    # When its oldest live equality-delete file was committed: what the portability target
+    # measures (``policy.portability_work``), and the age in the status.
     oldest_write: float | None = None
 
     @property
@@ -123,7 +127,44 @@ class PartitionStatus:
     # What the partition may cost while it is still written (``policy.read_budget``).
     read_budget: float = 0.0
     owned: bool | None = None  # whether this replica holds the partition's lease (None: not asked)
-    oldest_write: float | None = None  # the global deletes only: when the oldest live one was committed
+    # When its oldest live equality-delete file was committed (None: none live, or unknown).
+    oldest_write: float | None = None
+
+
+@dataclass(frozen=True)
+class TablePortability:
+    """Whether readers that cannot apply equality deletes can read a table now: its live
+    equality-delete files, partitioned and global, and when the oldest was committed."""
+
+    table: str
+    equality_delete_files: int = 0
+    oldest_write: float | None = None
+
+    @property
+    def portable(self) -> bool:
+        return not self.equality_delete_files
+
+    def oldest_age(self, now: float) -> float:
+        """Seconds since the oldest live equality delete was committed (0: none live, or unknown)."""
+        return max(0.0, now - self.oldest_write) if self.equality_delete_files and self.oldest_write is not None else 0.0
+
+
+def portability_of(partitions: Iterable[tuple[str, int, float | None]]) -> dict[str, TablePortability]:
+    """Each table's portability, from its partitions' (table, live equality-delete files, when
+    the oldest was committed)."""
+    tables: dict[str, TablePortability] = {}
+    for table, files, written in partitions:
+        known = tables.get(table, TablePortability(table))
+        oldest = known.oldest_write
+        if files and written is not None:
+            oldest = written if oldest is None else min(oldest, written)
+        tables[table] = TablePortability(table, known.equality_delete_files + files, oldest)
+    return tables
+
+
+def status_portability(rows: Iterable[PartitionStatus]) -> dict[str, TablePortability]:
+    """Each table's portability, from its status rows (the sidecar's or table metadata's)."""
+    return portability_of((r.table, r.equality_delete_files, r.oldest_write) for r in rows)
 
 
 def _add(stats: PartitionStats, delta: PartitionDelta, settings: CompactorConfig) -> PartitionStats:
@@ -172,13 +213,15 @@ class PartitionTracker:
             # Every file of the table is gone: only what this commit adds is left.
             for p in self._partitions.values():
                 if p.table == event.table:
-                    p.stats = PartitionStats()
+                    p.stats, p.oldest_write = PartitionStats(), None
         if event.partitions_omitted and not counted:
             self._unlisted.add(event.table)
         for delta in event.partitions:
             p = self._tracked(event.table, delta.partition_path, delta.partition)
             if not counted:
                 p.stats = _add(p.stats, delta, self.settings)
+                if delta.equality_delete_files:
+                    p.oldest_write = at if p.oldest_write is None else min(p.oldest_write, at)
             p.cadence.record(at)
         if event.global_delete_files:
             p = self._tracked(event.table, GLOBAL_DELETES_PATH, {})
@@ -188,7 +231,7 @@ class PartitionTracker:
                     equality_delete_files=p.stats.equality_delete_files + event.global_delete_files,
                     equality_delete_records=p.stats.equality_delete_records + event.global_delete_records,
                 )
-                p.oldest_write = p.oldest_write or at
+                p.oldest_write = at if p.oldest_write is None else min(p.oldest_write, at)
             p.cadence.record(at)
 
     def take_unlisted(self) -> set[str]:
@@ -209,10 +252,12 @@ class PartitionTracker:
                 p.cadence.record(meta.last_write)
             if meta.last_compaction is not None:
                 p.last_compaction = max(p.last_compaction or 0.0, meta.last_compaction)
-            if p.is_global:
-                p.oldest_write = meta.oldest_write
+            p.oldest_write = meta.oldest_write
         for key in [k for k in self._partitions if k[0] == table and k[1] not in partitions]:
-            if not self._partitions[key].compacting:
+            gone = self._partitions[key]
+            if gone.compacting:  # its job re-reads the table before it ends: no live file is left
+                gone.stats, gone.oldest_write = PartitionStats(), None
+            else:
                 del self._partitions[key]
 
     def phase_of(self, partition: TrackedPartition, now: float) -> PartitionPhase:
@@ -257,43 +302,85 @@ class PartitionTracker:
     def _settled(self, partition: TrackedPartition, now: float) -> bool:
         return phase(partition.cadence, now, self.settings.settle) is Phase.SETTLED
 
-    def _due(self, partition: TrackedPartition, now: float) -> tuple[Work, str, bool] | None:
-        """(work, reason, hot) for a partition that needs work now. A settled partition gets
-        what it needs; one still being written only what keeps it within its read budget."""
+    def portability_due_at(self, partition: TrackedPartition) -> float | None:
+        """When the portability target asks for a conversion of the partition: once its oldest
+        equality delete is ``policy.PORTABLE_SHARE`` of the target old, and not before a backoff
+        ends (None: it holds none, or an attempt on it is under way)."""
+        state = partition.state
+        if not partition.stats.equality_delete_files or isinstance(state, Compacting):
+            return None
+        # No "answered" here: the statistics are re-read from metadata after each of our own
+        # compactions, and a conversion removes every equality delete it lists, so equality
+        # deletes still counted are live ones (a delete merge on format v3, or a pack, leaves
+        # the deletes of the files it does not rewrite to the conversion).
+        due = portability_due(partition.oldest_write, self.settings)
+        due = float("-inf") if due is None else due
+        return max(due, state.retry_at) if isinstance(state, BackingOff) else due
+
+    def next_due(self) -> float | None:
+        """The earliest time the portability target asks for a conversion (the sidecar waits no
+        longer than this for events)."""
+        due = [at for p in self._partitions.values() if (at := self.portability_due_at(p)) is not None]
+        return min(due, default=None)
+
+    def _due(self, partition: TrackedPartition, now: float) -> tuple[Work, str, bool, float | None] | None:
+        """(work, reason, hot, due_by) for a partition that needs work now. The portability
+        target first: a partition whose oldest equality delete is due gets a conversion, hot or
+        settled (done as work on a hot partition: it leaves the settled partition's work to do).
+        Otherwise a settled partition gets what it needs; one still being written only what
+        keeps it within its read budget."""
         state, stats, settled = partition.state, partition.stats, self._settled(partition, now)
+        portable_at = self.portability_due_at(partition)
+        if portable_at is not None and now >= portable_at:
+            portable = portability_work(stats, partition.oldest_write, now, self.settings, is_global=partition.is_global)
+            if portable is not None:
+                oldest = partition.oldest_write
+                return (*portable, True, now if oldest is None else oldest + self.settings.portable_within_seconds)
         if isinstance(state, Compacting) or partition.answered(settled):
             return None
         if isinstance(state, BackingOff) and now < state.retry_at:
             return None
         if partition.is_global:  # resolved at once, written or not: every read of every partition pays for them
             work = global_work(stats, partition.oldest_write, now)
-            return None if work is None else (*work, False)
+            return None if work is None else (*work, False, None)
         if settled:
             work = needed_work(stats, self.settings)
-            return None if work is None else (*work, False)
+            return None if work is None else (*work, False, None)
         hot = hot_work(stats, self.settings)
-        return None if hot is None else (*hot, True)
+        return None if hot is None else (*hot, True, None)
 
     def candidates(self, now: float) -> list[Candidate]:
         out = []
         for p in self._partitions.values():
             due = self._due(p, now)
             if due is not None:
-                work, reason, hot = due
+                work, reason, hot, due_by = due
                 benefit, cost = benefit_and_cost(p.stats, work, self.settings)
-                out.append(Candidate(p.table, p.path, work, reason, benefit, cost, hot, p.stats.data_bytes))
+                out.append(Candidate(p.table, p.path, work, reason, benefit, cost, hot, p.stats.data_bytes, due_by))
         return rank(out)
 
     def waiting(self, now: float) -> list[TrackedPartition]:
-        """Partitions that need work which is not due yet (still hot, or backing off)."""
+        """Partitions that need work which is not due yet (still hot, backing off, or holding
+        equality deletes the portability target has not asked to convert yet)."""
         return [
             p
             for p in self._partitions.values()
             if not p.compacting
-            and not p.answered(self._settled(p, now))
-            and (global_work(p.stats, p.oldest_write, now) if p.is_global else needed_work(p.stats, self.settings)) is not None
+            and (
+                self.portability_due_at(p) is not None
+                or (
+                    not p.answered(self._settled(p, now))
+                    and (global_work(p.stats, p.oldest_write, now) if p.is_global else needed_work(p.stats, self.settings))
+                    is not None
+                )
+            )
             and self._due(p, now) is None
         ]
+
+    def portability(self, table: str) -> TablePortability:
+        """The table's portability as this tracker knows it now."""
+        mine = ((p.table, p.stats.equality_delete_files, p.oldest_write) for p in self._partitions.values() if p.table == table)
+        return portability_of(mine).get(table, TablePortability(table))
 
     def report(
         self, now: float, tables: Iterable[str] | None = None, owned: Callable[[str, str], bool] | None = None

@@ -89,6 +89,23 @@ def next_step(
     return None
 
 
+# With nothing to do, the loop waits at most this long for events before it looks again.
+IDLE_POLL_SECONDS = 1.0
+
+
+def poll_timeout(has_candidates: bool, next_due: float | None, now: float) -> float:
+    """How long the next turn may wait for events: not at all with work to do; else until the
+    portability target next asks for a conversion (``tracker.next_due``), at most
+    ``IDLE_POLL_SECONDS``. A commit event ends the wait sooner. A due time already past is work
+    this replica cannot do now (another replica's partition, a maintenance run on the table): it
+    does not shorten the wait."""
+    if has_candidates:
+        return 0.0
+    if next_due is None or next_due <= now:
+        return IDLE_POLL_SECONDS
+    return min(IDLE_POLL_SECONDS, next_due - now)
+
+
 def idle(*, joined: bool, quiet_seconds: float, until_idle: float, has_candidates: bool, waiting: bool) -> bool:
     """Whether ``--until-idle`` may stop the sidecar: in its group, quiet (no commit event and no
     wait on the catalog, ``icecdc.domain.idle``) for ``until_idle`` seconds, nothing due and nothing

@@ -159,6 +159,11 @@ class CompactionEvent(CompactionCounts):
     finished_ms: int
     reason: str | None = None
     attempt: int = 1
+    # The table's portability as the replica knew it when it made the event (after re-reading
+    # the table, for an attempt's end): its oldest live equality-delete file's age (0: none), and
+    # whether none is live (readers that cannot apply equality deletes can read it).
+    oldest_equality_delete_age_seconds: float | None = None
+    portable: bool | None = None
     version: int = EVENT_VERSION
 
     @classmethod
@@ -176,6 +181,8 @@ class CompactionEvent(CompactionCounts):
         started: float,
         finished: float,
         counts: CompactionCounts | None,
+        oldest_equality_delete_age_seconds: float | None = None,
+        portable: bool | None = None,
     ) -> CompactionEvent:
         """The event of an attempt that started at ``started`` and ended (or, for ``started``,
         began) at ``finished`` (epoch seconds), with its counts when it has any."""
@@ -192,6 +199,8 @@ class CompactionEvent(CompactionCounts):
             attempt=attempt,
             started_ms=int(started * 1000),
             finished_ms=int(finished * 1000),
+            oldest_equality_delete_age_seconds=oldest_equality_delete_age_seconds,
+            portable=portable,
         )
 
     def to_json(self) -> bytes:

@@ -300,6 +300,13 @@ class CompactorConfig(_Strict):
     # this many bytes the least recently converted partitions are evicted (read again on their
     # next conversion). 0: no index, every conversion reads its partition's keys in a Spark job.
     key_index_max_bytes: int = Field(default=256 * MIB, ge=0)
+    # The portability target (docs/compactor.md, "Portability"): no live equality-delete file,
+    # partitioned or global, older than this, in any partition, hot or settled, while the writer
+    # writes. Readers that cannot apply equality deletes (Snowflake, Databricks, pyiceberg,
+    # Polars; Dremio for global ones) read the table once none is live. A partition whose oldest
+    # equality delete reaches half of it gets a conversion (or the table a resolution of its
+    # global deletes), ranked ahead of every merge and pack (``policy.portability_work``).
+    portable_within_seconds: float = Field(default=10.0, gt=0)
     # How often every table's metadata is re-read, to catch what commit events missed.
     reconcile_seconds: float = Field(default=60.0, gt=0)
     # A failed compaction is retried after retry_base_seconds * 2^(n-1) (jittered, capped),

@@ -15,8 +15,9 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
+from icecdc.compactor import turns
 from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_conversion, plan_hot, plan_rewrite
-from icecdc.compactor.policy import Work
+from icecdc.compactor.policy import PORTABLE_SHARE, Work
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.domain.events import CompactionOutcome
@@ -165,3 +166,70 @@ def test_the_sidecar_keeps_a_partition_under_constant_writes_within_its_read_bud
     # The sidecar answered the last batch too (it went idle): the partition is within its budget
     # of 4 x one target-sized file.
     assert data + positions + 3 * equality <= 4, (data, positions, equality)
+
+
+@pytest.mark.slow
+def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spark, stack_config, unique, caplog):
+    """The portability target on the real stack: a writer updates two partitions back to back
+    while the sidecar runs beside it, its read budget set so high that only the target asks for
+    work, and its partitions never settle. Sampled from the table's metadata after every batch, no
+    live equality delete is older than the age at which the policy asks for its conversion plus
+    the time the jobs ahead of it and its own take (one job at a time, each as long as the longest
+    conversion's event says: the one running when it comes due, one for each other partition, and
+    its own): ``portable_within_seconds`` when conversions take what they take on an idle machine. Once the writer stops, the sidecar leaves
+    none at all, and the table holds the rows the stream implies."""
+    caplog.set_level(logging.INFO, logger="icecdc")
+    settle = {"cadence_multiple": 100, "min_seconds": 3600, "initial_seconds": 3600, "max_seconds": 7200}
+    config = region_table(
+        compactor_config(stack_config, unique, hot_read_budget=1000, settle=settle, portable_within_seconds=10), 2
+    )
+    target = config.compactor.portable_within_seconds
+    stop = threading.Event()
+    ages: list[float] = []
+
+    def oldest_age() -> float:
+        now = time.time()  # before the read: an age never larger than it was
+        loaded = table_metadata(config)
+        oldest = [m.oldest_write for m in loaded.partitions.values() if m.stats.equality_delete_files and m.oldest_write]
+        return now - min(oldest) if oldest else 0.0
+
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, REGIONS[k % 2], k, 0) for k in range(1, 200)])
+        sidecar = create_sidecar(config, spark)
+        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
+        worker.start()
+        try:
+            # Two targets of writing: the deletes reach the share that asks for a conversion
+            # several times over.
+            writing_until = time.monotonic() + 2 * target
+            n = 0
+            while time.monotonic() < writing_until:
+                n += 1
+                stream([src.upsert(k, REGIONS[(k + n) % 2], n, 0) for k in range(n % 7 + 1, 200, 7)])
+                ages.append(oldest_age())
+            # The writer stopped: the last batches' deletes are converted too, within what a turn
+            # may take to answer (a join, a quiet wait and a backoff per commit attempt).
+            coordination = config.coordinator
+            deadline = time.monotonic() + (
+                3 * coordination.session_timeout_seconds
+                + coordination.commit_attempts * (coordination.max_quiet_wait_seconds + coordination.commit_backoff_max_seconds)
+            )
+            while (age := oldest_age()) and time.monotonic() < deadline:
+                ages.append(age)
+                time.sleep(0.5)
+            ages.append(oldest_age())
+        finally:
+            stop.set()
+            worker.join(60)
+            sidecar.close()
+
+    events = sidecar.stats.results
+    converted = [e for e in events if e.kind == "equality-to-position" and e.outcome is CompactionOutcome.COMMITTED]
+    assert converted and all(e.kind == "equality-to-position" for e in events), events  # conversions only
+    longest = max(e.finished_ms - e.started_ms for e in converted) / 1000
+    bound = PORTABLE_SHARE * target + turns.IDLE_POLL_SECONDS + (len(REGIONS) + 1) * longest
+    assert max(ages) <= max(bound, target), (ages, bound, [(e.reason, e.finished_ms - e.started_ms) for e in converted])
+    assert ages[-1] == 0.0 and converted[-1].portable, ages
+    assert table_rows(spark, qualified(config)) == src.expected_rows()

@@ -126,9 +126,15 @@ def test_metrics_and_health_answer_during_ingest_and_compaction(spark, stack_con
     )
     metrics = scrape(compactor_port)
     stats = compactor.finish()
-    assert metrics[("icecdc_compactions_total", committed)] == stats.committed == 1
-    assert metrics[("icecdc_compactor_data_files_removed_total", label)] == stats.results[0].data_files_rewritten == 3
+    merges = [e for e in stats.results if e.kind == "delete-merge" and e.outcome == "committed"]
+    assert metrics[("icecdc_compactions_total", committed)] == len(merges) == 1
+    assert metrics[("icecdc_compactor_data_files_removed_total", label)] == merges[0].data_files_rewritten == 3
     assert metrics[("icecdc_compactor_partitions", settled)] == 1
+    # The table ends portable, and the writer's bytes are counted beside the compactor's.
+    assert merges[0].portable and merges[0].oldest_equality_delete_age_seconds == 0.0
+    assert metrics[("icecdc_compactor_portable", label)] == 1
+    assert metrics[("icecdc_compactor_oldest_equality_delete_age_seconds", label)] == 0.0
+    assert metrics[("icecdc_compactor_writer_bytes_total", label)] > 0
     assert table_rows(spark, config.table_ref(table).qualified) == source.expected_rows()
 
 

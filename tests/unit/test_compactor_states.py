@@ -289,14 +289,18 @@ class TrackerMachine(RuleBasedStateMachine):
             needs = global_work(p.stats, p.oldest_write, self.now) if p.is_global else needed_work(p.stats, SETTINGS)
             if needs is not None and not p.answered(settled):
                 assert p.key in due | waiting, "work needed is due or waiting"
+            portable_at = self.tracker.portability_due_at(p)
+            if portable_at is not None:
+                # Due once the share of the target is reached, hot or settled, answered or not.
+                assert p.key in (due if portable_at <= self.now else due | waiting), "the portability target's conversion"
         assert [(p.key, p.state, p.last_compaction, p.stats) for p in self.tracker] == before, "reading changes nothing"
 
     def _answered_until_the_next_write(self, p: TrackedPartition, expected: Expected, settled: bool, wanted: set[Key]) -> None:
         answer = expected.answer
         holds = answer is not None and answer[0] == p.cadence.last_write and not (settled and answer[1])
         assert p.answered(settled) == holds, (p.state, p.cadence.last_write, settled)
-        if holds:
-            assert p.key not in wanted
+        if holds:  # unless the portability target asks for a conversion: that is not answered
+            assert p.key not in wanted or self.tracker.portability_due_at(p) is not None
 
     def _backoff_grows_within_its_bound_and_resets(self, p: TrackedPartition, expected: Expected, due: set[Key]) -> None:
         assert isinstance(p.state, BackingOff) == (expected.failures > 0), (p.state, expected)

@@ -72,3 +72,23 @@ def test_commit_event_shape():
     validator(COMMIT_EVENT)(event)
     with pytest.raises(SchemaError):
         validator(COMMIT_EVENT)({**event, "partitions": [{"partition": {}}]})
+
+
+def test_compaction_event_shape_with_and_without_the_tables_portability():
+    event = {
+        "version": 1,
+        "table": "db.t",
+        "partition": {"region": "eu"},
+        "kind": "equality-to-position",
+        "outcome": "committed",
+        "replica": "r1",
+        "starting_snapshot_id": 5,
+        "started_ms": 1,
+        "finished_ms": 2,
+    }
+    validator(COMPACTION_EVENT)(event)  # an older replica's: the fields are additive
+    validator(COMPACTION_EVENT)({**event, "oldest_equality_delete_age_seconds": 4.2, "portable": False})
+    validator(COMPACTION_EVENT)({**event, "oldest_equality_delete_age_seconds": None, "portable": None})
+    for wrong in ({"oldest_equality_delete_age_seconds": -1}, {"portable": "yes"}):
+        with pytest.raises(SchemaError):
+            validator(COMPACTION_EVENT)({**event, **wrong})
