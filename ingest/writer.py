@@ -41,7 +41,7 @@ from icecdc.ingest.plan import DeadLetter, IngestStats, JobResult, Position, Tab
 from icecdc.ingest.publish import CommitEventPublisher, DeadLetterTopic
 from icecdc.ingest.unavailable import Key, unavailable_detail
 from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
+from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, write_local_files_unchecksummed
 from icecdc.runtime import failpoints
 from icecdc.runtime.catalog import load_metadata_table, metadata_call, pyiceberg_catalog
 from icecdc.runtime.config import Config
@@ -109,6 +109,8 @@ class BatchResult:
     seconds: float
     # table -> how long its Iceberg commit took (the writer's commit latency, per table).
     commit_seconds: dict[str, float] = field(default_factory=dict)
+    offsets_seconds: float = 0.0  # reading the tables' committed offsets at the batch's start
+    commits_wall_seconds: float = 0.0  # every table's commit, side by side, start to end
 
 
 class BatchRunner:
@@ -160,6 +162,7 @@ class BatchRunner:
         started = self._clock()
         tag = f"{self.source_name}:{batch_id}"
         committed = self.committed_offsets()
+        offsets_read = self._clock()
         positions = self.topic_positions(committed)
         first = job = self._job.run(df, self.layouts, positions, tag, {})
         self.stats.last_job_seconds = job.seconds
@@ -170,7 +173,9 @@ class BatchRunner:
                 self._evolve(table, changes)
             job = self._job.run(df, self.layouts, redo.positions, tag, redo.truncate_lsns)
             self.stats.last_job_seconds += job.seconds
-        result = self._finish(tag, committed, first, job, redos.truncated, started)
+        result = replace(
+            self._finish(tag, committed, first, job, redos.truncated, started), offsets_seconds=offsets_read - started
+        )
         metrics.BATCH_SECONDS.observe(result.seconds)
         self._log(result)
         return result
@@ -223,10 +228,14 @@ class BatchRunner:
         self._failpoint("after-dead-letters")
         self._count_not_written(job)
 
+        commits_started = self._clock()
         done = self._commit_all(plan.table_commits(tag, committed, first, job, truncated, letters), job)
+        ended = self._clock()
         commits = {table: snapshot for table, snapshot, _ in done}
         commit_seconds = {table: seconds for table, _, seconds in done}
-        return BatchResult(tag, records, len(letters), commits, self._clock() - started, commit_seconds)
+        return BatchResult(
+            tag, records, len(letters), commits, ended - started, commit_seconds, commits_wall_seconds=ended - commits_started
+        )
 
     def _resolve_unavailable(self, tag: str, job: JobResult, truncated: Truncates) -> list[DeadLetter]:
         """Complete the rows whose unsent (TOAST) values the batch does not hold from their keys'
@@ -387,6 +396,11 @@ class BatchRunner:
             )
 
 
+def local_warehouse(catalog_properties: Mapping[str, str]) -> bool:
+    """Whether the catalog's warehouse is a path on this host's file system."""
+    return catalog_properties.get("warehouse", "").startswith(("/", "file:"))
+
+
 def _unresolvable_detail(row: unavailable.UnresolvedRow) -> str:
     why = "the row has no earlier version to take them from (neither in the batch nor in the table)"
     return unavailable_detail(row.key, row.image.unresolved, why)
@@ -413,6 +427,8 @@ class BatchWriter:
         names = [table.name for table in config.tables]
         layouts = self._load_layouts(names, "table {ref} does not exist (icecdc creates it when its config has a schema)")
         bridge = JavaBridge(spark)
+        if local_warehouse(config.catalog.properties):
+            write_local_files_unchecksummed(bridge)
         self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in names}
         rules = {table.name: table.source_rules for table in config.tables}
         for name, layout in layouts.items():

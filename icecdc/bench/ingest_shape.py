@@ -62,6 +62,8 @@ class ShapePoint:
     seconds: list[float] = field(default_factory=list)
     job_seconds: list[float] = field(default_factory=list)  # the Spark job: parse, reduce, write files
     commit_seconds: list[float] = field(default_factory=list)  # the commits of every table
+    offsets_seconds: list[float] = field(default_factory=list)  # the committed offsets read at the start
+    commits_wall_seconds: list[float] = field(default_factory=list)  # the commits, side by side, start to end
     heap_peak_mib: float = 0.0
     workers_peak_mib: float = 0.0
     driver_growth_mib: float = 0.0
@@ -118,6 +120,8 @@ def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads:
                 point.seconds.append(seconds)
                 point.job_seconds.append(feed.writer.stats.last_job_seconds)
                 point.commit_seconds.append(sum(result.commit_seconds.values()))
+                point.offsets_seconds.append(result.offsets_seconds)
+                point.commits_wall_seconds.append(result.commits_wall_seconds)
                 point.heap_peak_mib = max(point.heap_peak_mib, bridge.heap_peak_bytes() / 2**20)
                 point.workers_peak_mib = max(point.workers_peak_mib, workers.peak_kib / 1024)
                 point.driver_growth_mib = max(point.driver_growth_mib, max(0, rss_kib("VmHWM") - driver_before) / 1024)
@@ -176,6 +180,8 @@ def _rows(points: list[ShapePoint]) -> list[list[Any]]:
             p.commit_threads,
             f"{p.median:.2f}",
             f"{statistics.median(p.job_seconds):.2f}",
+            f"{statistics.median(p.offsets_seconds):.3f}",
+            f"{statistics.median(p.commits_wall_seconds):.2f}",
             f"{statistics.median(p.commit_seconds):.2f}",
             f"{p.records_per_second:,.0f}",
             f"{min(p.seconds):.2f}-{max(p.seconds):.2f}",
@@ -194,6 +200,8 @@ def summary(results: ShapeResults) -> str:
         "commit threads",
         "s/batch",
         "Spark job s",
+        "offsets read s",
+        "commits s (wall)",
         "commit s (sum over tables)",
         "records/s",
         "range s",

@@ -79,3 +79,83 @@ def test_fast_time_transforms_agree_with_pyiceberg(transform, source_type):
     exact = _transform_function(transform, source_type)
     values = [0, -1, 1, 86_399_999_999, -86_400_000_001, *random.Random(3).sample(range(-(10**17), 10**17), 500)]
     assert [term.apply(v) for v in values] == [exact(v) for v in values]
+
+
+class _JavaMap:
+    """A Java ``Map`` of strings as py4j shows it, counting the round trips of each kind."""
+
+    def __init__(self, values):
+        self._values = values
+        self.calls = {"get": 0, "entrySet": 0}
+
+    def get(self, key):
+        self.calls["get"] += 1
+        return self._values.get(key)
+
+    def size(self):
+        return len(self._values)
+
+    def entrySet(self):
+        self.calls["entrySet"] += 1
+        entries = iter([_Entry(k, v) for k, v in self._values.items()])
+        return _Iterable(entries)
+
+
+class _Entry:
+    def __init__(self, key, value):
+        self.getKey, self.getValue = (lambda: key), (lambda: value)
+
+
+class _Iterable:
+    def __init__(self, items):
+        self._items = list(items)
+
+    def iterator(self):
+        items = iter(self._items)
+        pending = [next(items, None)]
+
+        class _It:
+            def hasNext(self):
+                return pending[0] is not None
+
+            def next(self):
+                value, pending[0] = pending[0], next(items, None)
+                return value
+
+        return _It()
+
+
+def test_committed_offsets_read_java_summaries_key_by_key():
+    from icecdc.jvm.tables import JavaSummary
+
+    compaction = _JavaMap({"operation": "replace", "added-data-files": "3"})
+    ingest = _JavaMap({summary.OFFSETS: '{"t": {"0": 5, "1": 9}}', summary.BATCH_ID: "kafka:4"})
+    older = _JavaMap({summary.OFFSETS: '{"t": {"0": 1}}'})
+    assert offsets.committed_offsets(JavaSummary(m) for m in (compaction, ingest, older)) == {"t": {0: 5, 1: 9}}
+    # One lookup a snapshot up to the newest with offsets; no summary copied whole, none past it.
+    assert [m.calls for m in (compaction, ingest, older)] == [
+        {"get": 1, "entrySet": 0},
+        {"get": 1, "entrySet": 0},
+        {"get": 0, "entrySet": 0},
+    ]
+
+
+def test_a_java_summary_is_a_mapping_of_its_entries():
+    from icecdc.jvm.tables import JavaSummary
+
+    values = {summary.BATCH_ID: "kafka:4", "operation": "overwrite"}
+    java = JavaSummary(_JavaMap(values))
+    assert dict(java) == values
+    assert len(java) == 2
+    assert java.get("missing") is None
+    with pytest.raises(KeyError):
+        java["missing"]
+
+
+@pytest.mark.parametrize(
+    ("warehouse", "local"), [("/var/lake", True), ("file:/var/lake", True), ("s3://bucket/lake", False), ("", False)]
+)
+def test_a_warehouse_on_a_local_path_is_local(warehouse, local):
+    from icecdc.ingest.writer import local_warehouse
+
+    assert local_warehouse({"warehouse": warehouse} if warehouse else {}) is local
