@@ -197,6 +197,11 @@ def flavoured_batches(
 
 
 def table_rows(spark: Any, qualified_name: str) -> list[tuple[Any, ...]]:
+    # The Spark catalog caches a loaded table (Iceberg's CachingCatalog, entries expire 30 s after
+    # their last use) and does not refresh it for a read. Once an entry expired, the next load (a
+    # read, or the sidecar's) holds a new instance that the writer's commits through its own do
+    # not update: on a loaded machine a read just after a batch then saw the table before it.
+    spark.sql(f"REFRESH TABLE {qualified_name}")
     return sorted(tuple(r) for r in spark.table(qualified_name).select("id", "region", "amount", "updated_at").collect())
 
 
