@@ -39,6 +39,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from icecdc.bench import out_argument
+from icecdc.bench.report import pyplot
 from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.key_index_loader import ParquetFiles, convert_with_index
 from icecdc.compactor.plans import PartitionFiles
@@ -65,7 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--batches", type=int, default=7)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--no-spark", dest="spark", action="store_false", help="leave out the Spark job way")
-    out_argument(parser, "no plot")
+    out_argument(parser)
     state_dir_argument(parser)  # unused: its files are in a temporary directory
 
 
@@ -161,8 +162,32 @@ def main(args: argparse.Namespace) -> int:
         orjson.dumps({"runs": runs, "args": _plain(vars(args))}, option=orjson.OPT_INDENT_2)
     )
     (args.out / "conversion.md").write_text(summary)
+    _plot(runs, args.out / "conversion.png", partition_bytes)
     print(summary)
     return 0
+
+
+def _plot(runs: dict[str, list[dict[str, float]]], path: Path, partition_bytes: int) -> None:
+    """Seconds and MB read per batch, one bar per way (median, min-max)."""
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    ways = list(runs)
+    for ax, (measure, scale, title) in zip(
+        axes, (("seconds", 1.0, "seconds a batch (min-max)"), ("bytes_read", 1e-6, "MB read a batch")), strict=True
+    ):
+        values = [[m[measure] * scale for m in runs[way]] for way in ways]
+        medians = [statistics.median(v) for v in values]
+        errors = [
+            [m - min(v) for m, v in zip(medians, values, strict=True)],
+            [max(v) - m for m, v in zip(medians, values, strict=True)],
+        ]
+        ax.bar(range(len(ways)), medians, yerr=errors)
+        ax.set_xticks(range(len(ways)), ways, fontsize=8)
+        ax.set_title(f"{title}, a {partition_bytes / 1e6:.0f} MB partition", fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def _local_spark() -> Any:
@@ -207,13 +232,16 @@ def _summary(
         mb = [m["bytes_read"] / 1e6 for m in measured]
         files = [m["data_files_read"] for m in measured]
         lines.append(f"| {way} | {_spread([m['seconds'] for m in measured])} | {_spread(mb)} | {statistics.median(files):.0f} |")
-    ratio = statistics.median(m["seconds"] for m in runs[list(runs)[-1]]) / statistics.median(
-        m["seconds"] for m in runs["key index"]
+    indexed = statistics.median(m["seconds"] for m in runs["key index"])
+    ratios = "; ".join(
+        f"{way} / key index: {statistics.median(m['seconds'] for m in measured) / indexed:.1f}x in seconds"
+        for way, measured in runs.items()
+        if way != "key index"
     )
     lines += [
         "",
         (
-            f"{list(runs)[-1]} / key index: {ratio:.1f}x in seconds; index built in {build:.2f}s (first touch or restart), "
+            f"{ratios}; index built in {build:.2f}s (first touch or restart), "
             f"{index.bytes_per_key():.1f} bytes per key ({index.nbytes / 1e6:.1f} MB for {index.keys} keys)"
         ),
     ]

@@ -290,3 +290,31 @@ def test_contention_benchmark_harness(tmp_path):
         assert {"commit_attempts", "conflict_rate"} <= set(results["modes"][mode]["compactor"])
     assert (out / "contention.png").stat().st_size > 0
     assert "| coordinated |" in (out / "contention.md").read_text()
+
+
+def test_parse_benchmark_harness(tmp_path):
+    """A short ``icecdc bench parse``: both paths measured on both message shapes (the bench checks
+    that they give the same rows), JSON, plot and summary written."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench", "parse", "--state-dir", str(tmp_path / "state"), "--changes", "300", "--repeats", "2", "--out", str(out)
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert (out / "parse.json").stat().st_size > 0 and (out / "parse.png").stat().st_size > 0
+    text = (out / "parse.md").read_text()
+    assert all(f"| {shape} |" in text for shape in ("generator", "connector")), text
+
+
+def test_conversion_benchmark_harness(tmp_path):
+    """A short ``icecdc bench conversion`` with its Spark way: every way converts exactly the
+    batch's rows (the bench asserts it), JSON, plot and summary written."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench", "conversion", "--state-dir", str(tmp_path / "state"), "--rows", "4000", "--files", "2",
+        "--changes", "50", "--batches", "2", "--out", str(out), timeout=600,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    runs = orjson.loads((out / "conversion.json").read_bytes())["runs"]
+    assert set(runs) == {"reading keys", "key index", "reading keys, Spark job"}
+    assert all(len(measured) == 2 and all(m["positions"] == 50 for m in measured) for measured in runs.values())
+    assert (out / "conversion.png").stat().st_size > 0
