@@ -309,7 +309,7 @@ def decode_value(column: Column, value: Any, logical: Mapping[str, Any] | None =
             raise _bad(column, value, "is not base64 bytes")
         try:
             base64.b64decode(value, validate=True)
-        except binascii.Error:
+        except ValueError:  # binascii.Error, and non-ASCII text (which b64decode refuses before decoding)
             raise _bad(column, value, "is not base64 bytes") from None
         return value
     raise _bad(column, value, f"has an unsupported column type {kind}")

@@ -200,8 +200,12 @@ def table_rows(spark: Any, qualified_name: str) -> list[tuple[Any, ...]]:
     # The Spark catalog caches a loaded table (Iceberg's CachingCatalog, entries expire 30 s after
     # their last use) and does not refresh it for a read. Once an entry expired, the next load (a
     # read, or the sidecar's) holds a new instance that the writer's commits through its own do
-    # not update: on a loaded machine a read just after a batch then saw the table before it.
-    spark.sql(f"REFRESH TABLE {qualified_name}")
+    # not update: on a loaded machine a read just after a batch then saw the table before it. So
+    # the cached instance is refreshed in place (``REFRESH TABLE`` would drop it from the cache
+    # instead, and part the table adapters' instance from the one Spark reads).
+    catalog, identifier = qualified_name.split(".", 1)
+    plugin = spark._jsparkSession.sessionState().catalogManager().catalog(catalog)
+    plugin.icebergCatalog().loadTable(spark._jvm.org.apache.iceberg.catalog.TableIdentifier.parse(identifier)).refresh()
     return sorted(tuple(r) for r in spark.table(qualified_name).select("id", "region", "amount", "updated_at").collect())
 
 

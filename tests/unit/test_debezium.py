@@ -155,6 +155,7 @@ def test_values(column, raw, expected):
         (Column("x", "timestamp"), "yesterday", "is not a timestamp"),
         (Column("x", "date"), "02/01/2025", "is not a date"),
         (Column("x", "binary"), "%%%", "is not base64"),
+        (Column("x", "binary"), "AAé=", "is not base64"),  # non-ASCII: b64decode's ValueError, not binascii.Error
     ],
 )
 def test_bad_values_are_rejected_with_the_column(column, raw, why):
