@@ -230,7 +230,7 @@ def _rows(
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
 @given(data=st.data())
 def test_the_fast_path_parses_every_stream_as_the_python_path_does(data: st.DataObject) -> None:
     layout, rules, schema, kinds = data.draw(tables())
