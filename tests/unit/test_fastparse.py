@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from icecdc.bench import parse as parse_bench
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnavailableValues, UnknownPartition
 from icecdc.ingest.debezium import UNAVAILABLE_PLACEHOLDER, UNAVAILABLE_PLACEHOLDER_BASE64
@@ -409,3 +410,15 @@ def test_a_stream_of_the_common_case_is_parsed_alike_by_both_paths() -> None:
     assert fast == _rows(layout, rules, batch, False, {})
     assert sum(row["op"] in "curd" for row in fast) == 100 and not any(row["reason"] for row in fast)
     assert next(row for row in fast if row["op"] == Tag.MARK)["records"] == 100
+
+
+def test_connector_records_of_a_table_with_postgres_types_take_the_fast_path() -> None:
+    """A timestamptz (ZonedTimestamp text), a double precision and a bytea, as ``bench parse``'s
+    connector-pg-types shape sends them: every record taken, and read as the Python path reads it."""
+    batches = parse_bench.record_batches(parse_bench.PG_TYPES, 300, 1000)
+    values = [v for batch in batches for v in batch.column("value").to_pylist()]
+    layout, rules = parse_bench.orders_layout(parse_bench.PG_TYPES), SourceRules(before_image=BeforeImage.FULL)
+    assert len(FastParser(layout, rules).parse(values).positions) == len(values)
+    batch = [{**row, "topic": TOPIC} for b in batches for row in b.to_pylist()]
+    layout = TableLayout(layout.table, TOPIC, layout.columns, layout.field_ids, layout.primary_key, layout.partition, 0, "/w")
+    assert _rows(layout, rules, batch, True, {}) == _rows(layout, rules, batch, False, {})
