@@ -17,11 +17,12 @@ hour, is rendered one by one with ``to_key_change`` itself and orjson.
 A record the fast path cannot take as the Python path would goes to the Python path, whole, so
 every dead-letter reason and every rule stays where it is: a tombstone; anything but a compact
 ``{"schema":...,"payload":{...}}`` or a bare ``{...}`` on one line; a schema that asks for a
-column change or that the table cannot take; a column type or logical type the fast path does not
-read (floats, binary, times of day, ISO-8601 dates and timestamps, variable-scale decimals: the
+column change or that the table cannot take; a column sent as a variable-scale decimal (the
 table's records all go the Python way); an op other than c, r, u, d; a null or absent ``source``,
-row image or key value; a value that is not canonical (a decimal to quantize, an int out of
-range, a JSON type the column does not take); Debezium's unavailable-value placeholder when the
+row image or key value; a value that is not canonical or not provably read as ``decode_value``
+reads it (a decimal to quantize, an int out of range, a JSON type the column does not take, an
+ISO-8601 text outside the strict form read here, a float that is not finite or a negative zero,
+base64 that is not padded); Debezium's unavailable-value placeholder when the
 table resolves or dead-letters it; a delete carrying a primary-key change's header when the table
 resolves unavailable values; a bare after-image with fields the table lacks; a before-image
 without a partition value when the partition is read from it; a change the rules dead-letter;
@@ -31,6 +32,7 @@ records it refuses are found.
 
 from __future__ import annotations
 
+import enum
 import io
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -48,10 +50,12 @@ from icecdc.ingest.batch import KeyChange, to_key_change
 from icecdc.ingest.debezium import (
     INT_RANGE,
     ISO_TIMES,
+    JSON_FLOAT32,
     ROW_OPS,
     TIME_UNITS,
     TIMESTAMP_UNITS,
     UNAVAILABLE_PLACEHOLDER,
+    UNAVAILABLE_PLACEHOLDER_BASE64,
     VARIABLE_SCALE_DECIMAL,
     ChangeEvent,
     RejectedEvent,
@@ -75,15 +79,41 @@ def change_payload(change: KeyChange) -> dict[str, Any]:
     return {"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}
 
 
+class Reading(enum.Enum):
+    """How a column's JSON values are read, checked and converted to their canonical form."""
+
+    AS_READ = "as-read"  # int, long, boolean, string: canonical as Arrow reads them (ints range-checked)
+    DECIMAL = "decimal"  # text already quantized to the column's scale
+    EPOCH = "epoch"  # an integer in a unit of time, to microseconds (or days as they are)
+    FLOAT = "float"  # a JSON number, as a double
+    FLOAT32 = "float32"  # a Connect float32 into a double column: the float32 itself
+    BINARY = "binary"  # base64 text, kept as it is once it is known to decode
+    ISO_DATE = "iso-date"  # ISO-8601 text to days since 1970-01-01
+    ISO_TIMESTAMP = "iso-timestamp"  # ISO-8601 text to microseconds since the epoch, UTC
+
+
 @dataclass(frozen=True)
 class _ValueRule:
     """How one column's JSON values are read (``arrow``) and which of them are canonical as read."""
 
     column: Column
     arrow: pa.DataType
-    micros_per_unit: int = 1  # a timestamp's unit; negative: that many units make a microsecond
-    decimal_pattern: str | None = None
+    reading: Reading = Reading.AS_READ
+    micros_per_unit: int = 1  # an epoch integer's unit; negative: that many units make a microsecond
+    pattern: str | None = None  # what a canonical text matches (decimal and binary)
     int_range: tuple[int, int] | None = None
+
+    @property
+    def canonical(self) -> pa.DataType:
+        """The Arrow type of the canonical values."""
+        if self.reading in (Reading.ISO_DATE, Reading.ISO_TIMESTAMP):
+            return pa.int64()
+        return self.arrow
+
+
+# Base64 as ``base64.b64decode(validate=True)`` takes it, padded to whole quads (RE2 reads $ as
+# the very end): what this accepts decodes; what it does not goes the Python way.
+_BASE64 = r"^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$"
 
 
 def _value_rule(column: Column, logical: Mapping[str, Any] | None) -> _ValueRule | None:
@@ -94,22 +124,33 @@ def _value_rule(column: Column, logical: Mapping[str, Any] | None) -> _ValueRule
     kind = column.type
     if name == VARIABLE_SCALE_DECIMAL:
         return None
+    if kind == "long" and name in ISO_TIMES:
+        # The source's type for it is a string, which a long column cannot take: the Python path
+        # dead-letters the schema (a string column takes the text as it came, on the fast path).
+        return None
+    if kind == "long" and name in TIME_UNITS:
+        return _ValueRule(column, pa.int64(), Reading.EPOCH, micros_per_unit=TIME_UNITS[name])
     if kind in INT_RANGE:
-        if kind == "long" and (name in TIME_UNITS or name in ISO_TIMES):
-            return None
         return _ValueRule(column, pa.int64(), int_range=INT_RANGE[kind] if kind == "int" else None)
+    if kind in ("float", "double"):
+        float32 = kind == "double" and logical is not None and logical.get("type") == JSON_FLOAT32
+        return _ValueRule(column, pa.float64(), Reading.FLOAT32 if float32 else Reading.FLOAT)
     if kind == "boolean":
         return _ValueRule(column, pa.bool_())
     if kind == "string":
         return _ValueRule(column, pa.string())
+    if kind == "binary":
+        return _ValueRule(column, pa.string(), Reading.BINARY, pattern=_BASE64)
     if kind.startswith("decimal("):
         _, _, canonical = decimal_shape(kind)
         # RE2 reads \d as ASCII digits only and $ as the very end: what it accepts, Python's
         # pattern accepts too; what it does not goes the Python way.
-        return _ValueRule(column, pa.string(), decimal_pattern=canonical.pattern)
-    if kind in ("date", "timestamp", "timestamptz") and not sent_as_text:
+        return _ValueRule(column, pa.string(), Reading.DECIMAL, pattern=canonical.pattern)
+    if kind in ("date", "timestamp", "timestamptz") and sent_as_text:
+        return _ValueRule(column, pa.string(), Reading.ISO_DATE if kind == "date" else Reading.ISO_TIMESTAMP)
+    if kind in ("date", "timestamp", "timestamptz"):
         unit = TIMESTAMP_UNITS.get(name, 1) if kind != "date" else 1
-        return _ValueRule(column, pa.int64(), micros_per_unit=unit)
+        return _ValueRule(column, pa.int64(), Reading.EPOCH, micros_per_unit=unit)
     return None
 
 
@@ -227,24 +268,140 @@ def _checked(plan: Plan, image: pa.StructArray, placeholder: bool) -> tuple[pa.A
     fine = pa.array([True] * len(image))
     children = []
     for rule, values in zip(plan.rules, image.flatten(), strict=True):
-        check = None
-        if rule.int_range is not None:
-            low, high = rule.int_range
-            check = pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
-        elif rule.decimal_pattern is not None:
-            check = pc.match_substring_regex(values, rule.decimal_pattern)
-        elif placeholder and rule.column.type == "string":
-            check = pc.not_equal(values, UNAVAILABLE_PLACEHOLDER)
+        check, values = _canonical(rule, values, placeholder)
         if check is not None:
             fine = pc.and_(fine, pc.fill_null(check, True))
-        if rule.micros_per_unit > 1:
-            values = pc.multiply_checked(values, rule.micros_per_unit)
-        elif rule.micros_per_unit < 0:
-            values = _floor_divide(values, -rule.micros_per_unit)
         children.append(values)
-    fields = [pa.field(r.column.name, r.arrow) for r in plan.rules]
+    fields = [pa.field(r.column.name, r.canonical) for r in plan.rules]
     converted = pa.StructArray.from_arrays(children, fields=fields, mask=pc.is_null(image))
     return fine, converted
+
+
+def _canonical(rule: _ValueRule, values: pa.Array, placeholder: bool) -> tuple[pa.Array | None, pa.Array]:
+    """(per value, whether ``decode_value`` gives what the fast path does (None: all do); the
+    values in canonical form). A value it does not is the Python path's, with its verdict."""
+    reading = rule.reading
+    if reading is Reading.AS_READ and rule.int_range is not None:
+        low, high = rule.int_range
+        return pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high)), values
+    if reading is Reading.AS_READ and placeholder and rule.column.type == "string":
+        return pc.not_equal(values, UNAVAILABLE_PLACEHOLDER), values
+    if reading in (Reading.DECIMAL, Reading.BINARY):
+        assert rule.pattern is not None
+        check = pc.match_substring_regex(values, rule.pattern)
+        if reading is Reading.BINARY and placeholder:
+            check = pc.and_(check, pc.not_equal(values, UNAVAILABLE_PLACEHOLDER_BASE64))
+        return check, values
+    if reading is Reading.EPOCH:
+        if rule.micros_per_unit > 1:
+            return None, pc.multiply_checked(values, rule.micros_per_unit)
+        if rule.micros_per_unit < 0:
+            return None, _floor_divide(values, -rule.micros_per_unit)
+        return None, values
+    if reading in (Reading.FLOAT, Reading.FLOAT32):
+        return _float(values, reading is Reading.FLOAT32)
+    if reading is Reading.ISO_DATE:
+        return _iso_date(values)
+    if reading is Reading.ISO_TIMESTAMP:
+        return _iso_timestamp(values)
+    return None, values
+
+
+def _float(values: pa.Array, float32: bool) -> tuple[pa.Array, pa.Array]:
+    """A JSON number as ``float(value)`` (or the float32 it rounds to) reads it. Not taken: what
+    orjson refuses and Arrow reads (NaN, Infinity), and a negative zero (orjson reads ``-0`` as the
+    integer 0, whose float is +0.0: Arrow's reading cannot tell it from ``-0.0``)."""
+    if float32:
+        values = pc.cast(pc.cast(values, pa.float32()), pa.float64())  # past its range: inf, not taken
+    negative_zero = pc.and_(pc.equal(values, 0.0), pc.less(pc.divide(1.0, values), 0.0))
+    return pc.and_(pc.is_finite(values), pc.invert(negative_zero)), values
+
+
+def _int(text: pa.Array) -> pa.Array:
+    """Digits (an absent optional group reads as "") as an integer."""
+    return pc.cast(pc.if_else(pc.equal(text, ""), "0", text), pa.int64())
+
+
+def _between(values: pa.Array, low: int | pa.Array, high: int | pa.Array) -> pa.Array:
+    return pc.and_(pc.greater_equal(values, low), pc.less_equal(values, high))
+
+
+# ISO-8601 as Debezium writes it (``ZonedTimestamp``, ``IsoDate``): a strict form
+# whose fields are read as ``datetime.fromisoformat`` reads them, one to six fraction digits, an
+# offset of hours and minutes or Z. Anything else (a leap second, 24:00, years past 9999, more
+# digits, an offset without minutes...) goes the Python way, whatever it makes of it.
+_CLOCK = r"(?P<hour>\d{2}):(?P<minute>\d{2}):(?P<second>\d{2})(?:\.(?P<fraction>\d{1,6}))?"
+_ISO_DATE = r"^(?P<year>\d{4})-(?P<month>\d{2})-(?P<day>\d{2})"  # ``date.fromisoformat(text.strip()[:10])``
+_ISO_TIMESTAMP = _ISO_DATE + "[T ]" + _CLOCK + r"(?P<zone>Z|(?P<sign>[+-])(?P<zone_hour>\d{2}):(?P<zone_minute>\d{2}))?$"
+_DAYS_IN_MONTH = pa.array([0, 31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31], pa.int64())
+
+
+_TEXT_GROUPS = frozenset({"zone", "sign", "fraction"})
+
+
+def _fields(values: pa.Array, pattern: str) -> tuple[pa.Array, dict[str, pa.Array]]:
+    """(which texts match ``pattern``, its named groups: numbers as integers)."""
+    parts = pc.extract_regex(values, pattern)
+    names = [parts.type.field(i).name for i in range(parts.type.num_fields)]
+    groups = dict(zip(names, parts.flatten(), strict=True))
+    return pc.is_valid(parts), {n: g if n in _TEXT_GROUPS else _int(g) for n, g in groups.items()}
+
+
+def _read_as(values: pa.Array, matched: pa.Array, valid: pa.Array) -> pa.Array:
+    """Whether a value is taken: null, or matched and valid."""
+    return pc.or_(pc.is_null(values), pc.fill_null(pc.and_(matched, valid), False))
+
+
+def _days(groups: Mapping[str, pa.Array]) -> tuple[pa.Array, pa.Array]:
+    """(whether year, month and day make a date, its days since 1970-01-01: H. Hinnant's
+    ``days_from_civil``, for years 1 to 9999)."""
+    year, month, day = groups["year"], groups["month"], groups["day"]
+    leap = pc.or_(
+        pc.and_(pc.equal(pc.modulo(year, 4), 0), pc.not_equal(pc.modulo(year, 100), 0)), pc.equal(pc.modulo(year, 400), 0)
+    )
+    valid_month = _between(month, 1, 12)
+    last = pc.take(_DAYS_IN_MONTH, pc.if_else(valid_month, month, 0))
+    last = pc.add(last, pc.cast(pc.and_(leap, pc.equal(month, 2)), pa.int64()))
+    valid = pc.and_(pc.and_(pc.greater_equal(year, 1), valid_month), _between(day, 1, last))
+    before_march = pc.less_equal(month, 2)
+    shifted = pc.subtract(year, pc.cast(before_march, pa.int64()))  # >= 0 for years from 1
+    era = pc.divide(shifted, 400)
+    year_of_era = pc.subtract(shifted, pc.multiply(era, 400))
+    month_from_march = pc.if_else(before_march, pc.add(month, 9), pc.subtract(month, 3))
+    day_of_year = pc.add(pc.divide(pc.add(pc.multiply(month_from_march, 153), 2), 5), pc.subtract(day, 1))
+    day_of_era = pc.add(
+        pc.subtract(pc.add(pc.multiply(year_of_era, 365), pc.divide(year_of_era, 4)), pc.divide(year_of_era, 100)),
+        day_of_year,
+    )
+    return valid, pc.subtract(pc.add(pc.multiply(era, 146_097), day_of_era), 719_468)
+
+
+def _clock(groups: Mapping[str, pa.Array]) -> tuple[pa.Array, pa.Array]:
+    """(whether hour, minute and second are a time of day, its microseconds since midnight)."""
+    hour, minute, second = groups["hour"], groups["minute"], groups["second"]
+    valid = pc.and_(pc.and_(_between(hour, 0, 23), _between(minute, 0, 59)), _between(second, 0, 59))
+    seconds = pc.add(pc.multiply(pc.add(pc.multiply(hour, 60), minute), 60), second)
+    fraction = _int(pc.utf8_rpad(groups["fraction"], 6, "0"))
+    return valid, pc.add(pc.multiply(seconds, 1_000_000), fraction)
+
+
+def _iso_date(values: pa.Array) -> tuple[pa.Array, pa.Array]:
+    matched, groups = _fields(values, _ISO_DATE)
+    valid, days = _days(groups)
+    return _read_as(values, matched, valid), days
+
+
+def _iso_timestamp(values: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """ISO-8601 text as ``debezium._iso_micros`` reads it: without an offset, UTC."""
+    matched, groups = _fields(values, _ISO_TIMESTAMP)
+    valid_date, days = _days(groups)
+    valid_clock, micros = _clock(groups)
+    zone_hour, zone_minute = groups["zone_hour"], groups["zone_minute"]
+    offset = pc.multiply(pc.add(pc.multiply(zone_hour, 60), zone_minute), 60_000_000)
+    offset = pc.if_else(pc.equal(groups["sign"], "-"), pc.negate(offset), offset)
+    valid = pc.and_(pc.and_(valid_date, valid_clock), pc.and_(_between(zone_hour, 0, 23), _between(zone_minute, 0, 59)))
+    micros = pc.subtract(pc.add(pc.multiply(days, 86_400_000_000), micros), offset)
+    return _read_as(values, matched, valid), micros
 
 
 # Partition transforms rendered here, as ``PartitionTerm.apply`` computes them: identity of a
@@ -267,7 +424,12 @@ def _concat(*parts: Any) -> pa.Array:
 
 def _json(rule: _ValueRule, values: pa.Array) -> pa.Array:
     """Canonical values as orjson writes them (strings that need no escape)."""
-    text = _concat('"', values, '"') if rule.arrow == pa.string() else pc.cast(values, pa.string())
+    if rule.canonical == pa.float64():
+        # orjson's shortest round trip ("1.0", "1e16"), which Arrow's cast does not write; a
+        # float's text has no comma.
+        texts = orjson.dumps(values.to_pylist()).decode()[1:-1].split(",") if len(values) else []
+        return pa.array(texts, pa.string())
+    text = _concat('"', values, '"') if rule.canonical == pa.string() else pc.cast(values, pa.string())
     return pc.if_else(pc.is_valid(values), text, "null")
 
 
@@ -402,7 +564,7 @@ class FastParser:
         new_text = {name: _json(rules_by_name[name], values) for name, values in new_values.items()}
         plain = pa.array([True] * len(op))
         for name, rule in rules_by_name.items():
-            if rule.arrow == pa.string():
+            if rule.reading in (Reading.AS_READ, Reading.DECIMAL) and rule.canonical == pa.string():
                 for values in (old_values[name], new_values[name]):
                     plain = pc.and_(plain, pc.invert(pc.fill_null(pc.match_substring_regex(values, _ESCAPED), False)))
         key = _list([new_text[name] for name in layout.primary_key])

@@ -8,7 +8,10 @@ deletes, before-images full):
 - **connector**: as the real PostgreSQL connector sends them through Kafka Connect's JSON
   converter with ``schemas.enable=true`` (``{"schema": ..., "payload": ...}``, the full
   ``source`` block and its schema, schema-wrapped keys, the ``__debezium.context.*`` headers),
-  about 3 KB a record.
+  about 3 KB a record;
+- **connector-pg-types**: the connector's records of ``orders`` with three more columns of the
+  types nearly every real table has: a ``timestamptz`` (``ZonedTimestamp``, ISO-8601 text), a
+  ``double precision`` and a ``bytea`` (base64), about 3.3 KB a record.
 
 The stage runs as on a Spark Python worker: over Arrow batches of ``batch_records`` Kafka records
 (Spark's ``maxRecordsPerBatch``), to the Arrow batches the reduce stage reads, everything the
@@ -20,6 +23,8 @@ per second on one core, medians with the spread.
 from __future__ import annotations
 
 import argparse
+import base64
+import datetime as dt
 import statistics
 import time
 from collections.abc import Sequence
@@ -40,19 +45,26 @@ from icecdc.options import state_dir_argument
 from icecdc.workload import OrdersWorkload
 
 say = progress("parse")
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
 TOPIC = "shop.public.orders"
 PATHS = ("python", "fast")
-SHAPES = ("generator", "connector")
+SHAPES = ("generator", "connector", "connector-pg-types")
+PG_TYPES = "connector-pg-types"
 UPDATES, INSERTS = 0.7, 0.2
 
 
-def orders_layout() -> TableLayout:
+# The PostgreSQL types the connector-pg-types shape adds: timestamptz, double precision, bytea.
+PG_TYPE_COLUMNS = (Column("created_at", "timestamptz"), Column("weight", "double"), Column("photo", "binary"))
+
+
+def orders_layout(shape: str = "connector") -> TableLayout:
     columns = (
         Column("id", "long", True),
         Column("region", "string"),
         Column("status", "string"),
         Column("amount", "decimal(12, 2)"),
         Column("updated_at", "timestamp"),
+        *(PG_TYPE_COLUMNS if shape == PG_TYPES else ()),
     )
     partition = (
         PartitionTerm("region", "region", "identity", "string", 1000),
@@ -97,46 +109,73 @@ SOURCE_FIELDS = [
     _field("lsn", "int64"),
     _field("xmin", "int64"),
 ]
-VALUE_SCHEMA = {
-    "type": "struct",
-    "fields": [
-        {"type": "struct", "fields": ROW_FIELDS, "optional": True, "name": f"{TOPIC}.Value", "field": "before"},
-        {"type": "struct", "fields": ROW_FIELDS, "optional": True, "name": f"{TOPIC}.Value", "field": "after"},
-        {
-            "type": "struct",
-            "fields": SOURCE_FIELDS,
-            "optional": False,
-            "name": "io.debezium.connector.postgresql.Source",
-            "field": "source",
-        },
-        {
-            "type": "struct",
-            "fields": [
-                _field("id", "string", False),
-                _field("total_order", "int64", False),
-                _field("data_collection_order", "int64", False),
-            ],
-            "optional": True,
-            "name": "event.block",
-            "version": 1,
-            "field": "transaction",
-        },
-        _field("op", "string", False),
-        _field("ts_ms", "int64"),
-        _field("ts_us", "int64"),
-        _field("ts_ns", "int64"),
-    ],
-    "optional": False,
-    "name": f"{TOPIC}.Envelope",
-    "version": 2,
-}
+PG_TYPE_FIELDS = [
+    _field("created_at", "string", name="io.debezium.time.ZonedTimestamp", version=1),
+    _field("weight", "double"),
+    _field("photo", "bytes"),
+]
+
+
+def value_schema(row_fields: list[dict[str, Any]]) -> dict[str, Any]:
+    """The connector's value schema for a table of ``row_fields``."""
+    return {
+        "type": "struct",
+        "fields": [
+            {"type": "struct", "fields": row_fields, "optional": True, "name": f"{TOPIC}.Value", "field": "before"},
+            {"type": "struct", "fields": row_fields, "optional": True, "name": f"{TOPIC}.Value", "field": "after"},
+            {
+                "type": "struct",
+                "fields": SOURCE_FIELDS,
+                "optional": False,
+                "name": "io.debezium.connector.postgresql.Source",
+                "field": "source",
+            },
+            {
+                "type": "struct",
+                "fields": [
+                    _field("id", "string", False),
+                    _field("total_order", "int64", False),
+                    _field("data_collection_order", "int64", False),
+                ],
+                "optional": True,
+                "name": "event.block",
+                "version": 1,
+                "field": "transaction",
+            },
+            _field("op", "string", False),
+            _field("ts_ms", "int64"),
+            _field("ts_us", "int64"),
+            _field("ts_ns", "int64"),
+        ],
+        "optional": False,
+        "name": f"{TOPIC}.Envelope",
+        "version": 2,
+    }
+
+
+VALUE_SCHEMA = value_schema(ROW_FIELDS)
+PG_TYPES_VALUE_SCHEMA = value_schema(ROW_FIELDS + PG_TYPE_FIELDS)
 KEY_SCHEMA = {"type": "struct", "fields": [_field("id", "int64", False, default=0)], "optional": False, "name": f"{TOPIC}.Key"}
 
 
-def connector_record(key: bytes, value: bytes, sequence: int) -> tuple[bytes, bytes, list[dict[str, Any]]]:
+def with_pg_types(image: dict[str, Any] | None) -> dict[str, Any] | None:
+    """A generator row image with the connector-pg-types columns, as the connector sends them."""
+    if image is None:
+        return None
+    micros = image["updated_at"] - image["id"] * 7_654_321 % 86_400_000_000  # with a fraction of a second
+    created = (EPOCH + dt.timedelta(microseconds=micros)).isoformat().replace("+00:00", "Z")
+    photo = base64.b64encode(image["id"].to_bytes(8, "big") * 4).decode()
+    return {**image, "created_at": created, "weight": float(image["amount"]) * 0.37, "photo": photo}
+
+
+def connector_record(
+    key: bytes, value: bytes, sequence: int, shape: str = "connector"
+) -> tuple[bytes, bytes, list[dict[str, Any]]]:
     """A generator record as the real connector would send it: wrapped, with its source block and
-    headers."""
+    headers (and the connector-pg-types columns)."""
     payload = orjson.loads(value)
+    if shape == PG_TYPES:
+        payload |= {"before": with_pg_types(payload["before"]), "after": with_pg_types(payload["after"])}
     stamp = payload["ts_ms"]
     lsn = 24_023_128 + 64 * sequence
     payload["source"] = {
@@ -161,7 +200,8 @@ def connector_record(key: bytes, value: bytes, sequence: int) -> tuple[bytes, by
         for name, text in (("connectorLogicalName", "shop"), ("taskId", "0"), ("connectorName", "postgresql"))
     ]
     wrapped_key = orjson.dumps({"schema": KEY_SCHEMA, "payload": orjson.loads(key)})
-    return wrapped_key, orjson.dumps({"schema": VALUE_SCHEMA, "payload": payload}), headers
+    schema = PG_TYPES_VALUE_SCHEMA if shape == PG_TYPES else VALUE_SCHEMA
+    return wrapped_key, orjson.dumps({"schema": schema, "payload": payload}), headers
 
 
 def record_batches(shape: str, changes: int, batch_records: int) -> list[pa.RecordBatch]:
@@ -171,8 +211,8 @@ def record_batches(shape: str, changes: int, batch_records: int) -> list[pa.Reco
     for offset, change in enumerate(workload.changes(changes, UPDATES, INSERTS)):
         key, value = change.record
         headers: list[dict[str, Any]] | None = None
-        if shape == "connector":
-            key, value, headers = connector_record(key, value, offset)
+        if shape != "generator":
+            key, value, headers = connector_record(key, value, offset, shape)
         rows.append({"key": key, "value": value, "topic": TOPIC, "partition": 0, "offset": offset, "headers": headers})
     schema = pa.schema(
         [
@@ -216,9 +256,9 @@ class ParseResults:
     shapes: list[ShapeResult] = field(default_factory=list)
 
 
-def _run_stage(batches: Sequence[pa.RecordBatch], fast: bool) -> tuple[float, list[pa.RecordBatch]]:
+def _run_stage(shape: str, batches: Sequence[pa.RecordBatch], fast: bool) -> tuple[float, list[pa.RecordBatch]]:
     rules = {"db.orders": SourceRules(before_image=BeforeImage.FULL)}
-    stage = parse_stage({TOPIC: orders_layout()}, {}, rules, {}, fast=fast)
+    stage = parse_stage({TOPIC: orders_layout(shape)}, {}, rules, {}, fast=fast)
     started = time.perf_counter()
     out = list(stage(batches))
     return time.perf_counter() - started, out
@@ -237,13 +277,13 @@ def run(changes: int, repeats: int, batch_records: int, out: Path) -> ParseResul
         result = ShapeResult(shape, sum(b.num_rows for b in batches), value_bytes, {p: PathCost() for p in PATHS})
         say(f"{shape}: {result.records:,} records, {value_bytes / result.records:,.0f} bytes a value")
         # Both paths give the same rows (the property tests say so on random streams; here, on these).
-        _, python_rows = _run_stage(batches, False)
-        _, fast_rows = _run_stage(batches, True)
+        _, python_rows = _run_stage(shape, batches, False)
+        _, fast_rows = _run_stage(shape, batches, True)
         if _changes(python_rows) != _changes(fast_rows):
             raise AssertionError(f"{shape}: the fast path's rows differ from the Python path's")
         for repeat in range(repeats):
             for path in PATHS:
-                seconds, _ = _run_stage(batches, path == "fast")
+                seconds, _ = _run_stage(shape, batches, path == "fast")
                 result.paths[path].seconds.append(seconds)
             say(f"{shape} #{repeat + 1}: " + ", ".join(f"{p} {result.paths[p].seconds[-1]:.2f}s" for p in PATHS))
         results.shapes.append(result)

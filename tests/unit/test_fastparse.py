@@ -5,6 +5,7 @@ the same rows, rejects, marks and tallies; and the common records do take the fa
 from __future__ import annotations
 
 import base64
+import datetime as dt
 import json
 from typing import Any
 
@@ -15,13 +16,47 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 
+from icecdc.bench import parse as parse_bench
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnavailableValues, UnknownPartition
-from icecdc.ingest.debezium import UNAVAILABLE_PLACEHOLDER
+from icecdc.ingest.debezium import UNAVAILABLE_PLACEHOLDER, UNAVAILABLE_PLACEHOLDER_BASE64
 from icecdc.ingest.fastparse import FastParser, split_wrapper, wrapper_schema
 from icecdc.ingest.stages import Tag, parse_stage
 
 TOPIC = "shop.public.t"
+# The nasty values of the types read from text or floats: each the fast path must read exactly
+# as the Python path does, or hand over.
+FLOAT32_EDGES = st.sampled_from([3.4028235e38, 3.4028236e38, 3.5e38, 1e-46, -0.0, 0.1, 16777217])
+BINARY_EDGES = st.sampled_from(["", "QQ==", "QUI=", "QR==", "QQ", "QQ=", "Q===", "QUJD\n", "not base64!", "Q Q==", 5])
+
+
+@st.composite
+def iso_dates(draw: st.DrawFn, suffixes: tuple[str, ...] = ("", "", "Z", "x")) -> str:
+    year = draw(st.sampled_from([0, 1, 4, 100, 1600, 1900, 1969, 1970, 2000, 2024, 9999]))
+    return f"{year:04d}-{draw(st.integers(0, 13)):02d}-{draw(st.integers(0, 32)):02d}" + draw(st.sampled_from(suffixes))
+
+
+@st.composite
+def iso_times(draw: st.DrawFn, zones: tuple[str, ...] = ("Z", "Z", "", "+02:00", " ", "z")) -> str:
+    clock = f"{draw(st.integers(0, 25)):02d}:{draw(st.integers(0, 61)):02d}:{draw(st.integers(0, 61)):02d}"
+    digits = draw(st.integers(0, 8))
+    fraction = "." + "".join(draw(st.lists(st.sampled_from("0123456789"), min_size=digits, max_size=digits))) if digits else ""
+    return clock + fraction + draw(st.sampled_from(zones))
+
+
+ZONES = ("Z", "Z", "", "+05:30", "-08:00", "-00:00", "+23:59", "+24:00", "+05:75", "+0530", "+05")
+
+
+@st.composite
+def iso_timestamps(draw: st.DrawFn) -> Any:
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.sampled_from(["+10000-01-01T00:00:00Z", "2024-01-02T03:04:60Z", "2024-01-02T24:00:00Z", "2024-01-02", 7]))
+    if draw(st.booleans()):
+        moment = draw(st.datetimes(timezones=st.sampled_from([None, dt.timezone.utc, dt.timezone(dt.timedelta(hours=-8))])))
+        return moment.isoformat(sep=draw(st.sampled_from(["T", " "]))).replace("+00:00", draw(st.sampled_from(["Z", "+00:00"])))
+    return draw(iso_dates(("",))) + draw(st.sampled_from(["T", " ", "t"])) + draw(iso_times(ZONES))
+
+
 # Column type -> (Connect field schema, a strategy of the JSON values a source may send for it:
 # mostly canonical, some the fast path must hand over, some the Python path rejects).
 BIG = 2**63
@@ -49,14 +84,39 @@ VALUES: dict[str, tuple[dict[str, Any], st.SearchStrategy[Any]]] = {
         st.one_of(st.integers(-(2**55), 2**55), st.sampled_from([-1, -1000, -1001, 999])),
     ),
     "date": ({"type": "int32", "name": "io.debezium.time.Date"}, st.integers(-30000, 30000)),
-    "double": ({"type": "double"}, st.floats(allow_nan=False, allow_infinity=False)),  # not on the fast path
+    "double": (
+        {"type": "double"},
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.integers(-(2**70), 2**70),
+            st.sampled_from([0.0, -0.0, 5, 1e16, 1.5e-7, float("nan"), float("inf"), "1.5", "NaN", True]),
+        ),
+    ),
+    "float": ({"type": "float"}, st.one_of(st.floats(width=32, allow_nan=False, allow_infinity=False), st.just(0.1))),
+    "double as float32": (
+        {"type": "float"},
+        st.one_of(st.floats(width=32, allow_nan=False, allow_infinity=False), FLOAT32_EDGES),
+    ),
+    "binary": ({"type": "bytes"}, st.one_of(st.binary(max_size=7).map(lambda b: base64.b64encode(b).decode()), BINARY_EDGES)),
+    "long as MicroTime": ({"type": "int64", "name": "io.debezium.time.MicroTime"}, st.integers(-(2**40), 2**40)),
+    "long as Time": ({"type": "int32", "name": "io.debezium.time.Time"}, st.one_of(st.integers(-(2**31), 2**31), st.just(2**62))),
+    "long as NanoTime": ({"type": "int64", "name": "io.debezium.time.NanoTime"}, st.integers(-(2**50), 2**50)),
+    "long as ZonedTime": ({"type": "string", "name": "io.debezium.time.ZonedTime"}, st.one_of(iso_times(), st.just(5))),
+    "timestamptz as ZonedTimestamp": ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, iso_timestamps()),
+    "timestamp as ZonedTimestamp": ({"type": "string", "name": "io.debezium.time.ZonedTimestamp"}, iso_timestamps()),
+    "date as IsoDate": ({"type": "string", "name": "io.debezium.time.IsoDate"}, st.one_of(iso_dates(), iso_timestamps())),
 }
 
 
+def column_type(kind: str) -> str:
+    """The Iceberg type of a ``VALUES`` kind ("timestamptz as ZonedTimestamp": timestamptz)."""
+    return kind.split(" as ")[0]
+
+
 @st.composite
-def tables(draw: st.DrawFn) -> tuple[TableLayout, SourceRules, dict[str, Any]]:
-    kinds = draw(st.lists(st.sampled_from(sorted(set(VALUES) - {"double"} if draw(st.booleans()) else set(VALUES))), max_size=4))
-    columns = [Column("id", "long", True), *(Column(f"c{i}", kind) for i, kind in enumerate(kinds))]
+def tables(draw: st.DrawFn) -> tuple[TableLayout, SourceRules, dict[str, Any], dict[str, str]]:
+    kinds = draw(st.lists(st.sampled_from(sorted(VALUES)), max_size=4))
+    columns = [Column("id", "long", True), *(Column(f"c{i}", column_type(kind)) for i, kind in enumerate(kinds))]
     key = ("id",)
     partition: list[PartitionTerm] = []
     for column in columns[1:]:
@@ -80,7 +140,8 @@ def tables(draw: st.DrawFn) -> tuple[TableLayout, SourceRules, dict[str, Any]]:
         infer_new_columns=draw(st.booleans()),
         unavailable_values=draw(st.sampled_from(UnavailableValues)),
     )
-    fields = [{**VALUES[c.type][0], "optional": c.name != "id", "field": c.name} for c in columns]
+    kind_of = {"id": "long", **{f"c{i}": kind for i, kind in enumerate(kinds)}}
+    fields = [{**VALUES[kind_of[c.name]][0], "optional": c.name != "id", "field": c.name} for c in columns]
     if draw(st.booleans()):
         fields.append({"type": "string", "optional": True, "field": "added"})  # a column the table lacks
     if draw(st.booleans()):
@@ -91,11 +152,11 @@ def tables(draw: st.DrawFn) -> tuple[TableLayout, SourceRules, dict[str, Any]]:
         "fields": [{**row, "field": "before"}, {**row, "field": "after"}],
         "name": "shop.public.t.Envelope",
     }
-    return layout, rules, schema
+    return layout, rules, schema, kind_of
 
 
 @st.composite
-def images(draw: st.DrawFn, layout: TableLayout) -> dict[str, Any] | None:
+def images(draw: st.DrawFn, layout: TableLayout, kinds: dict[str, str]) -> dict[str, Any] | None:
     if draw(st.integers(0, 9)) == 0:
         return None
     image = {}
@@ -112,7 +173,7 @@ def images(draw: st.DrawFn, layout: TableLayout) -> dict[str, Any] | None:
         choice = draw(st.integers(0, 9))
         if choice == 0:
             continue  # not sent
-        image[column.name] = None if choice == 1 else draw(VALUES[column.type][1])
+        image[column.name] = None if choice == 1 else draw(VALUES[kinds[column.name]][1])
     if draw(st.integers(0, 9)) == 0:
         image["extra"] = draw(st.one_of(st.none(), st.integers(), st.text(max_size=3)))
     return image
@@ -123,9 +184,9 @@ def _json(document: Any) -> bytes:
 
 
 @st.composite
-def records(draw: st.DrawFn, layout: TableLayout, schema: dict[str, Any], offset: int) -> dict[str, Any]:
+def records(draw: st.DrawFn, layout: TableLayout, kinds: dict[str, str], schema: dict[str, Any], offset: int) -> dict[str, Any]:
     op = draw(st.sampled_from(["c", "c", "r", "u", "u", "d", "t", "m", "x", None]))
-    payload: dict[str, Any] = {"op": op, "before": draw(images(layout)), "after": draw(images(layout))}
+    payload: dict[str, Any] = {"op": op, "before": draw(images(layout, kinds)), "after": draw(images(layout, kinds))}
     if draw(st.integers(0, 9)):
         payload["source"] = {"connector": "postgresql", "lsn": offset * 10}
     elif draw(st.booleans()):
@@ -170,11 +231,11 @@ def _rows(
     )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
 @given(data=st.data())
 def test_the_fast_path_parses_every_stream_as_the_python_path_does(data: st.DataObject) -> None:
-    layout, rules, schema = data.draw(tables())
-    batch = [data.draw(records(layout, schema, offset)) for offset in range(data.draw(st.integers(1, 40)))]
+    layout, rules, schema, kinds = data.draw(tables())
+    batch = [data.draw(records(layout, kinds, schema, offset)) for offset in range(data.draw(st.integers(1, 40)))]
     committed = {(TOPIC, 0): data.draw(st.integers(0, 3))}
     assert _rows(layout, rules, batch, True, committed) == _rows(layout, rules, batch, False, committed)
 
@@ -255,12 +316,87 @@ def test_a_schema_is_read_once_whole_or_not_at_all() -> None:
     assert wrapper_schema(b'{"schema":1,"other":2')[0] is False
 
 
-def test_unsupported_column_types_send_the_table_the_python_way() -> None:
-    layout = orders()
-    columns = (*layout.columns, Column("ratio", "double"))
-    fields = {**layout.field_ids, "ratio": 5}
-    with_double = TableLayout(layout.table, TOPIC, columns, fields, layout.primary_key, layout.partition, 0, "/w")
-    assert FastParser(with_double, SourceRules()).parse([common("c", 1, False)]).positions == []
+def test_variable_scale_decimals_send_the_table_the_python_way() -> None:
+    layout = one_column_table("double")
+    field = {"type": "struct", "name": "io.debezium.data.VariableScaleDecimal", "optional": True, "field": "c0"}
+    value = typed_record(0, field, {"scale": 1, "value": "DA=="})
+    assert FastParser(layout, SourceRules()).parse([value]).positions == []
+
+
+def one_column_table(kind: str) -> TableLayout:
+    columns = (Column("id", "long", True), Column("c0", column_type(kind)))
+    return TableLayout("db.t", TOPIC, columns, {"id": 1, "c0": 2}, ("id",), (), 0, "/w")
+
+
+def typed_record(key: int, field: dict[str, Any], value: Any) -> bytes:
+    row = {"type": "struct", "fields": [{"type": "int64", "optional": False, "field": "id"}, field]}
+    schema = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}]}
+    payload = {"op": "c", "before": None, "after": {"id": key, "c0": value}, "source": {"lsn": key}}
+    return _json({"schema": schema, "payload": payload})
+
+
+NAN = float("nan")
+# kind -> (values the fast path takes, values it hands over: not canonical, or not provably read
+# as the Python path reads them).
+TYPED: dict[str, tuple[list[Any], list[Any]]] = {
+    "double": ([1.5, 5, 1e16, 1.5e-7, 0.0, 2**70, -2.5e-300, 0.1], ["NaN", -0.0, NAN, float("inf"), "1.5", True]),
+    "float": ([0.1, 1.5, 3.4028235e38], [-0.0]),
+    "double as float32": ([0.1, 3.4028235e38, 1e-46, 16777217], [3.5e38, "0.1"]),
+    "binary": (["", "QQ==", "QUI=", "QUJD", "QR=="], ["QQ", "QQ=", "Q===", "not base64!", "QUJD\n", "Q Q==", 5]),
+    "long as MicroTime": ([0, 86_399_999_999, -5], [1.5, "10:00:00"]),
+    "long as Time": ([0, 86_399_999, 2**31], [2**62, "10:00:00"]),
+    "long as NanoTime": ([0, -1, -1001, 999, 86_399_999_999_999], ["10:00:00"]),
+    # Its source type is a string, which a long column cannot take: the Python path dead-letters it.
+    "long as ZonedTime": ([], ["10:15:30Z", "10:15:30.5Z", "24:00:00Z", "10:15:30+02:00", 5]),
+    "timestamptz as ZonedTimestamp": (
+        [
+            "2024-02-29T03:04:05.123456Z",
+            "1969-12-31T23:59:59.5Z",
+            "0001-01-01T00:00:00+01:00",
+            "9999-12-31 23:59:59-08:00",
+            "2024-01-02T03:04:05",
+            "2024-01-02T03:04:05.05-00:00",
+            "2000-03-01T00:00:00+23:59",
+        ],
+        [
+            "2023-02-29T00:00:00Z",
+            "1900-02-29T00:00:00Z",
+            "0000-01-01T00:00:00Z",
+            "+10000-01-01T00:00:00Z",
+            "2024-01-02T03:04:60Z",
+            "2024-01-02T24:00:00Z",
+            "2024-01-02T03:04:05.1234567Z",
+            "2024-01-02T03:04:05+0530",
+            "2024-01-02T03:04:05+05:75",
+            "2024-01-02",
+            1_700_000_000_000_000,
+        ],
+    ),
+    "timestamp as ZonedTimestamp": (["2024-01-02T03:04:05+05:30", "2024-01-02T03:04:05"], ["2024-13-01T00:00:00Z"]),
+    "date as IsoDate": (
+        ["2024-02-29", "1970-01-01", "2000-02-29T03:04:05Z", "0001-01-01"],
+        ["2023-02-29", "0000-01-01", "20240102", 19000],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(TYPED))
+def test_each_type_is_read_as_the_python_path_reads_it_or_handed_over(kind: str) -> None:
+    taken, handed = TYPED[kind]
+    layout = one_column_table(kind)
+    field = {**VALUES[kind][0], "optional": True, "field": "c0"}
+    values = [typed_record(key, field, value) for key, value in enumerate([*taken, *handed])]
+    rules = SourceRules(unavailable_values=UnavailableValues.KEEP_PLACEHOLDER)
+    assert sorted(FastParser(layout, rules).parse(values).positions) == list(range(len(taken)))
+    batch = [{"key": None, "value": v, "topic": TOPIC, "partition": 0, "offset": i} for i, v in enumerate(values)]
+    assert _rows(layout, rules, batch, True, {}) == _rows(layout, rules, batch, False, {})
+
+
+def test_a_binary_placeholder_is_handed_over_when_the_table_resolves_it() -> None:
+    layout = one_column_table("binary")
+    value = typed_record(1, {"type": "bytes", "optional": True, "field": "c0"}, UNAVAILABLE_PLACEHOLDER_BASE64)
+    assert FastParser(layout, SourceRules(unavailable_values=UnavailableValues.KEEP_PLACEHOLDER)).parse([value]).positions == [0]
+    assert FastParser(layout, SourceRules(unavailable_values=UnavailableValues.RESOLVE)).parse([value]).positions == []
 
 
 def test_a_stream_of_the_common_case_is_parsed_alike_by_both_paths() -> None:
@@ -274,3 +410,15 @@ def test_a_stream_of_the_common_case_is_parsed_alike_by_both_paths() -> None:
     assert fast == _rows(layout, rules, batch, False, {})
     assert sum(row["op"] in "curd" for row in fast) == 100 and not any(row["reason"] for row in fast)
     assert next(row for row in fast if row["op"] == Tag.MARK)["records"] == 100
+
+
+def test_connector_records_of_a_table_with_postgres_types_take_the_fast_path() -> None:
+    """A timestamptz (ZonedTimestamp text), a double precision and a bytea, as ``bench parse``'s
+    connector-pg-types shape sends them: every record taken, and read as the Python path reads it."""
+    batches = parse_bench.record_batches(parse_bench.PG_TYPES, 300, 1000)
+    values = [v for batch in batches for v in batch.column("value").to_pylist()]
+    layout, rules = parse_bench.orders_layout(parse_bench.PG_TYPES), SourceRules(before_image=BeforeImage.FULL)
+    assert len(FastParser(layout, rules).parse(values).positions) == len(values)
+    batch = [{**row, "topic": TOPIC} for b in batches for row in b.to_pylist()]
+    layout = TableLayout(layout.table, TOPIC, layout.columns, layout.field_ids, layout.primary_key, layout.partition, 0, "/w")
+    assert _rows(layout, rules, batch, True, {}) == _rows(layout, rules, batch, False, {})
