@@ -302,7 +302,7 @@ def test_parse_benchmark_harness(tmp_path):
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (out / "parse.json").stat().st_size > 0 and (out / "parse.png").stat().st_size > 0
     text = (out / "parse.md").read_text()
-    assert all(f"| {shape} |" in text for shape in ("generator", "connector")), text
+    assert all(f"| {shape} |" in text for shape in ("generator", "connector", "connector-pg-types")), text
 
 
 def test_conversion_benchmark_harness(tmp_path):
