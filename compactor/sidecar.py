@@ -108,6 +108,7 @@ class CompactorSidecar:
         self._catalog_waits = catalog_waits
         self._quiet = IdleClock(clock(), catalog_waits())
         self.stats = CompactorStats()
+        self._maintenance_deferred = False  # the last turn put a conversion ahead of due maintenance
 
     @property
     def layouts(self) -> dict[str, TableLayout]:
@@ -134,7 +135,14 @@ class CompactorSidecar:
                 (t.name for t in self.config.tables if t.name in self.layouts), self.membership.owns_maintenance, now
             )
             settings = self.config.compactor
-            step = turns.next_step(due, self.candidates(now), settings.partitions_per_job, settings.target_file_size_bytes)
+            step = turns.next_step(
+                due,
+                self.candidates(now),
+                settings.partitions_per_job,
+                settings.target_file_size_bytes,
+                self._maintenance_deferred,
+            )
+            self._maintenance_deferred = bool(due) and isinstance(step, turns.Compact)
             if isinstance(step, turns.Maintain):
                 if (done := self.maintenance.run(step.table, step.kind)) is None:
                     continue

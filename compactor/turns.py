@@ -3,12 +3,16 @@ maintenance triggers in one place): the loop asks, does it, and asks again.
 
 One piece of work per turn, so that the group protocol is served between two (a rebalance waits
 for whatever this replica is doing). Maintenance due on a table this replica maintains goes
-first: a busy replica always has a partition to compact, so maintenance placed after compactions
-would never run (found by the two-replica test), and it comes due seldom (expiry every
+before compactions: a busy replica always has a partition to compact, so maintenance placed after
+them would never run (found by the two-replica test), and it comes due seldom (expiry every
 ``interval_seconds``, a manifest check at most once a minute, each skipped at once when it would
-do nothing). Otherwise the best-ranked due partition this replica owns, on a table no
-maintenance run is touching, with the small settled partitions that share its job
-(``job_partitions``).
+do nothing). Except a conversion the portability target asks for (``policy.Candidate.due_by``):
+it goes ahead of due maintenance once, then maintenance has its turn. A maintenance run can take
+tens of seconds on a busy machine (a Spark job), and a reader that cannot apply equality deletes
+fails on the table all that time (bench e2e saw a 30 s manifest rewrite hold the oldest equality
+delete past 40 s); taking turns bounds each one's wait by one run of the other. Otherwise the
+best-ranked due partition this replica owns, on a table no maintenance run is touching, with the
+small settled partitions that share its job (``job_partitions``).
 """
 
 from __future__ import annotations
@@ -80,8 +84,14 @@ def next_step(
     candidates: Sequence[Candidate],
     partitions_per_job: int = 1,
     job_bytes: int = 0,
+    maintenance_deferred: bool = False,
 ) -> Step:
-    """Maintenance first, then the best candidate's job, else nothing to do."""
+    """A conversion the portability target asks for, unless the last turn already put one ahead
+    of due maintenance (``maintenance_deferred``); then maintenance; then the best candidate's
+    job; else nothing to do. Ranked candidates hold the target's conversions first."""
+    urgent = bool(candidates) and candidates[0].due_by is not None
+    if urgent and not (maintenance_due and maintenance_deferred):
+        return Compact(job_partitions(candidates, partitions_per_job, job_bytes))
     if maintenance_due:
         return Maintain(*maintenance_due[0])
     if candidates:

@@ -52,6 +52,22 @@ def manifest_target_size(table_properties: Mapping[str, str]) -> int:
     return int(table_properties.get(MANIFEST_TARGET_SIZE, MANIFEST_TARGET_SIZE_DEFAULT))
 
 
+def manifests_to_merge(small: Iterable[ManifestFacts], max_small_manifests: int) -> tuple[set[str], set[str]]:
+    """The small data manifests and the small delete manifests to merge, once there are more
+    than ``max_small_manifests`` small ones: the data manifests (two or more) every time, in this
+    process (``actions.merge_data_manifests``); the delete manifests only when they alone are past
+    the bound, by Iceberg's Spark action, since the core operation leaves them alone. The writer's
+    own merging on commit (``commit.manifest.min-count-to-merge``, 8 on tables icecdc creates)
+    bounds those already; a Spark job for them on every check would hold the table's
+    portability conversions for its length."""
+    small = list(small)
+    if len(small) <= max_small_manifests:
+        return set(), set()
+    data = {m.path for m in small if not m.deletes}
+    deletes = {m.path for m in small if m.deletes}
+    return (data if len(data) >= 2 else set()), (deletes if len(deletes) > max_small_manifests else set())
+
+
 def is_small_manifest(length: int, target_size_bytes: int) -> bool:
     """A manifest worth merging: under half the size Iceberg packs manifests to. Larger ones
     already cost queries little per entry, and rewriting them would cost the rewrite a lot."""
@@ -123,7 +139,7 @@ class TableMaintenance:
             cutoff = now_ms - int(settings.snapshot_retention_seconds * 1000)
             return anything_to_expire(self.table.snapshot_times_ms().values(), cutoff, settings.retain_last)
         if kind is MANIFESTS:
-            return len(self.small_manifests()) > settings.max_small_manifests
+            return any(manifests_to_merge(self.small_manifests(), settings.max_small_manifests))
         return True
 
     def expire(self, now_ms: int, settings: MaintenanceConfig, running_starts: Iterable[int | None]) -> MaintenanceResult:
@@ -155,8 +171,13 @@ class TableMaintenance:
         return [m for m in manifests if is_small_manifest(m.length, target)]
 
     def rewrite_manifests(self, settings: MaintenanceConfig) -> MaintenanceResult:
-        small = self.small_manifests()
-        if len(small) <= settings.max_small_manifests:
+        data, deletes = manifests_to_merge(self.small_manifests(), settings.max_small_manifests)
+        if not data and not deletes:
             return MaintenanceResult(MANIFESTS, False)
-        rewritten, added = actions.rewrite_manifests(self.table, {m.path for m in small}, self._tags)
-        return MaintenanceResult(MANIFESTS, True, manifests_rewritten=rewritten, manifests_added=added)
+        rewritten = added = 0
+        if data:
+            rewritten, added = actions.merge_data_manifests(self.table, data, self._tags)
+        if deletes:
+            more_rewritten, more_added = actions.rewrite_manifests(self.table, deletes, self._tags)
+            rewritten, added = rewritten + more_rewritten, added + more_added
+        return MaintenanceResult(MANIFESTS, rewritten > 0, manifests_rewritten=rewritten, manifests_added=added)

@@ -346,7 +346,8 @@ class MaintenanceConfig(_Strict):
     # another; Iceberg merges manifests on commit only from 100 on. So every
     # ``manifest_interval_seconds`` (a manifest-list read) the small manifests (under half the
     # table's commit.manifest.target-size-bytes) are counted, and past ``max_small_manifests``
-    # they, and only they, are merged, clustered by partition.
+    # the small data manifests, and only they, are merged (the delete manifests only when they
+    # alone are past it: ``coordinator.maintenance.manifests_to_merge``).
     manifest_interval_seconds: float = Field(default=60.0, gt=0)
     max_small_manifests: int = Field(default=8, ge=1)
 

@@ -29,6 +29,7 @@ from icecdc.domain.events import CompactionEvent, CompactionOutcome, Maintenance
 from icecdc.ingest.offsets import committed_offsets
 from icecdc.ingest.sources import records_to_dataframe
 from icecdc.jvm import actions
+from icecdc.jvm.actions import ManifestFacts
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
 from icecdc.runtime import kafka
@@ -440,7 +441,9 @@ def test_maintenance_during_a_compaction_spares_it_and_exactly_once_recovery(spa
 
 def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, unique):
     """Each writer commit adds a data and a delete manifest; past ``max_small_manifests`` small
-    ones the maintenance merges them, leaves the large ones alone, and the rows stay the same."""
+    ones the maintenance merges the small data manifests (in process), the small delete manifests
+    only when they alone are past the bound (by the Spark action), leaves the large ones alone,
+    and the rows stay the same."""
     config = with_table_properties(coordinated_config(stack_config, unique), ICEBERG_MANIFEST_MERGING)
     name = qualified(config)
     with batch_writer(spark, config) as write:
@@ -450,28 +453,39 @@ def test_manifest_rewrite_merges_only_small_manifests(spark, stack_config, uniqu
         for n in range(1, 9):
             stream([src.upsert(k, REGIONS[k % 3], 10 * k + n, n % 2) for k in range(n, 400, 9)] + [src.delete(400 - n)])
 
-    def manifests() -> dict[str, int]:
-        return {m.path: m.length for m in actions.current_manifests(iceberg_table(spark, config))}
+    def manifests() -> dict[str, ManifestFacts]:
+        return {m.path: m for m in actions.current_manifests(iceberg_table(spark, config))}
 
     before = manifests()
-    lengths = sorted(before.values())
+    lengths = sorted(m.length for m in before.values())
     # A target size that makes the biggest quarter of the manifests "large" for this test.
     target = lengths[len(lengths) * 3 // 4] * 2
     spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('commit.manifest.target-size-bytes' = '{target}')")
-    large = {path for path, length in before.items() if length >= target // 2}
-    small = len(before) - len(large)
-    assert large and small >= 12, before
+    large = {path for path, m in before.items() if m.length >= target // 2}
+    small_data = {path for path, m in before.items() if path not in large and not m.deletes}
+    small_deletes = {path for path, m in before.items() if path not in large and m.deletes}
+    assert large and len(small_data) >= 3 and len(small_deletes) >= 3, before
+    small = len(small_data) + len(small_deletes)
     maintenance = TableMaintenance(iceberg_table(spark, config), {"icecdc.compactor": "test"})
     assert not maintenance.worth_running(MaintenanceKind.MANIFESTS, 0, MaintenanceConfig(max_small_manifests=small))
     assert not maintenance.rewrite_manifests(MaintenanceConfig(max_small_manifests=small)).committed
 
-    result = maintenance.rewrite_manifests(MaintenanceConfig(max_small_manifests=4))
+    # Past the bound, but the delete manifests alone are not: only the data manifests merge.
+    result = maintenance.rewrite_manifests(MaintenanceConfig(max_small_manifests=len(small_deletes)))
     after = manifests()
-    assert result.committed and result.manifests_rewritten == small, result
-    assert large <= after.keys()  # untouched
-    assert len(after) < len(before)
+    assert result.committed and result.manifests_rewritten == len(small_data), result
+    assert not small_data & after.keys() and (large | small_deletes) <= after.keys()
     current = iceberg_table(spark, config).current_snapshot()
     assert current is not None and current.summary["icecdc.compactor"] == "test"
+    spark.sql(f"REFRESH TABLE {name}")
+    assert table_rows(spark, name) == src.expected_rows()
+
+    # The delete manifests alone past the bound: they merge too.
+    result = maintenance.rewrite_manifests(MaintenanceConfig(max_small_manifests=len(small_deletes) - 1))
+    final = manifests()
+    assert result.committed and result.manifests_rewritten >= len(small_deletes), result
+    assert not small_deletes & final.keys() and large <= final.keys()
+    assert len(final) < len(after) < len(before)
     spark.sql(f"REFRESH TABLE {name}")
     assert table_rows(spark, name) == src.expected_rows()
 

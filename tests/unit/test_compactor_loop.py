@@ -395,6 +395,18 @@ def test_maintenance_goes_first_then_the_best_candidate_then_nothing():
     assert turns.next_step([], []) is None
 
 
+def test_a_conversion_the_portability_target_asks_for_goes_ahead_of_maintenance_once_then_they_take_turns():
+    due = [("db.t", MaintenanceKind.MANIFESTS)]
+    conversion = dataclasses.replace(CANDIDATE, work=Work.CONVERT, hot=True, due_by=5.0)
+    ranked = [conversion, CANDIDATE]
+    assert turns.next_step(due, ranked) == turns.Compact((conversion,))
+    assert turns.next_step(due, ranked, maintenance_deferred=True) == turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
+    # With no maintenance due, the conversions go on one after another.
+    assert turns.next_step([], ranked, maintenance_deferred=True) == turns.Compact((conversion,))
+    # Work for reads and file counts never goes ahead of maintenance.
+    assert turns.next_step(due, [CANDIDATE]) == turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
+
+
 def job_candidate(path: str, data_bytes: int, table: str = "db.t", work: Work = Work.DELETE_MERGE, hot: bool = False):
     return Candidate(table, path, work, "", 1.0, 1.0, hot, data_bytes)
 

@@ -21,12 +21,14 @@ from icecdc.coordinator.maintenance import (
     expiry_cutoff,
     is_small_manifest,
     manifest_target_size,
+    manifests_to_merge,
 )
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.coordinator.quiet import quiet_delay
 from icecdc.domain.cadence import WriteCadence
 from icecdc.domain.errors import CommitConflict, CompareAndSetLost
 from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
+from icecdc.jvm.actions import ManifestFacts
 from icecdc.jvm.tables import CommittedSnapshot
 from icecdc.runtime.config import CoordinatorConfig, MaintenanceConfig
 
@@ -327,6 +329,17 @@ def test_small_manifests_are_under_half_the_target_size():
     assert manifest_target_size({}) == 8 * 1024 * 1024  # Iceberg's default
     assert manifest_target_size({"commit.manifest.target-size-bytes": "1000"}) == 1000
     assert is_small_manifest(499, 1000) and not is_small_manifest(500, 1000)
+
+
+def test_past_the_bound_data_manifests_are_merged_and_delete_manifests_only_when_they_alone_are_past_it():
+    def small(data: int, deletes: int) -> list[ManifestFacts]:
+        return [ManifestFacts(f"d{n}", 10) for n in range(data)] + [ManifestFacts(f"x{n}", 10, True) for n in range(deletes)]
+
+    assert manifests_to_merge(small(4, 4), 8) == (set(), set())  # within the bound
+    assert manifests_to_merge(small(5, 4), 8) == ({f"d{n}" for n in range(5)}, set())
+    assert manifests_to_merge(small(1, 9), 8) == (set(), {f"x{n}" for n in range(9)})
+    # One data manifest merges with nothing, and 8 delete manifests are the writer's to merge.
+    assert manifests_to_merge(small(1, 8), 8) == (set(), set())
 
 
 def test_orphan_age_below_an_hour_is_refused():
