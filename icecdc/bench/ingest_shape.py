@@ -7,6 +7,10 @@ the batch and the number of tables it spans.
   ``tables`` (a key always goes to the same table), as one Debezium connector's many topics arrive
   in one micro-batch: one Spark job for all of them, then one commit per table.
 
+``shape`` picks the messages: the generator's bare payloads (about 120 bytes), or the real
+PostgreSQL connector's through Kafka Connect's JSON converter with schemas (``connector``, about
+3 KB: ``icecdc.bench.parse.connector_record``, built outside the timer).
+
 For each point, the median of ``batches`` batches after one warm-up: seconds per batch (and the
 part of it spent in the Spark job and in the commits), records per second, and memory: the JVM
 heap's peak (in ``local`` mode the driver and the executors share that JVM), the peak summed
@@ -43,6 +47,7 @@ from icecdc.bench.harness import (
     stages_since,
 )
 from icecdc.bench.ingest import ChangingTable
+from icecdc.bench.parse import connector_record
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.options import state_dir_argument
 from icecdc.workload import orders_table
@@ -52,6 +57,7 @@ UPDATES, INSERTS = 0.7, 0.2
 # Keys the changes update and delete. The tables start empty and the writer never reads them: an
 # update of a key the table lacks costs the same equality delete as any other.
 SOURCE_ROWS = 1_000_000
+SHAPES = ("generator", "connector")
 
 
 @dataclass
@@ -59,6 +65,8 @@ class ShapePoint:
     changes: int  # per batch, over all tables
     tables: int
     commit_threads: int  # ingest.commit_threads: tables committed at once
+    shape: str = "generator"
+    value_bytes: int = 0  # the Debezium JSON (record values) of one batch, the last one measured
     seconds: list[float] = field(default_factory=list)
     job_seconds: list[float] = field(default_factory=list)  # the Spark job: parse, reduce, write files
     commit_seconds: list[float] = field(default_factory=list)  # the commits of every table
@@ -77,6 +85,10 @@ class ShapePoint:
     def records_per_second(self) -> float:
         return self.changes / self.median
 
+    @property
+    def mb_per_second(self) -> float:
+        return self.value_bytes / 1e6 / self.median
+
 
 @dataclass
 class ShapeResults:
@@ -86,7 +98,21 @@ class ShapeResults:
     fan_out: list[ShapePoint] = field(default_factory=list)
 
 
-def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads: int = 4) -> ShapePoint:
+def _records(
+    source: ChangingTable, changes: int, shape: str, first_offset: int
+) -> list[tuple[int, tuple[bytes | None, bytes | None]]]:
+    """(key, Kafka record) for ``changes`` changes, in ``shape``."""
+    out: list[tuple[int, tuple[bytes | None, bytes | None]]] = []
+    for offset, (_, key, _, value) in enumerate(source.batch(changes, UPDATES, INSERTS), first_offset):
+        record_key = orjson.dumps({"id": key})
+        if shape == "connector":
+            payload = orjson.loads(value) | {"ts_ms": 1_735_689_600_000 + offset}
+            record_key, value, _ = connector_record(record_key, orjson.dumps(payload), offset)
+        out.append((key, (record_key, value)))
+    return out
+
+
+def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads: int = 4, shape: str = "generator") -> ShapePoint:
     from icecdc.jvm.bridge import JavaBridge
 
     run = f"{changes}_{tables}_{commit_threads}_{stack.run_id}"
@@ -98,12 +124,14 @@ def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads:
     jvm_pid = bridge.pid()
     feed = FeedWriter(stack.spark, config, "bench-shape")
     source = ChangingTable(SOURCE_ROWS)
-    point = ShapePoint(changes, tables, commit_threads)
+    point = ShapePoint(changes, tables, commit_threads, shape)
     try:
         for number in range(batches + 1):  # batch 0 warms the path up and is not counted
             by_topic: dict[str, list[tuple[bytes | None, bytes | None]]] = {topic: [] for topic in topics}
-            for _, key, _, value in source.batch(changes, UPDATES, INSERTS):
-                by_topic[topics[key % tables]].append((orjson.dumps({"id": key}), value))
+            point.value_bytes = 0
+            for key, record in _records(source, changes, shape, number * changes):
+                by_topic[topics[key % tables]].append(record)
+                point.value_bytes += len(record[1] or b"")
             frame = feed.frame_by_topic(by_topic)
             bridge.reset_heap_peak()
             rss_peak_reset()
@@ -132,8 +160,8 @@ def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads:
     for spec in specs:
         stack.spark.sql(f"DROP TABLE IF EXISTS {stack.ref(spec['name']).qualified} PURGE")
     say(
-        f"{changes:,} changes over {tables} table(s): median {point.median:.2f}s "
-        f"({point.records_per_second:,.0f} records/s), heap peak {point.heap_peak_mib:.0f} MiB"
+        f"{changes:,} {shape} changes over {tables} table(s): median {point.median:.2f}s "
+        f"({point.records_per_second:,.0f} records/s, {point.mb_per_second:.1f} MB/s), heap peak {point.heap_peak_mib:.0f} MiB"
     )
     return point
 
@@ -159,15 +187,16 @@ def run(
     out: Path,
     state_dir: Path,
     commit_threads: Sequence[int] = (4,),
+    shape: str = "generator",
 ) -> ShapeResults:
     results = ShapeResults(machine(), batches)
     with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": "6g"}}) as stack:
         for size in changes:
-            results.batch_sizes.append(measure(stack, size, 1, batches))
+            results.batch_sizes.append(measure(stack, size, 1, batches, shape=shape))
         for count in tables:
             # Each commit_threads setting side by side, table count by table count.
             for threads in commit_threads if count > 1 else commit_threads[-1:]:
-                results.fan_out.append(measure(stack, fan_out_changes, count, batches, threads))
+                results.fan_out.append(measure(stack, fan_out_changes, count, batches, threads, shape))
     publish(out, "ingest-shape", results, _plot, summary)
     return results
 
@@ -183,7 +212,9 @@ def _rows(points: list[ShapePoint]) -> list[list[Any]]:
             f"{statistics.median(p.offsets_seconds):.3f}",
             f"{statistics.median(p.commits_wall_seconds):.2f}",
             f"{statistics.median(p.commit_seconds):.2f}",
+            p.shape,
             f"{p.records_per_second:,.0f}",
+            f"{p.mb_per_second:.1f}",
             f"{min(p.seconds):.2f}-{max(p.seconds):.2f}",
             f"{p.heap_peak_mib:.0f}",
             f"{p.workers_peak_mib:.0f}",
@@ -203,7 +234,9 @@ def summary(results: ShapeResults) -> str:
         "offsets read s",
         "commits s (wall)",
         "commit s (sum over tables)",
+        "messages",
         "records/s",
+        "MB/s of values",
         "range s",
         "JVM heap peak MiB",
         "Python workers peak MiB",
@@ -267,6 +300,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="ingest.commit_threads settings compared side by side at each table count (default: 1,4)",
     )
     parser.add_argument("--batches", type=int, default=3, help="measured batches per point, after one warm-up (default: 3)")
+    parser.add_argument(
+        "--shape",
+        choices=SHAPES,
+        default="generator",
+        help="the messages: the generator's bare payloads or the real connector's with schemas (default: generator)",
+    )
     out_argument(parser)
 
 
@@ -274,6 +313,6 @@ def main(args: argparse.Namespace) -> int:
     changes = positive_integers(args.changes, "--changes")
     tables = positive_integers(args.tables, "--tables")
     threads = positive_integers(args.commit_threads, "--commit-threads")
-    results = run(changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads)
+    results = run(changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads, args.shape)
     print_results(args.out, "ingest-shape", summary(results))
     return 0

@@ -194,13 +194,13 @@ def test_jobs_benchmark_harness(tmp_path):
 
 def test_ingest_shape_benchmark_harness(tmp_path):
     """A batch-size point and fan-out points (three tables committed one by one and side by side),
-    each batch committed to every table it spans
+    of the real connector's messages, each batch committed to every table it spans
     and each table checked against the rows its changes imply, with memory figures taken."""
     out = tmp_path / "out"
     run = icecdc_process(
         "bench",
         "ingest-shape",
-        *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
+        *("--state-dir", str(tmp_path / "state"), "--out", str(out), "--shape", "connector"),
         *("--changes", "300", "--tables", "1,3", "--commit-threads", "1,4", "--fan-out-changes", "300", "--batches", "1"),
         timeout=600,
     )
@@ -215,6 +215,7 @@ def test_ingest_shape_benchmark_harness(tmp_path):
     ]
     for point in results["batch_sizes"] + results["fan_out"]:
         assert len(point["seconds"]) == 1 and point["heap_peak_mib"] > 0 and point["workers_peak_mib"] > 0
+        assert point["shape"] == "connector" and point["value_bytes"] > 300 * 2000  # about 3 KB a message
     assert (out / "ingest-shape.png").stat().st_size > 0 and "records/s" in (out / "ingest-shape.md").read_text()
 
 
