@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import orjson
@@ -18,7 +20,7 @@ from icecdc.compactor.metadata import TableMetadata, load_table_partitions
 from icecdc.compactor.plans import plan_rewrite
 from icecdc.compactor.policy import Work
 from icecdc.compactor.rewrite import PartitionCompaction
-from icecdc.compactor.sidecar import create_sidecar
+from icecdc.compactor.sidecar import CompactorSidecar, create_sidecar
 from icecdc.compactor.status import collect, render
 from icecdc.domain.errors import CommitConflict
 from icecdc.domain.events import CompactionEvent, CompactionOutcome
@@ -34,6 +36,21 @@ from tests.processes import icecdc_process, write_config
 
 KB = 1024
 EQUALITY_DELETES, POSITION_DELETES = 2, 1
+
+
+@contextmanager
+def running(sidecar: CompactorSidecar, join_seconds: float) -> Iterator[CompactorSidecar]:
+    """The sidecar's loop on a thread of its own while the block runs, beside the writer; then
+    stopped, joined (at most ``join_seconds``) and closed, however the block ends."""
+    stop = threading.Event()
+    worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
+    worker.start()
+    try:
+        yield sidecar
+    finally:
+        stop.set()
+        worker.join(join_seconds)
+        sidecar.close()
 
 
 def compactor_config(stack_config: Config, unique: str, **settings) -> Config:
@@ -269,29 +286,21 @@ def test_compaction_during_writes_to_the_same_partition_loses_no_delete(spark, s
     # A low hot ceiling makes the sidecar compact the partition the writer keeps changing.
     config = compactor_config(stack_config, unique, hot_max_delete_files=2, min_small_files=2)
     name = qualified(config)
-    stop = threading.Event()
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
         src = stream.source
         stream([src.upsert(k, "eu", k, 0) for k in range(1, 200)])
-        sidecar = create_sidecar(config, spark)
-        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
-        worker.start()
-        try:
+        with running(create_sidecar(config, spark), 120) as sidecar:
             for n in range(1, 13):
                 changes = [src.upsert(k, "eu", 1000 * n + k, 0) for k in range(n, 200, 7) if k in src.rows]
                 changes += [src.delete(k) for k in range(n * 3, 200, 29) if k in src.rows]
                 changes += [src.upsert(k, "us", n, 1) for k in range(n * 5, 200, 31) if k in src.rows]  # moves
                 changes += [src.upsert(k, "eu", n, 0) for k in range(200 + n * 3, 203 + n * 3)]  # inserts
                 stream(changes)  # any writer failure raises here
-        finally:
             # Let the partition settle and the sidecar finish, then stop it.
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and not sidecar.idle(2.0):
                 time.sleep(0.5)
-            stop.set()
-            worker.join(120)
-            sidecar.close()
 
     events = sidecar.stats.results
     assert sum(e.outcome is CompactionOutcome.COMMITTED for e in events) >= 2, events

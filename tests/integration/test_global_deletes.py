@@ -7,7 +7,6 @@ partition-scoped position deletes. Checked against the independent model of the 
 
 from __future__ import annotations
 
-import threading
 import time
 
 import hypothesis.strategies as st
@@ -24,7 +23,14 @@ from icecdc.jvm.tables import IcebergTable
 from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, changes, orders_table, table_rows
 from tests.histories import History, rows_at, run_history
-from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compaction_of, compactor_config, table_metadata
+from tests.integration.test_compactor import (
+    EQUALITY_DELETES,
+    Stream,
+    compaction_of,
+    compactor_config,
+    running,
+    table_metadata,
+)
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
 KB = 1024
@@ -65,15 +71,11 @@ def test_key_only_before_images_stay_exact_and_the_compactor_resolves_their_glob
     settle = {"cadence_multiple": 3, "min_seconds": 1, "initial_seconds": 2, "max_seconds": 4}
     config = key_only_table(compactor_config(stack_config, unique, target_file_size_bytes=256 * KB, settle=settle), partition_by)
     name = qualified(config)
-    stop = threading.Event()
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
         stream.source = source = SourceDatabase(key_only_before=True)
         stream([source.upsert(k, REGIONS[k % 3], k, k % 3) for k in range(60)])
-        sidecar = create_sidecar(config, spark)
-        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
-        worker.start()
-        try:
+        with running(create_sidecar(config, spark), 120) as sidecar:
             for n in range(1, 13):
                 stream(moving_changes(source, n))  # a writer failure raises here
                 assert table_rows(spark, name) == source.expected_rows(), f"after batch {n}"
@@ -82,10 +84,6 @@ def test_key_only_before_images_stay_exact_and_the_compactor_resolves_their_glob
             deadline = time.monotonic() + 180
             while time.monotonic() < deadline and not (sidecar.idle(2.0) and global_delete_files(spark, config) == 0):
                 time.sleep(0.5)
-        finally:
-            stop.set()
-            worker.join(120)
-            sidecar.close()
     events = sidecar.stats.results
     resolutions = [e for e in events if e.kind == "resolve-global-deletes" and e.outcome is CompactionOutcome.COMMITTED]
     assert resolutions, events

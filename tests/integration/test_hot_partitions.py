@@ -8,7 +8,6 @@ and every maintenance snapshot must hold exactly its parent's rows (time travel)
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 import hypothesis.strategies as st
@@ -30,6 +29,7 @@ from tests.integration.test_compactor import (
     Stream,
     compaction_of,
     compactor_config,
+    running,
     table_metadata,
 )
 from tests.integration.test_ingest_writer import batch_writer, qualified
@@ -115,7 +115,6 @@ def test_the_sidecar_keeps_a_partition_under_constant_writes_within_its_read_bud
     answer_seconds = 3 * coordination.session_timeout_seconds + coordination.commit_attempts * (
         coordination.max_quiet_wait_seconds + coordination.commit_backoff_max_seconds
     )
-    stop = threading.Event()
 
     def batch(n: int) -> list[tuple[bytes, bytes]]:
         changes = [src.upsert(k, "eu", 1000 * n + k, 0) for k in range(n % 5 + 1, 400, 5) if k in src.rows]
@@ -136,9 +135,7 @@ def test_the_sidecar_keeps_a_partition_under_constant_writes_within_its_read_bud
         stream(batch(1))
         [converted] = sidecar.run_once(poll_timeout=1.0)
         assert (converted.kind, converted.outcome) == ("equality-to-position", CompactionOutcome.COMMITTED), converted
-        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
-        worker.start()
-        try:
+        with running(sidecar, answer_seconds):
             # Write back to back until the sidecar has answered the partition a few times
             # beside the writer, bounded in batches.
             for n in range(2, 41):
@@ -151,10 +148,6 @@ def test_the_sidecar_keeps_a_partition_under_constant_writes_within_its_read_bud
             deadline = time.monotonic() + answer_seconds
             while time.monotonic() < deadline and not sidecar.idle(2.0):
                 time.sleep(0.5)
-        finally:
-            stop.set()
-            worker.join(answer_seconds)
-            sidecar.close()
 
     events = sidecar.stats.results
     assert beside_writer >= 1, events  # the writer went on while the sidecar committed
@@ -184,7 +177,6 @@ def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spar
         compactor_config(stack_config, unique, hot_read_budget=1000, settle=settle, portable_within_seconds=10), 2
     )
     target = config.compactor.portable_within_seconds
-    stop = threading.Event()
     ages: list[float] = []
 
     def oldest_age() -> float:
@@ -197,10 +189,7 @@ def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spar
         stream = Stream(spark, config, write)
         src = stream.source
         stream([src.upsert(k, REGIONS[k % 2], k, 0) for k in range(1, 200)])
-        sidecar = create_sidecar(config, spark)
-        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
-        worker.start()
-        try:
+        with running(create_sidecar(config, spark), 60) as sidecar:
             # Two targets of writing: the deletes reach the share that asks for a conversion
             # several times over.
             writing_until = time.monotonic() + 2 * target
@@ -220,10 +209,6 @@ def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spar
                 ages.append(age)
                 time.sleep(0.5)
             ages.append(oldest_age())
-        finally:
-            stop.set()
-            worker.join(60)
-            sidecar.close()
 
     events = sidecar.stats.results
     converted = [e for e in events if e.kind == "equality-to-position" and e.outcome is CompactionOutcome.COMMITTED]

@@ -6,7 +6,6 @@ each reader was exact, and none may read rows the model does not hold without sa
 
 from __future__ import annotations
 
-import threading
 import time
 from typing import Any
 
@@ -18,7 +17,7 @@ from icecdc.compactor.sidecar import create_sidecar
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, orders_table
-from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compactor_config
+from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compactor_config, running
 from tests.integration.test_global_deletes import global_delete_files, key_only_table, moving_changes
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
@@ -74,7 +73,6 @@ def test_readers_read_exactly_while_writing_and_once_the_sidecar_is_idle(spark, 
     )
     connection = duckdb_connection()
     probes: list[dict[Reader, ReadOutcome]] = []
-    stop = threading.Event()
     # Settle windows, then a turn per partition (a join, a quiet wait per commit attempt).
     coordination = config.coordinator
     drain_seconds = (
@@ -86,20 +84,13 @@ def test_readers_read_exactly_while_writing_and_once_the_sidecar_is_idle(spark, 
         stream = Stream(spark, config, write)
         source = stream.source
         stream([source.upsert(k, REGIONS[k % 3], k, 0) for k in range(1, 60)])
-        sidecar = create_sidecar(config, spark)
-        worker = threading.Thread(target=sidecar.run, kwargs={"stop": stop})
-        worker.start()
-        try:
+        with running(create_sidecar(config, spark), drain_seconds) as sidecar:
             for n in range(1, 5):
                 stream(moving_changes(source, n))
                 probes.append(probe(config, source, connection))
             deadline = time.monotonic() + drain_seconds
             while time.monotonic() < deadline and not (sidecar.idle(2.0) and live_equality_deletes(spark, config) == 0):
                 time.sleep(0.5)
-        finally:
-            stop.set()
-            worker.join(drain_seconds)
-            sidecar.close()
     # While writing, a reader may refuse (pyiceberg, on a live equality delete), never misread;
     # DuckDB applies equality deletes, so it is exact throughout.
     assert all(ReadOutcome.WRONG not in p.values() for p in probes), probes
