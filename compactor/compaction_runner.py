@@ -135,7 +135,13 @@ class CompactionRunner:
         started = self._clock()
         slot_count = self._leases.ownership.slots
         parts = [
-            JobPartition(c, p, slot_of(table, c.partition_path, slot_count), self._tracker.begin(p, hot=c.hot).attempt, c.reason)
+            JobPartition(
+                c,
+                p,
+                slot_of(table, c.partition_path, slot_count),
+                self._tracker.begin(p, hot=c.hot, answers=c.due_by is None).attempt,
+                c.reason,
+            )
             for c, p in job
         ]
         slots = sorted({part.slot for part in parts})

@@ -6,7 +6,10 @@ new state; the tracker keeps it.
 
 - committed, skipped: the partition's last write is answered (nothing is planned again until
   it is written again, except that work done while it was hot leaves the settled partition's
-  work to do once it settles), failures are forgotten;
+  work to do once it settles), failures are forgotten. Except a conversion the portability
+  target asked for: it answers nothing, so the read budget and the settle rules still judge the
+  partition it leaves (converting every batch at once, it would otherwise answer every write
+  and the read budget would never be asked: bench e2e saw 100 files pile up);
 - conflict, failed: retried after ``retry_base_seconds * 2^(n-1)``, jittered between half and
   full, capped at ``retry_max_seconds``; after ``max_attempts`` the partition is given up until
   it is written again, and the outcome becomes ``abandoned``;
@@ -68,6 +71,7 @@ class Compacting:
     after_write: float | None
     hot: bool
     before: Idle | Answered | BackingOff
+    answers: bool = True  # False: a conversion for the portability target, which answers no write
 
     @property
     def attempt(self) -> int:
@@ -111,11 +115,12 @@ def outcome_of(error: Exception) -> CompactionOutcome:
     return Outcome.FAILED
 
 
-def begin(state: PartitionState, last_write: float | None, hot: bool = False) -> Compacting:
-    """An attempt on a partition last written at ``last_write``; never two at once."""
+def begin(state: PartitionState, last_write: float | None, hot: bool = False, answers: bool = True) -> Compacting:
+    """An attempt on a partition last written at ``last_write``; never two at once. ``answers``:
+    whether it answers that write (not a conversion for the portability target)."""
     if isinstance(state, Compacting):
         raise ValueError("the partition is already being compacted")
-    return Compacting(last_write, hot, state)
+    return Compacting(last_write, hot, state, answers)
 
 
 def resolve(
@@ -160,5 +165,8 @@ def _standing_answer(state: PartitionState) -> Answered | None:
 
 
 def _answer(state: Compacting) -> Idle | Answered:
-    # A partition with no known write has no write to answer.
+    # A partition with no known write has no write to answer; a conversion for the portability
+    # target leaves the answer it found (its failures forgotten).
+    if not state.answers:
+        return _standing_answer(state.before) or Idle()
     return Idle() if state.after_write is None else Answered(state.after_write, state.hot)

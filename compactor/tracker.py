@@ -268,9 +268,10 @@ class PartitionTracker:
             return PartitionPhase.GLOBAL
         return PartitionPhase(phase(partition.cadence, now, self.settings.settle).value)
 
-    def begin(self, partition: TrackedPartition, hot: bool = False) -> Compacting:
-        """An attempt on the partition starts (``outcomes.begin``); ``hot``: work on a hot partition."""
-        started = partition.state = outcomes.begin(partition.state, partition.cadence.last_write, hot)
+    def begin(self, partition: TrackedPartition, hot: bool = False, answers: bool = True) -> Compacting:
+        """An attempt on the partition starts (``outcomes.begin``); ``hot``: work on a hot partition;
+        ``answers``: not a conversion for the portability target."""
+        started = partition.state = outcomes.begin(partition.state, partition.cadence.last_write, hot, answers)
         return started
 
     def resolve(
@@ -326,7 +327,7 @@ class PartitionTracker:
     def _due(self, partition: TrackedPartition, now: float) -> tuple[Work, str, bool, float | None] | None:
         """(work, reason, hot, due_by) for a partition that needs work now. The portability
         target first: a partition whose oldest equality delete is due gets a conversion, hot or
-        settled (done as work on a hot partition: it leaves the settled partition's work to do).
+        settled (which answers no write: the rules below judge what it leaves).
         Otherwise a settled partition gets what it needs; one still being written only what
         keeps it within its read budget."""
         state, stats, settled = partition.state, partition.stats, self._settled(partition, now)

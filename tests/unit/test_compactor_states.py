@@ -118,7 +118,8 @@ class Expected:
 @dataclass(frozen=True)
 class Job:
     started: float
-    partitions: tuple[tuple[Key, float | None, bool], ...]  # (partition, the write it answers, hot)
+    # (partition, the write it answers, hot, whether it answers it: not the portability target's)
+    partitions: tuple[tuple[Key, float | None, bool, bool], ...]
 
 
 class TrackerMachine(RuleBasedStateMachine):
@@ -205,25 +206,26 @@ class TrackerMachine(RuleBasedStateMachine):
         for candidate in job:
             partition = self.tracker.get(candidate.table, candidate.partition_path)
             assert partition is not None
-            compacting = self.tracker.begin(partition, hot=candidate.hot)
+            answers = candidate.due_by is None
+            compacting = self.tracker.begin(partition, hot=candidate.hot, answers=answers)
             assert compacting.attempt == self.expected[partition.key].failures + 1
             assert compacting.after_write == partition.cadence.last_write
-            begun.append((partition.key, compacting.after_write, candidate.hot))
+            begun.append((partition.key, compacting.after_write, candidate.hot, answers))
         return Job(self.now, tuple(begun))
 
     def _end(self, job: Job, end: JobEnd) -> None:
         _, outcome, nothing_to_do, seconds = dataclasses.astuple(end)
         self.now += seconds
-        for i, (key, after_write, hot) in enumerate(job.partitions):
+        for i, (key, after_write, hot, answers) in enumerate(job.partitions):
             ended = Outcome.SKIPPED if len(job.partitions) > 1 and nothing_to_do >> i & 1 else outcome
             partition = self.tracker.get(*key)
             assert partition is not None, "a partition under a job is not forgotten"
             resolution = self.tracker.resolve(partition, ended, "why", started=job.started, now=self.now, rng=self.rng)
-            self._expect(key, ended, resolution.outcome, after_write, hot)
+            self._expect(key, ended, resolution.outcome, after_write, hot, answers)
             if resolution.outcome is Outcome.COMMITTED:
                 assert partition.last_compaction == self.now
 
-    def _expect(self, key: Key, ended: Outcome, reported: Outcome, after_write: float | None, hot: bool) -> None:
+    def _expect(self, key: Key, ended: Outcome, reported: Outcome, after_write: float | None, hot: bool, answers: bool) -> None:
         expected = self.expected[key]
         if ended is Outcome.FENCED:
             assert reported is Outcome.FENCED  # and nothing changes
@@ -236,7 +238,8 @@ class TrackerMachine(RuleBasedStateMachine):
         given_up = ended in (Outcome.CONFLICT, Outcome.FAILED)
         assert reported is (Outcome.ABANDONED if given_up else ended)
         expected.failures, expected.failed_at = 0, None
-        expected.answer = None if after_write is None else (after_write, hot)
+        if answers:  # a conversion for the portability target leaves the answer as it was
+            expected.answer = None if after_write is None else (after_write, hot)
 
     @rule(read=st.sampled_from(METADATA_READS))
     def metadata_read(self, read: MetadataRead) -> None:
@@ -273,7 +276,7 @@ class TrackerMachine(RuleBasedStateMachine):
         due = {(c.table, c.partition_path) for c in self.tracker.candidates(self.now)}
         waiting = {p.key for p in self.tracker.waiting(self.now)}
         assert not due & waiting
-        running = [key for job in self.jobs for key, _, _ in job.partitions]
+        running = [key for job in self.jobs for key, *_ in job.partitions]
         assert len(running) == len(set(running)), "one job a partition at a time"
         assert not set(running) & due
         for p in self.tracker:
