@@ -43,8 +43,7 @@ FIXED_COST_BYTES = 4 * MIB
 # conversion's time is in its event; docs/compactor.md, "Portability"). Half the target for that
 # is the margin; waiting at all, rather than converting every batch's deletes as they land, lets one
 # conversion (one commit, one file per data file) cover the few batches the writer commits
-# meanwhile instead of doubling the table's commits. Only where batches come that fast: a
-# partition written less often than the wait gets its conversion at once (``portability_due``).
+# meanwhile instead of doubling the table's commits.
 PORTABLE_SHARE = 0.5
 
 
@@ -119,38 +118,23 @@ def global_work(stats: PartitionStats, oldest_write: float | None, now: float) -
     )
 
 
-def portability_due(oldest_write: float | None, settings: CompactorConfig, write_gap: float | None = None) -> float | None:
+def portability_due(oldest_write: float | None, settings: CompactorConfig) -> float | None:
     """When a partition whose oldest live equality delete was committed at ``oldest_write``
-    needs its conversion (None: it has none, as far as this is told): ``PORTABLE_SHARE`` of the
-    target later, when its writes come faster than that (``write_gap``, the typical gap between
-    them, ``WriteCadence.typical_gap``; None: not known yet), so that one conversion covers the
-    batches that land meanwhile; at once when they come slower, since no batch would share the
-    conversion and every second waited is one in which readers that cannot apply equality deletes
-    fail on the table (bench e2e, batches every 10 s: live equality deletes 40% of the time at the
-    half-target wait, docs/BENCHMARKS.md)."""
-    if oldest_write is None:
-        return None
-    wait = PORTABLE_SHARE * settings.portable_within_seconds
-    return oldest_write + (0.0 if write_gap is not None and write_gap >= wait else wait)
+    needs its conversion (None: it has none, as far as this is told)."""
+    return None if oldest_write is None else oldest_write + PORTABLE_SHARE * settings.portable_within_seconds
 
 
 def portability_work(
-    stats: PartitionStats,
-    oldest_write: float | None,
-    now: float,
-    settings: CompactorConfig,
-    *,
-    is_global: bool = False,
-    write_gap: float | None = None,
+    stats: PartitionStats, oldest_write: float | None, now: float, settings: CompactorConfig, *, is_global: bool = False
 ) -> tuple[Work, str] | None:
     """What the portability target asks of a partition (or, ``is_global``, of a table's global
     deletes) holding equality deletes, the oldest committed at ``oldest_write``: a conversion
-    (a resolution) once it is due (``portability_due``), hot or settled, whatever its read budget
-    says. Conversions only: merges and packs stay the read budget's and the settle rules'. An
-    equality delete of unknown age (its snapshot expired) is due at once."""
+    (a resolution) once that one is ``PORTABLE_SHARE`` of the target old, hot or settled, whatever
+    its read budget says. Conversions only: merges and packs stay the read budget's and the settle
+    rules'. An equality delete of unknown age (its snapshot expired) is due at once."""
     if not stats.equality_delete_files:
         return None
-    due = portability_due(oldest_write, settings, write_gap)
+    due = portability_due(oldest_write, settings)
     if due is not None and now < due:
         return None
     target = settings.portable_within_seconds

@@ -314,7 +314,7 @@ class PartitionTracker:
         # compactions, and a conversion removes every equality delete it lists, so equality
         # deletes still counted are live ones (a delete merge on format v3, or a pack, leaves
         # the deletes of the files it does not rewrite to the conversion).
-        due = portability_due(partition.oldest_write, self.settings, partition.cadence.typical_gap)
+        due = portability_due(partition.oldest_write, self.settings)
         due = float("-inf") if due is None else due
         return max(due, state.retry_at) if isinstance(state, BackingOff) else due
 
@@ -333,14 +333,7 @@ class PartitionTracker:
         state, stats, settled = partition.state, partition.stats, self._settled(partition, now)
         portable_at = self.portability_due_at(partition)
         if portable_at is not None and now >= portable_at:
-            portable = portability_work(
-                stats,
-                partition.oldest_write,
-                now,
-                self.settings,
-                is_global=partition.is_global,
-                write_gap=partition.cadence.typical_gap,
-            )
+            portable = portability_work(stats, partition.oldest_write, now, self.settings, is_global=partition.is_global)
             if portable is not None:
                 oldest = partition.oldest_write
                 return (*portable, True, now if oldest is None else oldest + self.settings.portable_within_seconds)

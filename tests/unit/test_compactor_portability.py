@@ -80,15 +80,6 @@ def test_equality_deletes_need_a_conversion_once_half_the_target_old():
     assert portability_work(PartitionStats(data_files=3), 0.0, 1e9, SETTINGS) is None  # nothing to convert
 
 
-def test_a_partition_written_less_often_than_the_wait_gets_its_conversion_at_once():
-    # Batches every 10 s: none would share the conversion, so it does not wait for them.
-    assert portability_due(100.0, SETTINGS, write_gap=10.0) == 100.0
-    assert portability_work(WITH_DELETES, 100.0, 100.0, SETTINGS, write_gap=SHARE)[0] is Work.CONVERT
-    # Batches every second: the wait lets one conversion cover several; an unknown gap waits too.
-    assert portability_due(100.0, SETTINGS, write_gap=1.0) == portability_due(100.0, SETTINGS) == 100.0 + SHARE
-    assert portability_work(WITH_DELETES, 100.0, 100.0, SETTINGS, write_gap=1.0) is None
-
-
 def test_global_deletes_need_a_resolution_and_deletes_of_unknown_age_are_due_at_once():
     assert portability_work(WITH_DELETES, 0.0, SHARE, SETTINGS, is_global=True)[0] is Work.RESOLVE_GLOBAL_DELETES
     work, reason = portability_work(WITH_DELETES, None, 0.0, SETTINGS)
