@@ -645,15 +645,14 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     # made most of the portability p95 of the first run (docs/BENCHMARKS.md). The other
     # strategies are triggers on the writer's schedule and start with the measured writes.
     strategies = {s: _start(spark, config, all_strategies, s, out) for s in all_strategies}
-    sidecar_first = [s for s in strategies if s == ICECDC]
-    for strategy in sidecar_first:
-        strategies[strategy].start()
+    if ICECDC in strategies:
+        strategies[ICECDC].start()
     say(f"initial load: {run.workload.keys:,} rows into {len(all_strategies)} tables, in {load_commits} commits")
     for number in range(load_commits):
         feed.write(stream[0][number * LOAD_CHUNK_ROWS : (number + 1) * LOAD_CHUNK_ROWS], number)
     stream[0] = []  # the large workload's load is most of the run's memory
     for strategy, maintenance in strategies.items():
-        if strategy not in sidecar_first:
+        if strategy != ICECDC:
             maintenance.start()
     started = time.monotonic()
     probe = Probe(
