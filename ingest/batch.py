@@ -25,7 +25,7 @@ change), for the driver to read from the table (``unavailable``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -164,15 +164,24 @@ def fold_images(changes: Sequence[KeyChange], key: tuple[Any, ...] = ()) -> tupl
     return image, tuple(moved)
 
 
+def reduce_plain(
+    last_op: str, last_after: dict[str, Any] | None, prior_partitions: Iterable[PartitionKey], global_delete: bool
+) -> KeyResult:
+    """``reduce_key`` in the common case, from what it reads of the key's changes: none has
+    unavailable values or moves the row to another key, so the last after-image is the row."""
+    row = None if last_op == "d" else last_after
+    if global_delete:
+        return KeyResult(row, frozenset(), True)
+    return KeyResult(row, frozenset(prior_partitions), False)
+
+
 def reduce_key(changes: Sequence[KeyChange], key: tuple[Any, ...] = ()) -> KeyResult:
     """Collapse one key's changes, given in source order, to what the batch commits."""
-    image: Image | None
-    moved: tuple[Moved, ...] = ()
     if all(not change.unavailable and change.moved_to is None for change in changes):
-        last = changes[-1]  # the common case: the last after-image is the row
-        image = None if last.op == "d" or last.after is None else Image(last.after)
-    else:
-        image, moved = fold_images(changes, key)
+        last = changes[-1]
+        priors = (p for change in changes for p in change.prior_partitions)
+        return reduce_plain(last.op, last.after, priors, any(change.global_delete for change in changes))
+    image, moved = fold_images(changes, key)
     row, unresolved, source = (image.row, image.unresolved, image.source) if image is not None else (None, frozenset(), None)
     if any(change.global_delete for change in changes):
         return KeyResult(row, frozenset(), True, unresolved, source, moved)

@@ -196,13 +196,18 @@ def plan_for(layout: TableLayout, rules: SourceRules, schema: Any) -> Plan | Non
     return Plan(tuple(value_rules), payload, not fields, unknown)
 
 
-def split_wrapper(value: bytes | None) -> tuple[bytes | None, bytes] | None:
+def split_wrapper(value: bytes | None, stripped: bytes | None = None) -> tuple[bytes | None, bytes] | None:
     """(the schema part, the payload) of a compact wrapped record, (None, the value) of a bare one
     on one line, or None when it is neither. The schema part is ``{"schema":<value>``: when its
-    text is one JSON value, the payload follows it exactly."""
+    text is one JSON value, the payload follows it exactly. ``stripped``: the wrapper's prefix
+    (the schema part and ``,"payload":``) the JVM cut from ``value`` (``job.strip_schemas``)."""
     if value is None or b"\n" in value or b"\r" in value:
         return None
-    if value.startswith(WRAPPED):
+    if stripped is not None:
+        if not value.endswith(b"}"):
+            return None
+        prefix, payload = stripped[: -len(PAYLOAD)], value[:-1]
+    elif value.startswith(WRAPPED):
         cut = value.find(PAYLOAD)
         if cut < 0 or not value.endswith(b"}"):
             return None
@@ -467,11 +472,18 @@ class FastParser:
         self.table = layout.table
         self._plans: dict[bytes | None, Plan | None] = {}
         self._last: tuple[bytes, Plan | None] | None = None
+        self._learned: bytes | None = None  # the schema part of the last whole wrapped record it took
         self._vector_partition = all(
             (t.transform == "identity" and t.source_type in _IDENTITY_TYPES)
             or (t.transform in _MICROS_PER and t.source_type in ("timestamp", "timestamptz"))
             for t in layout.partition
         )
+
+    @property
+    def learned(self) -> bytes | None:
+        """The wrapper prefix of the last whole wrapped record it took, for the JVM to cut from the
+        table's next records (``job.strip_schemas``)."""
+        return self._learned + PAYLOAD if self._learned is not None else None
 
     def _plan(self, prefix: bytes | None) -> Plan | None:
         if prefix not in self._plans:
@@ -484,12 +496,15 @@ class FastParser:
             self._plans[prefix] = plan_for(self._layout, self._rules, schema)
         return self._plans[prefix]
 
-    def parse(self, values: Sequence[bytes | None], moved: Sequence[bool] | None = None) -> FastRows:
+    def parse(
+        self, values: Sequence[bytes | None], moved: Sequence[bool] | None = None, stripped: bytes | None = None
+    ) -> FastRows:
         """The records the fast path takes (the others are the Python path's). ``moved``: whether
-        each record carries the header of a primary-key change's delete (None: no record does)."""
+        each record carries the header of a primary-key change's delete (None: no record does).
+        ``stripped``: the wrapper prefix the JVM cut from every value (None: they are whole)."""
         groups: dict[int, tuple[Plan, list[int], list[bytes]]] = {}
         for index, value in enumerate(values):
-            parts = split_wrapper(value)
+            parts = split_wrapper(value, stripped)
             if parts is None:
                 continue
             prefix, payload = parts
@@ -501,6 +516,8 @@ class FastParser:
                     self._last = (prefix, plan)
             if plan is None:
                 continue
+            if stripped is None and prefix is not None:
+                self._learned = prefix
             group = groups.setdefault(id(plan), (plan, [], []))
             group[1].append(index)
             group[2].append(payload)

@@ -19,6 +19,7 @@ from icecdc.ingest.batch import Image
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.plan import JobResult, Position, TruncateAt, WrittenFile
+from icecdc.ingest.prefixes import SchemaPrefixes
 from icecdc.ingest.stages import PARSED_SCHEMA, RESULT_SCHEMA, Tag, parse_stage, reduce_and_write_stage, write_file
 from icecdc.ingest.unavailable import MovedImage, SourceRecord, UnresolvedRow
 
@@ -67,6 +68,8 @@ def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
                 truncates[position] = TruncateAt(row.offset, row.lsn)
         elif row.op == Tag.UNRESOLVED:
             result.unresolved[row.table].append(_unresolved(row))
+        elif row.op == Tag.PREFIX:
+            result.schema_prefixes[row.topic] = bytes(row.raw_value)
         elif row.op == Tag.MOVED:
             moved = orjson.loads(row.change)
             image = _image(moved)
@@ -93,12 +96,17 @@ def _unresolved(row: Any) -> UnresolvedRow:
 
 
 class BatchJob:
-    """Runs a batch's Spark job with the current layouts."""
+    """Runs a batch's Spark job with the current layouts, and learns from each run the wrapper
+    prefix each topic's records carry, for the next run to cut (``prefixes``)."""
 
-    def __init__(self, rules: Mapping[str, SourceRules], io_properties: Mapping[str, str], write_tasks: int) -> None:
+    def __init__(
+        self, rules: Mapping[str, SourceRules], io_properties: Mapping[str, str], write_tasks: int, parse_tasks: int
+    ) -> None:
         self._rules = dict(rules)
         self._io_properties = dict(io_properties)
         self._write_tasks = write_tasks
+        self._parse_tasks = parse_tasks
+        self.prefixes = SchemaPrefixes()
 
     def run(
         self,
@@ -113,14 +121,22 @@ class BatchJob:
         rejects of the parse stage pass through the write stage to the driver in the same result."""
         started = time.monotonic()
         by_topic = {layout.topic: layout for layout in layouts.values()}
+        # Each Python task costs about 0.1 s besides its records (the runner, the function
+        # shipped), and a source may hand over many small partitions (one per 10,000 records
+        # from the direct reader, one per topic partition from Kafka): no more parse tasks than
+        # two per core, which still evens out uneven partitions.
+        records = self.prefixes.cut_frame(df, list(by_topic)).coalesce(self._parse_tasks)
+        parse = parse_stage(by_topic, positions, self._rules, truncate_lsns, prefixes=self.prefixes.known)
         rows = (
-            df.mapInArrow(parse_stage(by_topic, positions, self._rules, truncate_lsns), PARSED_SCHEMA)
+            records.mapInArrow(parse, PARSED_SCHEMA)
             .repartition(self._write_tasks, "table", "key")
             .sortWithinPartitions("table", "key", "kafka_partition", "offset")
             .mapInArrow(reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)
             .collect()
         )
-        return read_result(rows, time.monotonic() - started)
+        result = read_result(rows, time.monotonic() - started)
+        self.prefixes.learn(result.schema_prefixes)
+        return result
 
     def write_rows(self, layout: TableLayout, rows: Sequence[dict[str, Any]], tag: str) -> list[WrittenFile]:
         """Data files of ``rows`` (one per partition), written as the write stage writes them."""

@@ -72,6 +72,7 @@ class JobResult:
     # Rows with values the batch does not hold, and the images key changes moved (``unavailable``).
     unresolved: dict[str, list[UnresolvedRow]] = field(default_factory=lambda: defaultdict(list))
     moved: dict[str, list[MovedImage]] = field(default_factory=lambda: defaultdict(list))
+    schema_prefixes: dict[str, bytes] = field(default_factory=dict)  # topic -> a wrapper prefix its records carried whole
 
     def written_paths(self, table: str | None = None) -> list[str]:
         return [f.path for t, files in self.files.items() if table in (None, t) for f in files]

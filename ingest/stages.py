@@ -16,8 +16,9 @@ from __future__ import annotations
 import enum
 import uuid
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import groupby
+from operator import itemgetter
 from typing import Any
 
 import orjson
@@ -26,7 +27,7 @@ import pyarrow.compute as pc
 
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.domain.sourcespec import SourceRules, TruncateMode, UnavailableValues
-from icecdc.ingest.batch import KeyChange, KeyResult, reduce_key, to_key_change
+from icecdc.ingest.batch import KeyChange, KeyResult, reduce_key, reduce_plain, to_key_change
 from icecdc.ingest.debezium import (
     NEW_KEY_HEADER,
     OLD_KEY_HEADER,
@@ -45,6 +46,7 @@ from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_
 from icecdc.ingest.fastparse import FastParser, change_payload, key_text
 from icecdc.ingest.filemeta import FileKind, describe
 from icecdc.ingest.plan import erased_by_truncate
+from icecdc.ingest.prefixes import CUT_PREFIX
 from icecdc.ingest.unavailable import unavailable_detail
 from icecdc.runtime.fileio import write_parquet_with_footer
 
@@ -119,9 +121,12 @@ class Tag(str, enum.Enum):
     # From the write stage: a key's last image before a primary-key change moved it (``change``:
     # the new key, the image).
     MOVED = "moved"
+    # Per (topic, parse task) that took whole wrapped records: the wrapper prefix the last one
+    # carried (``raw_value``), for the JVM to cut from the topic's next records.
+    PREFIX = "prefix"
 
 
-PASSED_THROUGH = frozenset({Tag.MARK, Tag.SCHEMA, Tag.COLUMNS, Tag.CONTROL, Tag.TRUNCATE})
+PASSED_THROUGH = frozenset({Tag.MARK, Tag.SCHEMA, Tag.COLUMNS, Tag.CONTROL, Tag.TRUNCATE, Tag.PREFIX})
 
 ArrowStage = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
 
@@ -257,19 +262,26 @@ def _fast_rows(
     batch: pa.RecordBatch,
     moved: list[bool] | None,
     tallies: Mapping[str, _TableTally],
+    cut: list[int | None] | None,
+    prefixes: Sequence[bytes],
 ) -> tuple[set[int], list[pa.RecordBatch]]:
     """The records the fast path takes (their indices in ``batch``) and their parsed rows (one
-    call per topic)."""
+    call per topic and prefix cut: ``cut``, per record, the id in ``prefixes`` of the prefix cut
+    from its value)."""
     topics, values = batch.column("topic").to_pylist(), batch.column("value").to_pylist()
-    by_topic: dict[str, list[int]] = defaultdict(list)
+    by_topic: dict[tuple[str, int | None], list[int]] = defaultdict(list)
     for index in kept:
         if topics[index] in parsers:
-            by_topic[topics[index]].append(index)
+            by_topic[topics[index], cut[index] if cut is not None else None].append(index)
     taken: set[int] = set()
     rows: list[pa.RecordBatch] = []
-    for topic, indices in by_topic.items():
+    for (topic, prefix), indices in by_topic.items():
         parser = parsers[topic]
-        result = parser.parse([values[i] for i in indices], [moved[i] for i in indices] if moved is not None else None)
+        result = parser.parse(
+            [values[i] for i in indices],
+            [moved[i] for i in indices] if moved is not None else None,
+            prefixes[prefix] if prefix is not None else None,
+        )
         tallies[parser.table].unknown.update(result.unknown)
         if not result.taken.num_rows:
             continue
@@ -294,13 +306,16 @@ def parse_stage(
     rules_by_table: Mapping[str, SourceRules],
     truncate_lsns: Mapping[str, int],
     fast: bool = True,
+    prefixes: Sequence[bytes] = (),
 ) -> ArrowStage:
     """Kafka records -> one parsed row each, plus offset marks and what else the task saw. Records
     below the table's committed offset (a replayed batch, or the replayed part of one) are dropped
     here: that is the exactly-once filter. ``truncate_lsns``: table -> the LSN of the truncate a
     redo applies, below which its changes are skipped. The records the fast path takes
     (``fastparse``) are parsed there, the others here, one by one; ``fast=False`` parses every
-    record here (the property tests and ``bench parse`` compare the two)."""
+    record here (the property tests and ``bench parse`` compare the two). ``prefixes``: the
+    wrapper prefixes cut from the values, by the id a record's ``CUT_PREFIX`` names (``prefixes``)."""
+    known = list(prefixes)
 
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tallies: dict[str, _TableTally] = defaultdict(_TableTally)
@@ -322,7 +337,8 @@ def parse_stage(
                 mark[0], mark[1] = max(mark[0], offset), mark[1] + 1
                 kept.append(index)
             moved = _carrying(header_column, NEW_KEY_HEADER) if header_column is not None else None
-            taken, fast_rows = _fast_rows(parsers, kept, batch, moved, tallies)
+            cut = batch.column(CUT_PREFIX).to_pylist() if CUT_PREFIX in batch.schema.names else None
+            taken, fast_rows = _fast_rows(parsers, kept, batch, moved, tallies, cut, known)
             yield from fast_rows
             keys, values = batch.column("key"), batch.column("value")
             for index in kept:
@@ -331,7 +347,8 @@ def parse_stage(
                 topic = topics[index]
                 row: dict[str, Any] = {"topic": topic, "kafka_partition": partitions[index], "offset": offsets[index]}
                 layout = layouts_by_topic.get(topic)
-                record = {"key": keys[index].as_py(), "value": values[index].as_py()}
+                value, prefix = values[index].as_py(), cut[index] if cut is not None else None
+                record = {"key": keys[index].as_py(), "value": known[prefix] + value if prefix is not None else value}
                 try:
                     if layout is None:
                         raise RejectedEvent(
@@ -364,6 +381,9 @@ def parse_stage(
                 )
             yield pa.RecordBatch.from_pylist(out, schema=PARSED)
         tallied = [row for table, tally in tallies.items() for row in _tally_rows(table, tally)]
+        for topic, parser in parsers.items():
+            if parser.learned is not None:  # whole wrapped records: none once their prefix is cut
+                tallied.append({"table": parser.table, "topic": topic, "op": Tag.PREFIX, "raw_value": parser.learned})
         if tallied:
             yield pa.RecordBatch.from_pylist(tallied, schema=PARSED)
 
@@ -383,36 +403,29 @@ def reduce_and_write_stage(
         outputs: dict[tuple[str, str, FileKind], list[dict[str, Any]]] = {}
         passed: list[dict[str, Any]] = []
 
-        def changes() -> Iterator[dict[str, Any]]:
+        def changes() -> Iterator[tuple[str, str, str, bytes, pa.RecordBatch, int]]:
+            # Column by column: a whole row is read only for the few that pass through.
             for batch in batches:
-                for row in batch.to_pylist():
-                    if row["op"] in PASSED_THROUGH or row["reason"] is not None:
-                        passed.append(row)
-                    elif row["op"] != Tag.SKIP:
-                        yield row
+                columns = (batch.column(name).to_pylist() for name in ("table", "key", "op", "reason", "change"))
+                for index, (table, key, op, reason, change) in enumerate(zip(*columns, strict=True)):
+                    if op in PASSED_THROUGH or reason is not None:
+                        passed.append(_row(batch, index))
+                    elif op != Tag.SKIP:
+                        yield table, key, op, change, batch, index
 
-        for (table, key), group in groupby(changes(), key=lambda r: (r["table"], r["key"])):
+        for (table, key), group in groupby(changes(), key=itemgetter(0, 1)):
             layout = layouts_by_table[table]
-            key_changes, last = [], None
-            for r in group:
-                change = orjson.loads(r["change"])
-                key_changes.append(
-                    KeyChange(
-                        r["op"],
-                        change["after"],
-                        tuple(tuple(p) for p in change["prior"]),
-                        change["global"],
-                        frozenset(change.get("unavailable", ())),
-                        _key(change.get("from")),
-                        _key(change.get("to")),
-                    )
-                )
-                last = r
+            records = [(op, orjson.loads(payload), batch, index) for _, _, op, payload, batch, index in group]
             key_values = tuple(orjson.loads(key))
-            result = reduce_key(key_changes, key_values)
+            last = records[-1]
+            if any("unavailable" in change or "to" in change for _, change, _, _ in records):
+                result = reduce_key([_key_change(op, change) for op, change, _, _ in records], key_values)
+            else:  # the common case, without a KeyChange per change
+                partitions = (tuple(p) for _, change, _, _ in records for p in change["prior"])
+                result = reduce_plain(last[0], last[1]["after"], partitions, any(c["global"] for _, c, _, _ in records))
             if result.unresolved:
                 assert last is not None and result.row is not None
-                passed.append(_unresolved_row(last, result))
+                passed.append(_unresolved_row(_row(last[2], last[3]), result))
             elif result.row is not None:
                 partition = orjson.dumps(layout.partition_of(result.row)).decode()
                 outputs.setdefault((table, partition, FileKind.DATA), []).append(result.row)
@@ -436,8 +449,25 @@ def reduce_and_write_stage(
     return reduce_and_write
 
 
+def _row(batch: pa.RecordBatch, index: int) -> dict[str, Any]:
+    return batch.slice(index, 1).to_pylist()[0]
+
+
 def _key(values: list[Any] | None) -> tuple[Any, ...] | None:
     return tuple(values) if values is not None else None
+
+
+def _key_change(op: str, change: dict[str, Any]) -> KeyChange:
+    """A change as the parse stage sent it (``fastparse.change_payload``, and ``_unavailable_fields``)."""
+    return KeyChange(
+        op,
+        change["after"],
+        tuple(tuple(p) for p in change["prior"]),
+        change["global"],
+        frozenset(change.get("unavailable", ())),
+        _key(change.get("from")),
+        _key(change.get("to")),
+    )
 
 
 def _unresolved_row(last: dict[str, Any], result: KeyResult) -> dict[str, Any]:

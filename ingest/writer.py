@@ -38,6 +38,7 @@ from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.job import BatchJob
 from icecdc.ingest.plan import DeadLetter, IngestStats, JobResult, Position, TableCommit, Truncates, WrittenFile
+from icecdc.ingest.prefixes import SchemaPrefixes
 from icecdc.ingest.publish import CommitEventPublisher, DeadLetterTopic
 from icecdc.ingest.unavailable import Key, unavailable_detail
 from icecdc.jvm.bridge import JavaBridge
@@ -54,8 +55,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 # A write task reduces and writes this many records at most; a batch of up to this size is
-# written by one task, so it adds one file per touched partition and kind.
-ROWS_PER_WRITE_TASK = 200_000
+# written by one task, so it adds one file per touched partition and kind. At 200,000 the
+# reduce-and-write stage of a 200,000-change batch was one task of 6 s on one core while the
+# other idled (docs/BENCHMARKS.md); at 100,000 such a batch takes both cores, and a source at the
+# default ``max_batch_records`` (50,000) still writes one file per partition and kind.
+ROWS_PER_WRITE_TASK = 100_000
 
 
 class Table(Protocol):
@@ -88,6 +92,8 @@ class Job(Protocol):
         truncate_lsns: Mapping[str, int],
     ) -> JobResult: ...
     def write_rows(self, layout: TableLayout, rows: Sequence[dict[str, Any]], tag: str) -> list[WrittenFile]: ...
+    @property
+    def prefixes(self) -> SchemaPrefixes: ...
 
 
 class DeadLetters(Protocol):
@@ -157,6 +163,10 @@ class BatchRunner:
     def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[Position, int]:
         """(topic, partition) -> next offset to read, each topic as committed by its own table."""
         return plan.topic_positions(self.layouts, committed)
+
+    @property
+    def prefixes(self) -> SchemaPrefixes:
+        return self._job.prefixes
 
     def run(self, df: DataFrame, batch_id: int | str) -> BatchResult:
         started = self._clock()
@@ -442,7 +452,7 @@ class BatchWriter:
             tables=self.tables,
             layouts=layouts,
             rules=rules,
-            job=BatchJob(rules, config.catalog.properties, write_tasks),
+            job=BatchJob(rules, config.catalog.properties, write_tasks, parse_tasks=2 * spark.sparkContext.defaultParallelism),
             dead_letters=DeadLetterTopic(dead_letter_producer, config.dead_letter_topic),
             events=publisher,
             load_layout=self._reload_layout,
@@ -478,6 +488,11 @@ class BatchWriter:
 
     def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[Position, int]:
         return self.batches.topic_positions(committed)
+
+    @property
+    def prefixes(self) -> SchemaPrefixes:
+        """The wrapper prefixes the batches cut from records (the direct reader cuts them too)."""
+        return self.batches.prefixes
 
     def __call__(self, df: DataFrame, batch_id: int | str) -> BatchResult:
         """The ``foreachBatch`` entry point."""

@@ -248,12 +248,13 @@ class FeedWriter:
         return self.frame_by_topic(dict.fromkeys(topics or self._topics, pairs))
 
     def frame_by_topic(self, pairs: Mapping[str, Sequence[tuple[bytes | None, bytes | None]]]) -> Any:
-        """The next batch with each topic's own records."""
+        """The next batch with each topic's own records, as the direct reader hands it over (with
+        the known wrapper prefixes cut)."""
         from icecdc.ingest.sources import records_to_dataframe, source_rows
 
         rows = [row for topic, records in pairs.items() for row in source_rows(topic, records, self._offset)]
         self._offset += max((len(records) for records in pairs.values()), default=0)
-        return records_to_dataframe(self._spark, rows)
+        return records_to_dataframe(self._spark, rows, self.writer.prefixes)
 
     def write(self, pairs: Sequence[tuple[bytes | None, bytes | None]], batch_id: int) -> BatchResult:
         return self.writer(self.frame(pairs), batch_id)

@@ -9,10 +9,15 @@ the batch and the number of tables it spans.
 
 ``shape`` picks the messages: the generator's bare payloads (about 120 bytes), or the real
 PostgreSQL connector's through Kafka Connect's JSON converter with schemas (``connector``, about
-3 KB: ``icecdc.bench.parse.connector_record``, built outside the timer).
+3 KB: ``icecdc.bench.parse.connector_record``, built outside the timer). ``prefix_cut``: whether
+the writer cuts the wrapper prefix it learned from a topic's records (``ingest.prefixes``), side
+by side when both.
 
+A batch is timed from the records in the driver's memory, as the direct reader holds them after a
+poll, to its commit: the DataFrame made of them (the cut done there), then the writer.
 For each point, the median of ``batches`` batches after one warm-up: seconds per batch (and the
-part of it spent in the Spark job and in the commits), records per second, and memory: the JVM
+part of it spent making the DataFrame, in the Spark job and in the commits), records per second,
+and memory: the JVM
 heap's peak (in ``local`` mode the driver and the executors share that JVM), the peak summed
 resident memory of Spark's Python workers (where records are parsed), and the growth of the
 driver's Python process. The tables start empty: the writer never reads a table (``bench
@@ -66,8 +71,10 @@ class ShapePoint:
     tables: int
     commit_threads: int  # ingest.commit_threads: tables committed at once
     shape: str = "generator"
+    prefix_cut: bool = True  # whether the writer cuts the known wrapper prefixes (``ingest.prefixes``)
     value_bytes: int = 0  # the Debezium JSON (record values) of one batch, the last one measured
-    seconds: list[float] = field(default_factory=list)
+    seconds: list[float] = field(default_factory=list)  # the records made a DataFrame, then written
+    frame_seconds: list[float] = field(default_factory=list)  # the DataFrame made (the direct reader's)
     job_seconds: list[float] = field(default_factory=list)  # the Spark job: parse, reduce, write files
     commit_seconds: list[float] = field(default_factory=list)  # the commits of every table
     offsets_seconds: list[float] = field(default_factory=list)  # the committed offsets read at the start
@@ -112,7 +119,15 @@ def _records(
     return out
 
 
-def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads: int = 4, shape: str = "generator") -> ShapePoint:
+def measure(
+    stack: Any,
+    changes: int,
+    tables: int,
+    batches: int,
+    commit_threads: int = 4,
+    shape: str = "generator",
+    prefix_cut: bool = True,
+) -> ShapePoint:
     from icecdc.jvm.bridge import JavaBridge
 
     run = f"{changes}_{tables}_{commit_threads}_{stack.run_id}"
@@ -123,8 +138,9 @@ def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads:
     bridge = JavaBridge(stack.spark)
     jvm_pid = bridge.pid()
     feed = FeedWriter(stack.spark, config, "bench-shape")
+    feed.writer.prefixes.learning = prefix_cut
     source = ChangingTable(SOURCE_ROWS)
-    point = ShapePoint(changes, tables, commit_threads, shape)
+    point = ShapePoint(changes, tables, commit_threads, shape, prefix_cut)
     try:
         for number in range(batches + 1):  # batch 0 warms the path up and is not counted
             by_topic: dict[str, list[tuple[bytes | None, bytes | None]]] = {topic: [] for topic in topics}
@@ -132,13 +148,14 @@ def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads:
             for key, record in _records(source, changes, shape, number * changes):
                 by_topic[topics[key % tables]].append(record)
                 point.value_bytes += len(record[1] or b"")
-            frame = feed.frame_by_topic(by_topic)
             bridge.reset_heap_peak()
             rss_peak_reset()
             driver_before = rss_kib("VmRSS")
             before = last_stage_id(stack.spark)
             with WorkerMemory(jvm_pid) as workers:
                 started = time.perf_counter()
+                frame = feed.frame_by_topic(by_topic)
+                framed = time.perf_counter()
                 result = feed.writer(frame, number)
                 seconds = time.perf_counter() - started
             point.stages = stages_since(stack.spark, before)
@@ -146,6 +163,7 @@ def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads:
                 raise RuntimeError(f"batch {number} committed to {len(result.commits)} of {tables} tables")
             if number:
                 point.seconds.append(seconds)
+                point.frame_seconds.append(framed - started)
                 point.job_seconds.append(feed.writer.stats.last_job_seconds)
                 point.commit_seconds.append(sum(result.commit_seconds.values()))
                 point.offsets_seconds.append(result.offsets_seconds)
@@ -160,7 +178,7 @@ def measure(stack: Any, changes: int, tables: int, batches: int, commit_threads:
     for spec in specs:
         stack.spark.sql(f"DROP TABLE IF EXISTS {stack.ref(spec['name']).qualified} PURGE")
     say(
-        f"{changes:,} {shape} changes over {tables} table(s): median {point.median:.2f}s "
+        f"{changes:,} {shape} changes over {tables} table(s), prefix cut {'on' if prefix_cut else 'off'}: median {point.median:.2f}s "
         f"({point.records_per_second:,.0f} records/s, {point.mb_per_second:.1f} MB/s), heap peak {point.heap_peak_mib:.0f} MiB"
     )
     return point
@@ -188,11 +206,13 @@ def run(
     state_dir: Path,
     commit_threads: Sequence[int] = (4,),
     shape: str = "generator",
+    prefix_cuts: Sequence[bool] = (True,),
 ) -> ShapeResults:
     results = ShapeResults(machine(), batches)
     with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": "6g"}}) as stack:
         for size in changes:
-            results.batch_sizes.append(measure(stack, size, 1, batches, shape=shape))
+            for cut in prefix_cuts:  # side by side, size by size
+                results.batch_sizes.append(measure(stack, size, 1, batches, shape=shape, prefix_cut=cut))
         for count in tables:
             # Each commit_threads setting side by side, table count by table count.
             for threads in commit_threads if count > 1 else commit_threads[-1:]:
@@ -207,7 +227,9 @@ def _rows(points: list[ShapePoint]) -> list[list[Any]]:
             f"{p.changes:,}",
             p.tables,
             p.commit_threads,
+            "on" if p.prefix_cut else "off",
             f"{p.median:.2f}",
+            f"{statistics.median(p.frame_seconds):.2f}",
             f"{statistics.median(p.job_seconds):.2f}",
             f"{statistics.median(p.offsets_seconds):.3f}",
             f"{statistics.median(p.commits_wall_seconds):.2f}",
@@ -229,7 +251,9 @@ def summary(results: ShapeResults) -> str:
         "changes/batch",
         "tables",
         "commit threads",
+        "prefix cut",
         "s/batch",
+        "DataFrame s",
         "Spark job s",
         "offsets read s",
         "commits s (wall)",
@@ -306,6 +330,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="generator",
         help="the messages: the generator's bare payloads or the real connector's with schemas (default: generator)",
     )
+    parser.add_argument(
+        "--prefix-cut",
+        choices=("on", "off", "both"),
+        default="on",
+        help="whether the writer cuts the known wrapper prefixes from the records (ingest/prefixes.py); "
+        "both: side by side at each batch size (default: on)",
+    )
     out_argument(parser)
 
 
@@ -313,6 +344,9 @@ def main(args: argparse.Namespace) -> int:
     changes = positive_integers(args.changes, "--changes")
     tables = positive_integers(args.tables, "--tables")
     threads = positive_integers(args.commit_threads, "--commit-threads")
-    results = run(changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads, args.shape)
+    cuts = {"on": (True,), "off": (False,), "both": (False, True)}[args.prefix_cut]
+    results = run(
+        changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads, args.shape, cuts
+    )
     print_results(args.out, "ingest-shape", summary(results))
     return 0

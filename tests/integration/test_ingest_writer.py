@@ -14,6 +14,7 @@ from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
 
 from icecdc.domain.events import CommitEvent
+from icecdc.ingest.prefixes import CUT_PREFIX, SchemaPrefixes
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.sources import records_to_dataframe
 from icecdc.ingest.writer import BatchWriter
@@ -74,12 +75,31 @@ def test_random_histories_end_in_the_state_they_imply(spark, stack_config, histo
     with batch_writer(spark, config) as write:
         offset = 0
         for number, pairs in enumerate(flavoured_batches(source, history)):
-            write(records_to_dataframe(spark, kafka_records(topic, pairs, offset)), number)
+            # Wrapped records' known prefix cut by the driver (the direct reader) and on the JVM
+            # (Spark's Kafka source), in turns.
+            prefixes = write.prefixes if number % 2 else None
+            write(records_to_dataframe(spark, kafka_records(topic, pairs, offset), prefixes), number)
             offset += len(pairs)
     name = qualified(config)
     assert table_rows(spark, name) == source.expected_rows()
     contents = {r.content for r in spark.sql(f"SELECT content FROM {name}.files").collect()}
     assert 1 not in contents  # never position deletes
+
+
+def test_the_jvm_cuts_known_prefixes_as_the_direct_reader_does(spark):
+    prefixes = SchemaPrefixes()
+    prefixes.learn({"a": b'{"schema":1,"payload":', "b": b'{"schema":22,"payload":'})
+    prefixes.learn({"a": b'{"schema":3,"payload":'})
+    values = [b'{"schema":3,"payload":{}}', b'{"schema":1,"payload":{}}', b'{"schema":22,"payload":{}}', None, b"{}"]
+    records = [{"key": None, "value": v, "topic": t} for t in ("a", "b", "c") for v in values]
+    rows = [(r["topic"], r["value"], r[CUT_PREFIX]) for r in prefixes.cut_records([dict(r) for r in records])]
+    frame = spark.createDataFrame(records, "key binary, value binary, topic string")
+    jvm = [
+        (r.topic, bytes(r.value) if r.value is not None else None, r[CUT_PREFIX])
+        for r in prefixes.cut_frame(frame, ["a", "b", "c"]).collect()
+    ]
+    assert jvm == rows
+    assert [cut for _, _, cut in rows].count(None) == len(rows) - 2  # the newest prefix of a, and b's
 
 
 def test_updates_and_deletes_are_equality_deletes_and_bucket_pruning_agrees(spark, stack_config, unique):

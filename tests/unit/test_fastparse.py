@@ -19,8 +19,9 @@ from hypothesis import HealthCheck, given, settings
 from icecdc.bench import parse as parse_bench
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnavailableValues, UnknownPartition
-from icecdc.ingest.debezium import UNAVAILABLE_PLACEHOLDER, UNAVAILABLE_PLACEHOLDER_BASE64
-from icecdc.ingest.fastparse import FastParser, split_wrapper, wrapper_schema
+from icecdc.ingest.debezium import ROW_OPS, UNAVAILABLE_PLACEHOLDER, UNAVAILABLE_PLACEHOLDER_BASE64
+from icecdc.ingest.fastparse import PAYLOAD, FastParser, split_wrapper, wrapper_schema
+from icecdc.ingest.prefixes import CUT_PREFIX, SchemaPrefixes
 from icecdc.ingest.stages import Tag, parse_stage
 
 TOPIC = "shop.public.t"
@@ -218,11 +219,28 @@ def records(draw: st.DrawFn, layout: TableLayout, kinds: dict[str, str], schema:
     return {"key": key, "value": value, "topic": TOPIC, "partition": partition, "offset": offset}
 
 
+def cut(batch: list[dict[str, Any]], prefix: bytes) -> tuple[list[dict[str, Any]], list[bytes]]:
+    """The batch as the direct reader hands it over once it knows ``prefix``, and the prefixes."""
+    prefixes = SchemaPrefixes()
+    prefixes.learn({TOPIC: b"an earlier version's prefix", "other": b"another topic's"})
+    prefixes.learn({TOPIC: prefix})
+    return prefixes.cut_records([dict(record) for record in batch]), prefixes.known
+
+
 def _rows(
-    layout: TableLayout, rules: SourceRules, batch: list[dict[str, Any]], fast: bool, committed: dict[Any, int]
+    layout: TableLayout,
+    rules: SourceRules,
+    batch: list[dict[str, Any]],
+    fast: bool,
+    committed: dict[Any, int],
+    prefix: bytes | None = None,
 ) -> list[Any]:
-    stage = parse_stage({TOPIC: layout}, committed, {layout.table: rules}, {}, fast=fast)
-    rows = [row for out in stage([pa.RecordBatch.from_pylist(batch)]) for row in out.to_pylist()]
+    """The parse stage's rows but the prefixes it learned (only the fast path learns them);
+    ``prefix``: the wrapper prefix cut from the values that start with it."""
+    batch, prefixes = cut(batch, prefix) if prefix is not None else (batch, [])
+    stage = parse_stage({TOPIC: layout}, committed, {layout.table: rules}, {}, fast=fast, prefixes=prefixes)
+    records = pa.RecordBatch.from_pylist(batch)
+    rows = [row for out in stage([records]) for row in out.to_pylist() if row["op"] != Tag.PREFIX]
     for row in rows:
         if row["op"] in (Tag.COLUMNS, Tag.CONTROL):
             row["detail"] = orjson.loads(row["detail"])  # counts by name: the driver adds them up in any order
@@ -234,10 +252,14 @@ def _rows(
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.large_base_example])
 @given(data=st.data())
 def test_the_fast_path_parses_every_stream_as_the_python_path_does(data: st.DataObject) -> None:
+    """Whole, and with the drawn schema's wrapper prefix cut: dead letters still carry the records'
+    whole bytes."""
     layout, rules, schema, kinds = data.draw(tables())
     batch = [data.draw(records(layout, kinds, schema, offset)) for offset in range(data.draw(st.integers(1, 40)))]
     committed = {(TOPIC, 0): data.draw(st.integers(0, 3))}
-    assert _rows(layout, rules, batch, True, committed) == _rows(layout, rules, batch, False, committed)
+    python = _rows(layout, rules, batch, False, committed)
+    assert _rows(layout, rules, batch, True, committed) == python
+    assert _rows(layout, rules, batch, True, committed, prefix=b'{"schema":' + _json(schema) + PAYLOAD) == python
 
 
 def orders() -> TableLayout:
@@ -314,6 +336,29 @@ def test_a_schema_is_read_once_whole_or_not_at_all() -> None:
     # A "payload" key inside the schema: not one JSON value up to the cut.
     assert wrapper_schema(b'{"schema":{"parameters":{"x":1')[0] is False
     assert wrapper_schema(b'{"schema":1,"other":2')[0] is False
+
+
+def test_a_stream_learns_its_wrapper_prefix_and_takes_its_values_cut() -> None:
+    """The prefix the fast path learns from whole records is what the next batch is cut with; cut
+    records are parsed as whole ones, and a record left whole still is."""
+    layout, rules = orders(), SourceRules(before_image=BeforeImage.FULL)
+    values = [common(op, key, True) for key, op in enumerate(["c", "u", "d"] * 5)]
+    batch = [{"key": b'{"id": 1}', "value": v, "topic": TOPIC, "partition": 0, "offset": i} for i, v in enumerate(values)]
+    stage = parse_stage({TOPIC: layout}, {}, {layout.table: rules}, {})
+    learned = [row for out in stage([pa.RecordBatch.from_pylist(batch)]) for row in out.to_pylist() if row["op"] == Tag.PREFIX]
+    prefix = b'{"schema":' + orjson.dumps(WRAPPER) + PAYLOAD
+    assert [(row["topic"], row["raw_value"]) for row in learned] == [(TOPIC, prefix)]
+    assert split_wrapper(values[0][len(prefix) :], prefix) == split_wrapper(values[0])
+    records, prefixes = cut(batch, prefix)
+    records[3] = batch[3] | {CUT_PREFIX: None}
+    assert [record[CUT_PREFIX] for record in records].count(prefixes.index(prefix)) == len(batch) - 1
+    again = parse_stage({TOPIC: layout}, {}, {layout.table: rules}, {}, prefixes=prefixes)
+    rows = [row for out in again([pa.RecordBatch.from_pylist(records)]) for row in out.to_pylist()]
+    assert [row["raw_value"] for row in rows if row["op"] == Tag.PREFIX] == [prefix]  # from the one left whole
+    changes = sorted((r["offset"], r["op"], r["key"], r["change"]) for r in rows if r["op"] in ROW_OPS)
+    python = _rows(layout, rules, batch, False, {})
+    assert len(changes) == len(batch)
+    assert changes == sorted((r["offset"], r["op"], r["key"], r["change"]) for r in python if r["op"] in ROW_OPS)
 
 
 def test_variable_scale_decimals_send_the_table_the_python_way() -> None:

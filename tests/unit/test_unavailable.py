@@ -242,7 +242,7 @@ class Ingester:
             tables={TABLE: self.table},
             layouts={TABLE: self.layout},
             rules=rules,
-            job=StageJob(rules, {}, 1),
+            job=StageJob(rules, {}, write_tasks=1, parse_tasks=1),
             dead_letters=self,
             events=self,
             load_layout=lambda name: self.layout,
