@@ -282,8 +282,11 @@ def summary(results: ShapeResults) -> str:
 def _plot(results: ShapeResults, path: Path) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    sizes = results.batch_sizes
-    left.plot([p.changes for p in sizes], [p.records_per_second for p in sizes], marker="o")
+    for cut in sorted({p.prefix_cut for p in results.batch_sizes}):
+        sizes = [p for p in results.batch_sizes if p.prefix_cut == cut]
+        label = f"prefix cut {'on' if cut else 'off'}"
+        left.plot([p.changes for p in sizes], [p.records_per_second for p in sizes], marker="o", label=label)
+    left.legend(fontsize=8)
     left.set_xscale("log")
     left.set_xlabel("changes per batch (one table)")
     left.set_title("records per second (median)", fontsize=9)
