@@ -200,7 +200,7 @@ def split_wrapper(value: bytes | None, stripped: bytes | None = None) -> tuple[b
     """(the schema part, the payload) of a compact wrapped record, (None, the value) of a bare one
     on one line, or None when it is neither. The schema part is ``{"schema":<value>``: when its
     text is one JSON value, the payload follows it exactly. ``stripped``: the wrapper's prefix
-    (the schema part and ``,"payload":``) the JVM cut from ``value`` (``job.strip_schemas``)."""
+    (the schema part and ``,"payload":``) cut from ``value`` before it came here (``prefixes``)."""
     if value is None or b"\n" in value or b"\r" in value:
         return None
     if stripped is not None:
@@ -481,8 +481,8 @@ class FastParser:
 
     @property
     def learned(self) -> bytes | None:
-        """The wrapper prefix of the last whole wrapped record it took, for the JVM to cut from the
-        table's next records (``job.strip_schemas``)."""
+        """The wrapper prefix of the last whole wrapped record it took, to be cut from the table's
+        next records (``prefixes.SchemaPrefixes``)."""
         return self._learned + PAYLOAD if self._learned is not None else None
 
     def _plan(self, prefix: bytes | None) -> Plan | None:
@@ -501,7 +501,7 @@ class FastParser:
     ) -> FastRows:
         """The records the fast path takes (the others are the Python path's). ``moved``: whether
         each record carries the header of a primary-key change's delete (None: no record does).
-        ``stripped``: the wrapper prefix the JVM cut from every value (None: they are whole)."""
+        ``stripped``: the wrapper prefix cut from every value (None: they are whole)."""
         groups: dict[int, tuple[Plan, list[int], list[bytes]]] = {}
         for index, value in enumerate(values):
             parts = split_wrapper(value, stripped)

@@ -122,7 +122,7 @@ class Tag(str, enum.Enum):
     # the new key, the image).
     MOVED = "moved"
     # Per (topic, parse task) that took whole wrapped records: the wrapper prefix the last one
-    # carried (``raw_value``), for the JVM to cut from the topic's next records.
+    # carried (``raw_value``), to be cut from the topic's next records (``prefixes``).
     PREFIX = "prefix"
 
 
@@ -314,7 +314,7 @@ def parse_stage(
     redo applies, below which its changes are skipped. The records the fast path takes
     (``fastparse``) are parsed there, the others here, one by one; ``fast=False`` parses every
     record here (the property tests and ``bench parse`` compare the two). ``prefixes``: the
-    wrapper prefixes cut from the values, by the id a record's ``CUT_PREFIX`` names (``prefixes``)."""
+    wrapper prefixes cut from the values, by the id a record's ``CUT_PREFIX`` names (``ingest.prefixes``)."""
     known = list(prefixes)
 
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

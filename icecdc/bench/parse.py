@@ -265,7 +265,7 @@ def _run_stage(shape: str, batches: Sequence[pa.RecordBatch], fast: bool) -> tup
 
 
 def _changes(out: Sequence[pa.RecordBatch]) -> list[tuple[Any, ...]]:
-    rows = [r for b in out for r in b.to_pylist() if r["op"] not in (Tag.MARK,)]
+    rows = [r for b in out for r in b.to_pylist() if r["op"] not in (Tag.MARK, Tag.PREFIX)]  # only the fast path learns prefixes
     return sorted((r["offset"] or -1, r["op"], r["key"], r["change"], r["reason"]) for r in rows)
 
 

@@ -34,12 +34,15 @@ from icecdc.bench.harness import FeedWriter, StageCost, bench_stack, clone, last
 from icecdc.bench.ingest import ChangingTable, base_sql
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.domain import summary as summary_keys
+from icecdc.ingest.writer import ROWS_PER_WRITE_TASK
 from icecdc.options import embedded_stack_arguments
 from icecdc.runtime.fileio import file_io
 from icecdc.workload import REGIONS, orders_table
 
 MB = 1e6
-CHANGES_PER_BATCH = 200_000  # the writer's batches of updates and deletes
+# The writer's batches of updates and deletes, each written by one task: one data file a batch in
+# the partition measured (``--batches`` counts them).
+CHANGES_PER_BATCH = ROWS_PER_WRITE_TASK
 say = progress("rewrite")
 
 
