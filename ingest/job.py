@@ -18,7 +18,7 @@ from icecdc.domain.sourcespec import SourceRules
 from icecdc.ingest.batch import Image
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
-from icecdc.ingest.plan import JobResult, Position, TruncateAt, WrittenFile
+from icecdc.ingest.plan import JobResult, Position, TruncateAt, WriteSpread, WrittenFile
 from icecdc.ingest.prefixes import SchemaPrefixes
 from icecdc.ingest.stages import PARSED_SCHEMA, RESULT_SCHEMA, Tag, parse_stage, reduce_and_write_stage, write_file
 from icecdc.ingest.unavailable import MovedImage, SourceRecord, UnresolvedRow
@@ -100,11 +100,11 @@ class BatchJob:
     prefix each topic's records carry, for the next run to cut (``prefixes``)."""
 
     def __init__(
-        self, rules: Mapping[str, SourceRules], io_properties: Mapping[str, str], write_tasks: int, parse_tasks: int
+        self, rules: Mapping[str, SourceRules], io_properties: Mapping[str, str], spread: WriteSpread, parse_tasks: int
     ) -> None:
         self._rules = dict(rules)
         self._io_properties = dict(io_properties)
-        self._write_tasks = write_tasks
+        self._spread = spread
         self._parse_tasks = parse_tasks
         self.prefixes = SchemaPrefixes()
 
@@ -129,7 +129,7 @@ class BatchJob:
         parse = parse_stage(by_topic, positions, self._rules, truncate_lsns, prefixes=self.prefixes.known)
         rows = (
             records.mapInArrow(parse, PARSED_SCHEMA)
-            .repartition(self._write_tasks, "table", "key")
+            .repartition(self._spread.tasks, *self._spread.columns)
             .sortWithinPartitions("table", "key", "kafka_partition", "offset")
             .mapInArrow(reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)
             .collect()

@@ -39,6 +39,42 @@ class TruncateAt:
 # table -> position -> the table's last truncate there
 Truncates = Mapping[str, Mapping[Position, TruncateAt]]
 
+# A write task reduces and writes this many records at most; a batch of up to this size is
+# written by one task, so it adds one file per touched partition and kind. At 200,000 the
+# reduce-and-write stage of a 200,000-change batch was one task of 6 s on one core while the
+# other idled (docs/BENCHMARKS.md); at 100,000 such a batch takes both cores, and a source at the
+# default ``max_batch_records`` (50,000) still writes one file per partition and kind.
+ROWS_PER_WRITE_TASK = 100_000
+
+
+@dataclass(frozen=True)
+class WriteSpread:
+    """How the write stage spreads a batch's rows over its tasks: ``tasks`` tasks, rows hashed
+    by table and key, or by table alone (``whole_tables``).
+
+    Sized from the largest batch the source can deliver, since the job cannot count its input
+    before it runs. Up to ``ROWS_PER_WRITE_TASK`` records one task writes the batch, so each
+    touched partition gets one file per kind. A source of several tables would then leave the
+    other cores idle while one task writes every table's files (a batch over 50 tables writes
+    some 1,200, about 1.8 ms each); hashing by table alone gives each core whole tables, so no
+    partition gets a second file."""
+
+    tasks: int
+    whole_tables: bool = False
+
+    @classmethod
+    def for_source(cls, max_batch_records: int, tables: int, cores: int) -> WriteSpread:
+        tasks = max(1, -(-max_batch_records // ROWS_PER_WRITE_TASK))
+        if tasks == 1 and tables > 1 and cores > 1:
+            return cls(min(tables, cores), whole_tables=True)
+        return cls(tasks)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        """The columns the rows are hashed by (every change of a key must reach one task)."""
+        return ("table",) if self.whole_tables else ("table", "key")
+
+
 # A batch is done again at most this many times as its tables change under it (a schema change
 # or a truncate each ask for one redo).
 MAX_REDOS = 4

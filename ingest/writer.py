@@ -54,13 +54,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A write task reduces and writes this many records at most; a batch of up to this size is
-# written by one task, so it adds one file per touched partition and kind. At 200,000 the
-# reduce-and-write stage of a 200,000-change batch was one task of 6 s on one core while the
-# other idled (docs/BENCHMARKS.md); at 100,000 such a batch takes both cores, and a source at the
-# default ``max_batch_records`` (50,000) still writes one file per partition and kind.
-ROWS_PER_WRITE_TASK = 100_000
-
 
 class Table(Protocol):
     """What a batch reads from and commits to one table (``jvm.tables.IcebergTable``)."""
@@ -444,15 +437,13 @@ class BatchWriter:
         for name, layout in layouts.items():
             if plan.may_delete_globally(layout, rules[name]) and layout.global_spec_id is None:
                 layouts[name] = replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
-        # Sized from the largest batch the source can deliver, since the job cannot count its
-        # input before it runs: one write task (one file per partition and kind) for up to
-        # ROWS_PER_WRITE_TASK records.
-        write_tasks = max(1, -(-config.ingest.max_batch_records // ROWS_PER_WRITE_TASK))
+        cores = spark.sparkContext.defaultParallelism
+        spread = plan.WriteSpread.for_source(config.ingest.max_batch_records, len(names), cores)
         self.batches = BatchRunner(
             tables=self.tables,
             layouts=layouts,
             rules=rules,
-            job=BatchJob(rules, config.catalog.properties, write_tasks, parse_tasks=2 * spark.sparkContext.defaultParallelism),
+            job=BatchJob(rules, config.catalog.properties, spread, parse_tasks=2 * cores),
             dead_letters=DeadLetterTopic(dead_letter_producer, config.dead_letter_topic),
             events=publisher,
             load_layout=self._reload_layout,

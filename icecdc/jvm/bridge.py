@@ -147,6 +147,17 @@ class JavaBridge:
     def java_spark_session(self) -> JavaObject:
         return self.spark._jsparkSession
 
+    @functools.cached_property
+    def caller_thread_executor(self) -> JavaObject:
+        """An ``ExecutorService`` that runs each task on the thread that submits it (Guava's
+        direct executor, as Iceberg relocates it), for snapshot updates whose manifest work is a
+        few small files: Iceberg waits for its worker pool's tasks by polling every 10 ms
+        (``Tasks.waitFor``), so each parallel step of a commit costs at least 10 ms however
+        little it does. Measured on an ingest commit of 24 files: 95 ms with the shared pool,
+        55 ms with this."""
+        concurrent = self.iceberg.relocated.com.google.common.util.concurrent
+        return concurrent.MoreExecutors.newDirectExecutorService()
+
     def static_call(self, java_class: JavaObject, method: str) -> JavaObject:
         """Call a no-argument static method through reflection: py4j cannot call a static method
         that shares its name with an instance method (``SparkTableCache.get()`` and ``get(key)``)."""

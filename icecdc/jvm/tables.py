@@ -407,7 +407,9 @@ class IcebergTable:
         committed meanwhile. Raises ``MissingPartitionSpec`` when a file's spec is gone."""
 
         def build() -> JavaObject:
-            delta = self._java.newRowDelta()
+            # A batch's delta writes a manifest or two: its steps run on the committing thread,
+            # not the shared pool (``caller_thread_executor`` says why).
+            delta = self._java.newRowDelta().scanManifestsWith(self.bridge.caller_thread_executor)
             for file in self._content_files(data):
                 delta = delta.addRows(file)
             for file in self._content_files(deletes):
@@ -423,7 +425,11 @@ class IcebergTable:
         when a file's spec is gone."""
 
         def build() -> JavaObject:
-            update = self._java.newOverwrite().overwriteByRowFilter(self.bridge.iceberg.expressions.Expressions.alwaysTrue())
+            update = (
+                self._java.newOverwrite()
+                .overwriteByRowFilter(self.bridge.iceberg.expressions.Expressions.alwaysTrue())
+                .scanManifestsWith(self.bridge.caller_thread_executor)
+            )
             for file in self._content_files(data):
                 update = update.addFile(file)
             return update

@@ -39,7 +39,7 @@ from icecdc.ingest.debezium import (
     unavailable_columns,
 )
 from icecdc.ingest.job import BatchJob, read_result
-from icecdc.ingest.plan import JobResult
+from icecdc.ingest.plan import JobResult, WriteSpread
 from icecdc.ingest.stages import PARSED, parse_stage, reduce_and_write_stage
 from icecdc.ingest.unavailable import MovedImage, SourceRecord, UnresolvedRow, keys_to_read, resolve
 from icecdc.ingest.writer import BatchRunner
@@ -242,7 +242,7 @@ class Ingester:
             tables={TABLE: self.table},
             layouts={TABLE: self.layout},
             rules=rules,
-            job=StageJob(rules, {}, write_tasks=1, parse_tasks=1),
+            job=StageJob(rules, {}, WriteSpread(1), parse_tasks=1),
             dead_letters=self,
             events=self,
             load_layout=lambda name: self.layout,
