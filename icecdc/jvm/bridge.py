@@ -153,8 +153,8 @@ class JavaBridge:
         direct executor, as Iceberg relocates it), for snapshot updates whose manifest work is a
         few small files: Iceberg waits for its worker pool's tasks by polling every 10 ms
         (``Tasks.waitFor``), so each parallel step of a commit costs at least 10 ms however
-        little it does. Measured on an ingest commit of 24 files: 95 ms with the shared pool,
-        55 ms with this."""
+        little it does. Measured on an ingest commit of 24 files, one thread: 101 ms with the
+        shared pool, 53-59 ms with this (docs/BENCHMARKS.md, "Many tables")."""
         concurrent = self.iceberg.relocated.com.google.common.util.concurrent
         return concurrent.MoreExecutors.newDirectExecutorService()
 
