@@ -3,6 +3,7 @@ warehouse) per test run, since a JVM holds one Spark session and starting either
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,11 +13,17 @@ import pytest
 
 from icecdc.runtime.broker import EmbeddedBroker, free_port
 from icecdc.runtime.config import Config, embedded_config
+from tests.processes import SESSION_JVM_OPTIONS, with_jvm_options
 
 # Files whose tests share nothing (each bench smoke test runs a whole ``icecdc bench`` in its own
 # process): under ``--dist loadfile`` each of their tests is a unit of its own. Kept together,
 # test_benchmarks.py's took one worker about 14 minutes, the suite's longest path.
 INDEPENDENT_TEST_FILES = frozenset({"tests/integration/test_benchmarks.py"})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The JVMs this run starts get the tests' options (tests/processes.py says why)."""
+    os.environ["JAVA_TOOL_OPTIONS"] = with_jvm_options(os.environ.get("JAVA_TOOL_OPTIONS"), SESSION_JVM_OPTIONS)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

@@ -18,14 +18,43 @@ def write_config(config: Config, path: Path) -> Path:
     return path
 
 
+# JVM options for tests alone, never for a deployment or a benchmark. The suite runs three test
+# processes on 2 cores and waits on CPU, and its JVMs hold little data: the Serial collector
+# spends less CPU on their heaps than G1's concurrent threads, and the commands tests start (with
+# what those start: a bench's compactor process, a Spark cluster's executors) live a minute or two,
+# too short for C2's compiles to pay back, so C1 alone compiles them. Three bench smoke tests side
+# by side (contention, e2e, ingest-shape) spent 387-432 CPU seconds in 205-227 s as they were,
+# 260-288 in 147-159 s with C1 alone, 212 in 118 s with both. The pytest workers' own Spark
+# sessions live the whole run and keep C2 (C1 alone made test_ingest_writer.py slower).
+SESSION_JVM_OPTIONS = ("-XX:+UseSerialGC",)
+COMMAND_JVM_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+
+
+def with_jvm_options(java_tool_options: str | None, options: tuple[str, ...]) -> str:
+    """``JAVA_TOOL_OPTIONS`` with ``options`` after the user's own, each option once."""
+    present = (java_tool_options or "").split()
+    return " ".join([*present, *(o for o in options if o not in present)])
+
+
+def command_env(failpoint: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The environment of a command a test starts: this process's, without a failpoint of its own."""
+    env = {k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}
+    env["JAVA_TOOL_OPTIONS"] = with_jvm_options(env.get("JAVA_TOOL_OPTIONS"), COMMAND_JVM_OPTIONS)
+    if failpoint:
+        env["ICECDC_FAILPOINT"] = failpoint
+    return {**env, **(extra or {})}
+
+
 def icecdc_process(
     *args: str, failpoint: str | None = None, timeout: float = 600, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    env = {**{k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}, **(env or {})}
-    if failpoint:
-        env["ICECDC_FAILPOINT"] = failpoint
     return subprocess.run(
-        [sys.executable, "-m", "icecdc.cli", *args], check=False, env=env, capture_output=True, text=True, timeout=timeout
+        [sys.executable, "-m", "icecdc.cli", *args],
+        check=False,
+        env=command_env(failpoint, env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -33,13 +62,10 @@ def start_icecdc(*args: str, log: Path, failpoint: str | None = None, own_group:
     """A long-running ``icecdc`` command in the background, its output in ``log``; with
     ``own_group``, in a process group of its own (its id the command's pid), as a service
     manager starts it, so that a signal can be sent to the command and its Spark JVM at once."""
-    env = {k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}
-    if failpoint:
-        env["ICECDC_FAILPOINT"] = failpoint
     with log.open("w") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "icecdc.cli", *args],
-            env=env,
+            env=command_env(failpoint),
             stdout=out,
             stderr=subprocess.STDOUT,
             start_new_session=own_group,

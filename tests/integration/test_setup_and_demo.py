@@ -11,6 +11,7 @@ import pytest
 
 from icecdc.demo import postgres_missing
 from icecdc.runtime.broker import free_port
+from tests.processes import command_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -37,7 +38,7 @@ def run_demo(state_dir: Path, *args: str, env: dict[str, str] | None = None, tim
         capture_output=True,
         text=True,
         timeout=timeout,
-        env=env,
+        env=command_env(extra=env),
     )
 
 
@@ -63,7 +64,7 @@ def test_demo_runs_from_postgres_through_debezium(tmp_path):
 
 
 def test_demo_without_postgres_says_how_to_install_it_or_run_synthetic(tmp_path):
-    result = run_demo(tmp_path, env={**os.environ, "ICECDC_PG_BINDIR": str(tmp_path / "no-postgres")}, timeout=120)
+    result = run_demo(tmp_path, env={"ICECDC_PG_BINDIR": str(tmp_path / "no-postgres")}, timeout=120)
     assert result.returncode == 2, result.stdout + result.stderr
     assert "Traceback" not in result.stderr
     assert "apt-get install -y postgresql" in result.stderr or "icecdc[postgres]" in result.stderr
