@@ -22,8 +22,8 @@ INDEPENDENT_TEST_FILES = frozenset({"tests/integration/test_benchmarks.py"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The JVMs this run starts get the tests' options (tests/processes.py says why)."""
-    os.environ["JAVA_TOOL_OPTIONS"] = with_jvm_options(os.environ.get("JAVA_TOOL_OPTIONS"), SESSION_JVM_OPTIONS)
+    """The Spark JVMs this run starts get the tests' options (tests/processes.py says why)."""
+    os.environ["SPARK_SUBMIT_OPTS"] = with_jvm_options(os.environ.get("SPARK_SUBMIT_OPTS"), SESSION_JVM_OPTIONS)
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

