@@ -33,6 +33,9 @@ from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.domain.sourcespec import DEFAULT_RULES, BeforeImage, SourceRules, UnknownPartition
 from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent
 
+# Where a change arrived in its topic: (Kafka partition, offset).
+SourceOffset = tuple[int, int]
+
 
 @dataclass(frozen=True)
 class KeyChange:
@@ -45,16 +48,20 @@ class KeyChange:
     unavailable: frozenset[str] = frozenset()  # columns whose value the source did not send
     moved_from: tuple[Any, ...] | None = None  # a create of a primary-key change: the old key
     moved_to: tuple[Any, ...] | None = None  # a delete of a primary-key change: the new key
+    at: SourceOffset | None = None  # where it arrived, set where a primary-key change needs it
 
 
 @dataclass(frozen=True)
 class Image:
     """A row version as far as the batch knows it: ``unresolved`` columns are None in ``row``,
-    their values in the earlier version of ``source`` (a key), or nowhere when ``source`` is None."""
+    their values in the earlier version of ``source`` (a key), or nowhere when ``source`` is None.
+    ``moved_at`` is where the primary-key change from ``source`` arrived (its create), which tells
+    apart the batch's several moves between the same two keys (``unavailable._Resolver``)."""
 
     row: dict[str, Any]
     unresolved: frozenset[str] = frozenset()
     source: tuple[Any, ...] | None = None
+    moved_at: SourceOffset | None = None
 
     @property
     def complete(self) -> bool:
@@ -63,10 +70,12 @@ class Image:
 
 @dataclass(frozen=True)
 class Moved:
-    """A key's last after-image before a primary-key change moved its row to ``to``."""
+    """A key's last after-image before a primary-key change moved its row to ``to`` (``at``: where
+    the change's delete arrived)."""
 
     to: tuple[Any, ...]
     image: Image
+    at: SourceOffset | None = None
 
 
 @dataclass(frozen=True)
@@ -79,6 +88,7 @@ class KeyResult:
     unresolved: frozenset[str] = frozenset()  # columns of ``row`` the batch does not hold (None in it)
     source: tuple[Any, ...] | None = None  # the key whose earlier version holds them; None: no such key
     moved: tuple[Moved, ...] = field(default_factory=tuple)  # the images primary-key changes took away
+    moved_at: SourceOffset | None = None  # ``Image.moved_at`` of the row
 
 
 def complete_row(layout: TableLayout, after: dict[str, Any]) -> dict[str, Any]:
@@ -136,7 +146,7 @@ def _next_image(previous: Image | None, change: KeyChange, key: tuple[Any, ...],
         for column in change.unavailable:
             row[column] = previous.row.get(column)
         unresolved = change.unavailable & previous.unresolved
-        return Image(row, unresolved, previous.source if unresolved else None)
+        return Image(row, unresolved, previous.source, previous.moved_at) if unresolved else Image(row)
     for column in change.unavailable:
         row[column] = None
     if change.moved_from is not None:
@@ -145,7 +155,7 @@ def _next_image(previous: Image | None, change: KeyChange, key: tuple[Any, ...],
         source = key  # the key's version before the batch
     else:
         source = None  # a create, or an update after a delete, that names no earlier version
-    return Image(row, change.unavailable, source)
+    return Image(row, change.unavailable, source, change.at if change.moved_from is not None else None)
 
 
 def fold_images(changes: Sequence[KeyChange], key: tuple[Any, ...] = ()) -> tuple[Image | None, tuple[Moved, ...]]:
@@ -157,7 +167,7 @@ def fold_images(changes: Sequence[KeyChange], key: tuple[Any, ...] = ()) -> tupl
     for change in changes:
         if change.op == "d" or change.after is None:
             if change.moved_to is not None and image is not None:
-                moved.append(Moved(change.moved_to, image))
+                moved.append(Moved(change.moved_to, image, change.at))
             image, deleted = None, True
         else:
             image = _next_image(image, change, key, deleted)
@@ -182,8 +192,9 @@ def reduce_key(changes: Sequence[KeyChange], key: tuple[Any, ...] = ()) -> KeyRe
         priors = (p for change in changes for p in change.prior_partitions)
         return reduce_plain(last.op, last.after, priors, any(change.global_delete for change in changes))
     image, moved = fold_images(changes, key)
-    row, unresolved, source = (image.row, image.unresolved, image.source) if image is not None else (None, frozenset(), None)
+    row = image.row if image is not None else None
+    final = image if image is not None else Image({})  # the key ends deleted: nothing to resolve
     if any(change.global_delete for change in changes):
-        return KeyResult(row, frozenset(), True, unresolved, source, moved)
+        return KeyResult(row, frozenset(), True, final.unresolved, final.source, moved, final.moved_at)
     partitions = frozenset(p for change in changes for p in change.prior_partitions)
-    return KeyResult(row, partitions, False, unresolved, source, moved)
+    return KeyResult(row, partitions, False, final.unresolved, final.source, moved, final.moved_at)

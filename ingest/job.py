@@ -15,7 +15,7 @@ import orjson
 
 from icecdc.domain.layout import TableLayout
 from icecdc.domain.sourcespec import SourceRules
-from icecdc.ingest.batch import Image
+from icecdc.ingest.batch import Image, SourceOffset
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.plan import JobResult, Position, TruncateAt, WriteSpread, WrittenFile
@@ -73,14 +73,20 @@ def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
         elif row.op == Tag.MOVED:
             moved = orjson.loads(row.change)
             image = _image(moved)
-            result.moved[row.table].append(MovedImage(tuple(orjson.loads(row.key)), tuple(moved["to"]), image))
+            at = _source_offset(moved["at"])
+            result.moved[row.table].append(MovedImage(tuple(orjson.loads(row.key)), tuple(moved["to"]), image, at))
     result.schema_changes = {table: merge_changes(c) for table, c in changes.items()}
     return result
 
 
 def _image(change: dict[str, Any]) -> Image:
     source = change["source"]
-    return Image(change["row"], frozenset(change["unresolved"]), tuple(source) if source is not None else None)
+    key = tuple(source) if source is not None else None
+    return Image(change["row"], frozenset(change["unresolved"]), key, _source_offset(change["moved_at"]))
+
+
+def _source_offset(value: list[int] | None) -> SourceOffset | None:
+    return (value[0], value[1]) if value is not None else None
 
 
 def _unresolved(row: Any) -> UnresolvedRow:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.domain.sourcespec import SourceRules, TruncateMode, UnavailableValues
-from icecdc.ingest.batch import KeyChange, KeyResult, reduce_key, reduce_plain, to_key_change
+from icecdc.ingest.batch import Image, KeyChange, KeyResult, SourceOffset, reduce_key, reduce_plain, to_key_change
 from icecdc.ingest.debezium import (
     NEW_KEY_HEADER,
     OLD_KEY_HEADER,
@@ -419,7 +419,7 @@ def reduce_and_write_stage(
             key_values = tuple(orjson.loads(key))
             last = records[-1]
             if any("unavailable" in change or "to" in change for _, change, _, _ in records):
-                result = reduce_key([_key_change(op, change) for op, change, _, _ in records], key_values)
+                result = reduce_key([_key_change(op, change, _source_offset(b, i)) for op, change, b, i in records], key_values)
             else:  # the common case, without a KeyChange per change
                 partitions = (tuple(p) for _, change, _, _ in records for p in change["prior"])
                 result = reduce_plain(last[0], last[1]["after"], partitions, any(c["global"] for _, c, _, _ in records))
@@ -430,8 +430,7 @@ def reduce_and_write_stage(
                 partition = orjson.dumps(layout.partition_of(result.row)).decode()
                 outputs.setdefault((table, partition, FileKind.DATA), []).append(result.row)
             for moved in result.moved:
-                image: dict[str, Any] = {"to": moved.to, "row": moved.image.row, "unresolved": sorted(moved.image.unresolved)}
-                image["source"] = moved.image.source
+                image = {"to": moved.to, "at": moved.at, **_image_payload(moved.image.row, moved.image)}
                 passed.append({"table": table, "op": Tag.MOVED, "key": key, "change": orjson.dumps(image)})
             key_row = dict(zip(layout.primary_key, key_values, strict=True))
             if result.global_delete:
@@ -457,7 +456,11 @@ def _key(values: list[Any] | None) -> tuple[Any, ...] | None:
     return tuple(values) if values is not None else None
 
 
-def _key_change(op: str, change: dict[str, Any]) -> KeyChange:
+def _source_offset(batch: pa.RecordBatch, index: int) -> SourceOffset:
+    return batch.column("kafka_partition")[index].as_py(), batch.column("offset")[index].as_py()
+
+
+def _key_change(op: str, change: dict[str, Any], at: SourceOffset) -> KeyChange:
     """A change as the parse stage sent it (``fastparse.change_payload``, and ``_unavailable_fields``)."""
     return KeyChange(
         op,
@@ -467,13 +470,18 @@ def _key_change(op: str, change: dict[str, Any]) -> KeyChange:
         frozenset(change.get("unavailable", ())),
         _key(change.get("from")),
         _key(change.get("to")),
+        at,
     )
+
+
+def _image_payload(row: dict[str, Any] | None, image: Image | KeyResult) -> dict[str, Any]:
+    """What the driver needs to complete ``row`` (``job._image`` reads it back)."""
+    return {"row": row, "unresolved": sorted(image.unresolved), "source": image.source, "moved_at": image.moved_at}
 
 
 def _unresolved_row(last: dict[str, Any], result: KeyResult) -> dict[str, Any]:
     """A key's row the batch cannot complete, to the driver with its last record (``Tag.UNRESOLVED``)."""
-    change: dict[str, Any] = {"row": result.row, "unresolved": sorted(result.unresolved), "source": result.source}
-    change |= {"prior": list(result.delete_partitions), "global": result.global_delete}
+    change = _image_payload(result.row, result) | {"prior": list(result.delete_partitions), "global": result.global_delete}
     kept = ("table", "topic", "kafka_partition", "offset", "key", "raw_key", "raw_value")
     return {**{name: last[name] for name in kept}, "op": Tag.UNRESOLVED, "change": orjson.dumps(change)}
 

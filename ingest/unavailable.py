@@ -8,17 +8,20 @@ the batch's own commit; a row whose earlier version exists nowhere is dead-lette
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from icecdc.domain.layout import PartitionKey
-from icecdc.ingest.batch import Image
+from icecdc.ingest.batch import Image, SourceOffset
 from icecdc.ingest.debezium import UNAVAILABLE_PLACEHOLDER
 
 Key = tuple[Any, ...]
 # key -> the table's current values of the columns asked for
 FoundRows = Mapping[Key, Mapping[str, Any]]
+# one primary-key change a resolution followed: (old key, new key, where its delete arrived)
+Hop = tuple[Key, Key, SourceOffset | None]
 
 
 @dataclass(frozen=True)
@@ -45,11 +48,13 @@ class UnresolvedRow:
 
 @dataclass(frozen=True)
 class MovedImage:
-    """A key's last image before a primary-key change moved its row to ``to`` (``stages.Tag.MOVED``)."""
+    """A key's last image before a primary-key change moved its row to ``to`` (``stages.Tag.MOVED``);
+    ``at``: where that change's delete arrived."""
 
     key: Key
     to: Key
     image: Image
+    at: SourceOffset | None = None
 
 
 @dataclass(frozen=True)
@@ -60,26 +65,49 @@ class Resolution:
 
 class _Resolver:
     def __init__(self, moved: Iterable[MovedImage], found: FoundRows) -> None:
-        self._moved = {(m.key, m.to): m.image for m in moved}
+        self._moved: dict[tuple[Key, Key], list[MovedImage]] = defaultdict(list)
+        for m in moved:
+            self._moved[m.key, m.to].append(m)
         self._found = found
         self.wanted: set[Key] = set()  # the table keys the resolutions looked for
 
-    def earlier(self, source: Key | None, key: Key, seen: frozenset[tuple[Key, Key]] = frozenset()) -> Mapping[str, Any] | None:
+    def _move(self, source: Key, key: Key, moved_at: SourceOffset | None) -> MovedImage | None:
+        """The batch's change from ``source`` to ``key`` whose create arrived as ``moved_at``;
+        None when the batch holds none (the earlier version is the table's). A batch may move
+        rows between the same two keys more than once (1 -> 0, 0 -> 2, then a new 1 -> 0): the
+        change's delete and create share a Kafka partition when both keys do, and there the move
+        is the last delete before the create. Across partitions the order is unknown and the
+        batch's last such move is taken."""
+        moves = self._moved.get((source, key), [])
+        if moved_at is not None:
+            partition, offset = moved_at
+            same = [m for m in moves if m.at is not None and m.at[0] == partition]
+            if same:
+                before = [m for m in same if m.at is not None and m.at[1] < offset]
+                return max(before, key=lambda m: m.at or moved_at) if before else None
+        return moves[-1] if moves else None
+
+    def earlier(
+        self, source: Key | None, key: Key, moved_at: SourceOffset | None, seen: frozenset[Hop] = frozenset()
+    ) -> Mapping[str, Any] | None:
         """The earlier version of the row now under ``key``, which lived under ``source``."""
         if source is None:
             return None
-        image = self._moved.get((source, key)) if source != key else None
-        if image is None:
+        move = self._move(source, key, moved_at) if source != key else None
+        if move is None:
             self.wanted.add(source)
             return self._found.get(source)
-        if (source, key) in seen:  # keys swapped back and forth in the batch: no version outside it
+        # A row moved back and forth (2 -> 0, 0 -> 2, 2 -> 0) takes each move once when their
+        # order is known; where it is not, the same hop twice means no version outside the batch.
+        hop = (source, key, move.at)
+        if hop in seen:
             return None
-        if image.complete:
-            return image.row
-        return self.complete(image, source, seen | {(source, key)})
+        if move.image.complete:
+            return move.image.row
+        return self.complete(move.image, source, seen | {hop})
 
-    def complete(self, image: Image, key: Key, seen: frozenset[tuple[Key, Key]] = frozenset()) -> dict[str, Any] | None:
-        base = self.earlier(image.source, key, seen)
+    def complete(self, image: Image, key: Key, seen: frozenset[Hop] = frozenset()) -> dict[str, Any] | None:
+        base = self.earlier(image.source, key, image.moved_at, seen)
         if base is None:
             return None
         return {**image.row, **{column: base.get(column) for column in image.unresolved}}
