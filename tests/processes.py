@@ -24,7 +24,8 @@ def write_config(config: Config, path: Path) -> Path:
 # what those start: a bench's compactor process) live a minute or two, too short for C2's
 # compiles to pay back, so C1 alone compiles them. Three bench smoke tests side by side
 # (contention, e2e, ingest-shape) spent 387-432 CPU seconds in 205-227 s as they were, 260-288 in
-# 147-159 s with C1 alone, 212 in 118 s with both. The pytest workers' own Spark sessions live the
+# 147-159 s with C1 alone, 212 in 118 s and 273 in 140 s with both (the full suite beside a busy
+# core: 29:25 before, 23:06 after). The pytest workers' own Spark sessions live the
 # whole run and keep C2 (C1 alone made test_ingest_writer.py slower). Given through
 # ``SPARK_SUBMIT_OPTS``, which spark-submit adds to a Spark driver's command, not through
 # ``JAVA_TOOL_OPTIONS``: every JVM reads that one, and pydbzengine starts Debezium's engine with G1
