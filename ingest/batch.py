@@ -71,10 +71,11 @@ class Image:
 @dataclass(frozen=True)
 class Moved:
     """A key's last after-image before a primary-key change moved its row to ``to`` (``at``: where
-    the change's delete arrived)."""
+    the change's delete arrived); None when the batch held none, so that the row moved is the
+    table's as the batch found it."""
 
     to: tuple[Any, ...]
-    image: Image
+    image: Image | None
     at: SourceOffset | None = None
 
 
@@ -166,7 +167,8 @@ def fold_images(changes: Sequence[KeyChange], key: tuple[Any, ...] = ()) -> tupl
     deleted = False
     for change in changes:
         if change.op == "d" or change.after is None:
-            if change.moved_to is not None and image is not None:
+            # A key deleted earlier in the batch and not written since has nothing to move.
+            if change.moved_to is not None and (image is not None or not deleted):
                 moved.append(Moved(change.moved_to, image, change.at))
             image, deleted = None, True
         else:

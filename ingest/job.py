@@ -72,7 +72,7 @@ def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
             result.schema_prefixes[row.topic] = bytes(row.raw_value)
         elif row.op == Tag.MOVED:
             moved = orjson.loads(row.change)
-            image = _image(moved)
+            image = _image(moved) if moved["row"] is not None else None
             at = _source_offset(moved["at"])
             result.moved[row.table].append(MovedImage(tuple(orjson.loads(row.key)), tuple(moved["to"]), image, at))
     result.schema_changes = {table: merge_changes(c) for table, c in changes.items()}

@@ -430,7 +430,8 @@ def reduce_and_write_stage(
                 partition = orjson.dumps(layout.partition_of(result.row)).decode()
                 outputs.setdefault((table, partition, FileKind.DATA), []).append(result.row)
             for moved in result.moved:
-                image = {"to": moved.to, "at": moved.at, **_image_payload(moved.image.row, moved.image)}
+                row = {"row": None} if moved.image is None else _image_payload(moved.image.row, moved.image)
+                image = {"to": moved.to, "at": moved.at, **row}
                 passed.append({"table": table, "op": Tag.MOVED, "key": key, "change": orjson.dumps(image)})
             key_row = dict(zip(layout.primary_key, key_values, strict=True))
             if result.global_delete:

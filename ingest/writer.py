@@ -23,6 +23,7 @@ import functools
 import logging
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
@@ -67,8 +68,8 @@ class Table(Protocol):
     def add_column(self, name: str, iceberg_type: str) -> bool: ...
     def widen_column(self, name: str, iceberg_type: str) -> bool: ...
     def ensure_unpartitioned_spec(self) -> int: ...
-    def current_rows(
-        self, key_columns: Sequence[str], keys: Collection[Key], columns: Sequence[str]
+    def key_rows(
+        self, key_columns: Sequence[str], keys: Collection[Key], columns: Sequence[str], snapshot_id: int | None = None
     ) -> dict[Key, dict[str, Any]]: ...
 
 
@@ -146,8 +147,8 @@ class BatchRunner:
         self._bookkeeping = threading.Lock()  # what commits on several threads share
         self._told_global: set[str] = set()  # tables whose first global deletes were explained in the log
         self._told_unknown: set[tuple[str, str]] = set()  # (table, field) named in the log already
-        # table -> the images the previous batch's primary-key changes moved away (``unavailable``)
-        self._moved_before: dict[str, list[unavailable.MovedImage]] = {}
+        # table -> the earlier batches' primary-key changes whose create may still come (``unavailable``)
+        self._pending_moves: dict[str, unavailable.PendingMoves] = defaultdict(unavailable.PendingMoves)
 
     def committed_offsets(self) -> dict[str, offset_log.Offsets]:
         """table -> its committed offsets, read from the table (the source of truth)."""
@@ -222,7 +223,8 @@ class BatchRunner:
             return BatchResult(tag, 0, 0, {}, self._clock() - started)
         self._failpoint("after-files")
 
-        letters = plan.dead_letters(first, job, truncated) + self._resolve_unavailable(tag, job, truncated)
+        followed: dict[str, list[unavailable.MovedImage]] = {}
+        letters = plan.dead_letters(first, job, truncated) + self._resolve_unavailable(tag, job, truncated, followed)
         if letters:
             self._dead_letters.send(letters)
             self.stats.count_dead_letters(letters)
@@ -235,33 +237,37 @@ class BatchRunner:
         done = self._commit_all(plan.table_commits(tag, committed, first, job, truncated, letters), job)
         ended = self._clock()
         commits = {table: snapshot for table, snapshot, _ in done}
+        self._carry_moves(job, commits, truncated, followed)
         commit_seconds = {table: seconds for table, _, seconds in done}
         return BatchResult(
             tag, records, len(letters), commits, ended - started, commit_seconds, commits_wall_seconds=ended - commits_started
         )
 
-    def _resolve_unavailable(self, tag: str, job: JobResult, truncated: Truncates) -> list[DeadLetter]:
+    def _resolve_unavailable(
+        self, tag: str, job: JobResult, truncated: Truncates, followed: dict[str, list[unavailable.MovedImage]]
+    ) -> list[DeadLetter]:
         """Complete the rows whose unsent (TOAST) values the batch does not hold from their keys'
         earlier versions, read from the table for just those keys; the completed rows join the
-        batch as data files of its commit, the rest become dead letters."""
+        batch as data files of its commit, the rest become dead letters. ``followed`` gets each
+        table's key changes whose images the rows took."""
         letters: list[DeadLetter] = []
-        carried, self._moved_before = self._moved_before, {table: list(moved) for table, moved in job.moved.items()}
         for table, rows in job.unresolved.items():
             if not rows:
                 continue
-            # A key change split by the batch boundary: its old key's image is the previous batch's.
-            moved, layout = carried.get(table, []) + job.moved.get(table, []), self.layouts[table]
-            keys = unavailable.keys_to_read(rows, moved)
+            # A key change split by batch boundaries: its old key's image is an earlier batch's.
+            moved, layout = self._pending_moves[table].with_batch(job.moved.get(table, [])), self.layouts[table]
+            wanted = unavailable.rows_to_read(rows, moved)
             # After a truncate in the batch, the table's rows are gone with it: nothing to read.
-            found = {} if table in truncated or not keys else self._read_current(table, keys, rows, moved)
+            found = {} if table in truncated or not wanted else self._read_rows(table, wanted, rows, moved)
             resolution = unavailable.resolve(rows, moved, found)
+            followed[table] = resolution.followed
             if resolution.rows:
                 job.files[table].extend(self._job.write_rows(layout, resolution.rows, tag))
             letters += plan.unresolvable_letters(table, resolution.unresolvable, _unresolvable_detail)
             metrics.UNAVAILABLE_ROWS.labels(table, "resolved").inc(len(resolution.rows))
             metrics.UNAVAILABLE_ROWS.labels(table, "dead-lettered").inc(len(resolution.unresolvable))
             log.info(
-                "%s: %d rows took unsent (TOAST) values from the %d keys read from the table; %d had no earlier version "
+                "%s: %d rows took unsent (TOAST) values from the %d rows read from the table; %d had no earlier version "
                 "(dead-lettered)",
                 table,
                 len(resolution.rows),
@@ -271,15 +277,40 @@ class BatchRunner:
             )
         return letters
 
-    def _read_current(
+    def _read_rows(
         self,
         table: str,
-        keys: Collection[Key],
+        wanted: Collection[tuple[Key, unavailable.Version]],
         rows: Sequence[unavailable.UnresolvedRow],
         moved: Sequence[unavailable.MovedImage],
-    ) -> dict[Key, dict[str, Any]]:
+    ) -> dict[tuple[Key, unavailable.Version], dict[str, Any]]:
+        """The rows of ``wanted`` keys, one read per table version."""
         columns = unavailable.columns_to_read(rows, moved)
-        return self.tables[table].current_rows(self.layouts[table].primary_key, keys, columns)
+        by_version: dict[unavailable.Version, list[Key]] = defaultdict(list)
+        for key, version in wanted:
+            by_version[version].append(key)
+        found: dict[tuple[Key, unavailable.Version], dict[str, Any]] = {}
+        for version, keys in by_version.items():
+            read = self.tables[table].key_rows(self.layouts[table].primary_key, keys, columns, version)
+            found |= {(key, version): row for key, row in read.items()}
+        return found
+
+    def _carry_moves(
+        self,
+        job: JobResult,
+        commits: Mapping[str, CommittedSnapshot],
+        truncated: Truncates,
+        followed: Mapping[str, Sequence[unavailable.MovedImage]],
+    ) -> None:
+        """Keep the batch's key changes for creates of later batches, with the table as the batch
+        found it (its commit's parent); a truncate leaves nothing to take values from."""
+        for table in set(self._pending_moves) | set(job.moved):
+            if table in truncated:
+                self._pending_moves.pop(table, None)
+                continue
+            commit = commits.get(table)
+            before = unavailable.NO_SNAPSHOT if commit is None or commit.parent_snapshot_id is None else commit.parent_snapshot_id
+            self._pending_moves[table].advance(job.moved.get(table, []), before, followed.get(table, []))
 
     def _count_not_written(self, job: JobResult) -> None:
         """Fields the tables lack and records that are not changes: counted, and each unknown

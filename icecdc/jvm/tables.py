@@ -195,18 +195,27 @@ class IcebergTable:
             found = next((s for s in self._java_history() if s.summary().get(key) is not None), None)
             return None if found is None else Snapshot.of(found)
 
-    def current_rows(
-        self, key_columns: Sequence[str], keys: Collection[tuple[Any, ...]], columns: Sequence[str]
+    def key_rows(
+        self,
+        key_columns: Sequence[str],
+        keys: Collection[tuple[Any, ...]],
+        columns: Sequence[str],
+        snapshot_id: int | None = None,
     ) -> dict[tuple[Any, ...], dict[str, Any]]:
         """key -> the values of ``columns`` (canonical: text as str, binary as base64) of the rows
-        of ``keys`` in the table's current snapshot; a key the current snapshot lacks is looked
-        for in the snapshot before the last ingest commit, where a row a primary-key change moved
-        away in the previous batch still is. A Spark read filtered by key, so Iceberg prunes the
-        files whose key bounds exclude them."""
+        of ``keys`` in snapshot ``snapshot_id`` (none of them when the table no longer keeps it),
+        or in the current snapshot; there a key it lacks is looked for in the snapshot before the
+        last ingest commit, where a row a primary-key change moved away in the previous batch
+        still is (the ingester's images of that change died with its restart). A Spark read
+        filtered by key, so Iceberg prunes the files whose key bounds exclude them."""
         # The catalog's cached table, the one Spark's read resolves to (the cache may have loaded
         # a new one since this adapter's), refreshed: Spark then knows every snapshot it has.
         self._java = self.call(f"loading {self.ref}", self._load)
         self.refresh()
+        if snapshot_id is not None:
+            with java_errors():
+                kept = self._java.snapshot(snapshot_id) is not None
+            return self._rows_at(snapshot_id, key_columns, keys, columns) if kept else {}
         current = self.current_snapshot()
         if current is None:
             return {}

@@ -1,6 +1,7 @@
 """Unsent (TOAST) values resolved against a real table: the writer's key lookup through Spark
-(``IcebergTable.current_rows``), its fall back to the snapshot before the last ingest commit for a
-primary-key change the batch boundary split, and the headers through the direct reader's frame.
+(``IcebergTable.key_rows``), its read of the snapshot an earlier batch found for a primary-key
+change whose delete, tombstone and create came in three batches, and the headers through the
+direct reader's frame.
 The decisions themselves are unit tests (tests/unit/test_unavailable.py)."""
 
 from __future__ import annotations
@@ -43,11 +44,11 @@ def test_a_key_change_split_by_batches_and_an_update_take_their_values_from_the_
             _record("c", {"id": 1, "region": "eu", "qty": 0, "notes": NOTES, "blob": BLOB}, 1, {}),
             _record("c", {"id": 2, "region": "eu", "qty": 0, "notes": "two", "blob": None}, 2, {}),
         ],
-        [  # key 1 moves to 10; the batch ends before the create of key 10
+        [  # key 1 moves to 10; the batch ends before the tombstone
             _record("u", {"id": 2, "region": "us", "qty": 1, **unsent, "blob": None}, 2, {}),
             _record("d", None, 1, {NEW_KEY_HEADER: 10}),
-            _record("tombstone", None, 1, {}),
         ],
+        [_record("tombstone", None, 1, {}), _record("c", {"id": 3, "region": "eu", "qty": 0, "notes": "three"}, 3, {})],
         [_record("c", {"id": 10, "region": "us", "qty": 0, **unsent}, 10, {OLD_KEY_HEADER: 1})],
     ]
     offset = 0
@@ -63,5 +64,6 @@ def test_a_key_change_split_by_batches_and_an_update_take_their_values_from_the_
     rows = spark.table(config.table_ref(table.name).qualified).orderBy("id").collect()
     assert [(r.id, r.region, r.qty, r.notes, r.blob and base64.b64encode(r.blob).decode()) for r in rows] == [
         (2, "us", 1, "two", None),
+        (3, "eu", 0, "three", None),
         (10, "us", 0, NOTES, BLOB),
     ]
