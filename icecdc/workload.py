@@ -9,9 +9,12 @@ import itertools
 import random
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 ORDERS_SCHEMA = {"id": "long", "region": "string", "status": "string", "amount": "decimal(12, 2)", "updated_at": "timestamp"}
 ORDERS_PARTITIONING = ["region", "days(updated_at)"]
@@ -22,6 +25,12 @@ _EPOCH = dt.datetime(1970, 1, 1)
 # A wide text column's values are slices of this (letters drawn once): as compressible as prose
 # is not, so a partition's bytes grow with its rows as a user's wide table's do.
 _TEXT = "".join(random.Random(0).choices("abcdefghijklmnopqrstuvwxyz ", k=1 << 20))
+
+
+def _dumps(value: Any) -> bytes:
+    # Copied to its size: orjson's bytes keep the 4 KB buffer they were written in (a key's
+    # dozen bytes too), and a bench's initial load holds hundreds of thousands of records.
+    return bytes(memoryview(orjson.dumps(value)))
 
 
 def orders_table(name: str, topic: str, *, note: bool = False) -> dict[str, Any]:
@@ -69,6 +78,7 @@ class OrdersWorkload:
 
     def __post_init__(self) -> None:
         self._random = random.Random(self.seed)
+        self._notes: dict[int, str] = {}
 
     def _row(self, key: int) -> dict[str, Any]:
         r = self._random
@@ -82,9 +92,16 @@ class OrdersWorkload:
             "updated_at": (moment - _EPOCH) // dt.timedelta(microseconds=1),
         }
         if self.note_chars:
-            start = r.randrange(len(_TEXT) - self.note_chars)
-            row["note"] = _TEXT[start : start + self.note_chars]
+            row["note"] = self._note(r.randrange(len(_TEXT) - self.note_chars))
         return row
+
+    def _note(self, start: int) -> str:
+        # One string per slice, shared by the rows that drew it: at users' partition sizes
+        # (millions of rows) the notes would otherwise be most of the model's memory.
+        note = self._notes.get(start)
+        if note is None:
+            note = self._notes[start] = _TEXT[start : start + self.note_chars]
+        return note
 
     def _record(self, op: str, key: int, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[bytes, bytes]:
         value = {
@@ -94,7 +111,7 @@ class OrdersWorkload:
             "source": {"connector": "icecdc-workload"},
             "ts_ms": self._random.randrange(1 << 40),
         }
-        return orjson.dumps({"id": key}), orjson.dumps(value)
+        return _dumps({"id": key}), _dumps(value)
 
     def insert(self) -> Change:
         key, self.next_key = self.next_key, self.next_key + 1
@@ -127,6 +144,18 @@ class OrdersWorkload:
                 return key
         raise AssertionError("unreachable")
 
+    def sample_keys(self, rng: random.Random, count: int) -> list[int]:
+        """``count`` distinct keys of the current rows (all of them when there are fewer), drawn
+        by ``rng`` without listing the rows when they are many."""
+        if count * 4 >= len(self.rows):
+            return rng.sample(sorted(self.rows), min(count, len(self.rows)))
+        picked: dict[int, None] = {}
+        while len(picked) < count:
+            key = rng.randrange(1, self.next_key)
+            if key in self.rows:
+                picked[key] = None
+        return list(picked)
+
     def load(self, count: int) -> list[Change]:
         return [self.insert() for _ in range(count)]
 
@@ -142,6 +171,22 @@ class OrdersWorkload:
             else:
                 out.append(self.delete())
         return out
+
+    def expected_frame(self) -> pd.DataFrame:
+        """``expected_rows`` as a pandas frame, column by column (no row tuples: the model may
+        hold millions of rows), for Spark to compare with a table."""
+        import pandas as pd
+
+        rows = self.rows.values()
+        return pd.DataFrame(
+            {
+                "id": pd.array([r["id"] for r in rows], dtype="int64"),
+                "region": [r["region"] for r in rows],
+                "status": [r["status"] for r in rows],
+                "amount": [Decimal(r["amount"]) for r in rows],
+                "updated_at": pd.to_datetime([r["updated_at"] for r in rows], unit="us"),
+            }
+        )
 
     def expected_rows(self) -> list[tuple[Any, ...]]:
         """The current state as Spark returns it (Decimal amounts, naive UTC datetimes)."""

@@ -1,6 +1,7 @@
 """The pure parts of ``icecdc bench e2e``: the stream's shape, Amoro's trigger, the settle delay, and
 whether the sidecar's table is portable (equality-delete ages, readers' exactness, write amplification)."""
 
+import random
 from types import SimpleNamespace
 
 import orjson
@@ -16,9 +17,12 @@ from icecdc.bench.e2e import (
     Workload,
     amplification_between,
     batch_sizes,
+    change_batches,
     generate,
     large_workload,
     latency_ratio,
+    load_chunks,
+    new_orders,
     portability,
     settle_settings,
     settle_to_compacted,
@@ -180,3 +184,24 @@ def test_the_large_workload_keeps_most_notes_and_writes_every_bucket():
     updates = [v for v in (orjson.loads(value) for batch in stream[1:] for _, value in batch) if v["op"] == "u"]
     kept = sum(u["before"]["note"] == u["after"]["note"] for u in updates)
     assert updates and kept / len(updates) > 0.75
+
+
+def test_the_run_makes_the_load_in_chunks_and_the_same_stream_as_in_memory(monkeypatch):
+    """At users' sizes the load is made as it is written; the stream is the one ``generate``
+    holds in memory, record for record."""
+    monkeypatch.setattr("icecdc.bench.e2e.LOAD_CHUNK_ROWS", 120)
+    workload = large_workload(rows=300, changes=50)
+    orders = new_orders(workload)
+    chunks = list(load_chunks(orders, workload.keys))
+    assert [len(c) for c in chunks] == [120, 120, 60]
+    stream, in_memory = generate(4, workload)
+    assert [[r for c in chunks for r in c], *change_batches(orders, 4, workload)] == stream
+    assert orders.rows == in_memory.rows
+
+
+def test_lookup_keys_are_distinct_keys_of_the_rows_whether_few_or_many():
+    _, orders = generate(2, Workload(keys=2000, changes=100))
+    for count in (5, 900, 5000):
+        keys = orders.sample_keys(random.Random(1), count)
+        assert len(keys) == len(set(keys)) == min(count, len(orders.rows)) and set(keys) <= set(orders.rows)
+    assert orders.sample_keys(random.Random(1), 5) == orders.sample_keys(random.Random(1), 5)
