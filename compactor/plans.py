@@ -228,8 +228,10 @@ def keep_deletes_of_unchanged(plan: RewritePlan, files: PartitionFiles, unchange
 
 
 # A data file under this share of the partition's largest is one the writer added since the
-# partition was last packed: packing those, and never the large ones, rewrites each row only a
-# few times (each pack makes a file at least four times larger than what it packed).
+# partition was last packed, or that last pack: packing those never rewrites the large ones. The
+# last pack is rewritten with every pack until it reaches this share, so on a partition of tens
+# of MB each row of it is rewritten every batch until then: two thirds of the rewritten bytes on
+# 35 MB partitions (docs/BENCHMARKS.md, "Users' partition sizes"; packs in tiers would not).
 FRESH_SHARE = 0.25
 
 
