@@ -31,7 +31,8 @@ Hop = tuple[Key, Key, SourceOffset | None]
 # Batches a key change's image is kept for its create. Debezium sends a key change's delete,
 # tombstone and create one after the other, and each batch reads every partition up to its end,
 # so the create comes in the batch of the delete or one or two after it; a create later than
-# this reads the old key's current row, which is gone, and is dead-lettered (not guessed).
+# this reads the old key's current row, which is gone, and is dead-lettered (unless a new row
+# has taken the old key since: then it takes that row's values, as it did before this store).
 KEEP_MOVES_BATCHES = 10
 
 
