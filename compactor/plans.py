@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from icecdc.compactor.policy import EQUALITY_DELETE_WEIGHT, Work, budget_for_bytes
+from icecdc.compactor.policy import EQUALITY_DELETE_WEIGHT, OPEN_FILE_COST_BYTES, Work, budget_for_bytes
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
 from icecdc.runtime.config import CompactorConfig
@@ -151,11 +151,14 @@ CONVERSIONS = frozenset({Work.CONVERT, Work.RESOLVE_GLOBAL_DELETES})
 def plan_together(plans: Sequence[RewritePlan]) -> RewritePlan:
     """The one commit of a job that compacts several partitions: every file each partition's plan
     touches. Partitions never share a file, so the plans are simply put side by side. Conversions
-    are refused: they commit as a ``RowDelta`` and are made one partition at a time."""
+    commit as a ``RowDelta``, rewrites as a ``RewriteFiles``: a job is all conversions (the
+    portability target's, due together after a batch that wrote many partitions) or none; a
+    resolution of the global deletes is one job of its own."""
     if len(plans) == 1:
         return plans[0]
-    if any(p.work in CONVERSIONS for p in plans):
-        raise ValueError("conversions are committed one partition at a time")
+    kinds = {p.work in CONVERSIONS for p in plans}
+    if Work.RESOLVE_GLOBAL_DELETES in {p.work for p in plans} or len(kinds) > 1:
+        raise ValueError("conversions are committed together only with conversions of other partitions")
     works = {p.work for p in plans}
     return RewritePlan(
         plans[0].work if len(works) == 1 else Work.DELETE_MERGE,
@@ -227,17 +230,30 @@ def keep_deletes_of_unchanged(plan: RewritePlan, files: PartitionFiles, unchange
     return dataclasses.replace(plan, remove_deletes=tuple(p for p in plan.remove_deletes if p not in needed))
 
 
-# A data file under this share of the partition's largest is one the writer added since the
-# partition was last packed, or that last pack: packing those never rewrites the large ones. The
-# last pack is rewritten with every pack until it reaches this share, so on a partition of tens
-# of MB each row of it is rewritten every batch until then: two thirds of the rewritten bytes on
-# 35 MB partitions (docs/BENCHMARKS.md, "Users' partition sizes"; packs in tiers would not).
-FRESH_SHARE = 0.25
+# Packs go in tiers, as in a size-tiered LSM: a file of tier ``t`` (``pack_tier``) is packed only
+# with files of tier ``t`` or lower, and only when packing the lower tiers alone does not bring the
+# partition within its budget. Each file a pack makes is at least the size of the largest it packed
+# and usually of the next tier, so a row is rewritten about once per tier it climbs, log4 of (the
+# bytes the writer added / a batch's), not once per batch: packing everything under a quarter of
+# the largest file, as before, rewrote the last pack with each batch's few KB, two thirds of the
+# bytes rewritten on 35 MB partitions (docs/BENCHMARKS.md, "Users' partition sizes").
+PACK_FAN_IN = 4
+# Files under this size are all of the lowest tier: a batch file's few KB cost their open, not
+# their bytes, and packing them together is cheap.
+PACK_TIER_FLOOR_BYTES = 64 * 1024
 
 
-def read_cost_after(files: PartitionFiles, plan: RewritePlan, settings: CompactorConfig) -> int:
-    """The partition's read cost once ``plan`` has committed (every converted file counted with
-    one position-delete file: an upper bound)."""
+def pack_tier(size: int) -> int:
+    """A file's tier: 0 under ``PACK_TIER_FLOOR_BYTES``, one more per ``PACK_FAN_IN`` times that."""
+    if size < PACK_TIER_FLOOR_BYTES:
+        return 0
+    return 1 + math.floor(math.log(size / PACK_TIER_FLOOR_BYTES, PACK_FAN_IN))
+
+
+def read_cost_after(files: PartitionFiles, plan: RewritePlan, settings: CompactorConfig) -> float:
+    """The partition's read cost (``policy.read_cost``) once ``plan`` has committed (every
+    converted file counted with one position-delete file: an upper bound; the bytes counted as
+    before, though a rewrite drops the deleted rows)."""
     rewritten, converted, removed = set(plan.rewrite), set(plan.convert), set(plan.remove_deletes)
     packed = sum(f.size for f in files.data if f.path in rewritten)
     data = len(files.data) - len(rewritten) + (math.ceil(packed / settings.target_file_size_bytes) if rewritten else 0)
@@ -245,18 +261,14 @@ def read_cost_after(files: PartitionFiles, plan: RewritePlan, settings: Compacto
     equality = sum(1 for d in kept if d.is_equality)
     still_positions = {d.referenced_data_file for d in kept if not d.is_equality}
     positions = len(kept) - equality + len(converted - still_positions)
-    return data + positions + EQUALITY_DELETE_WEIGHT * equality
+    return data + positions + EQUALITY_DELETE_WEIGHT * equality + sum(f.size for f in files.data) / OPEN_FILE_COST_BYTES
 
 
-def plan_fresh_pack(files: PartitionFiles, settings: CompactorConfig, deletion_vectors: bool = False) -> RewritePlan | None:
-    """Rewrite the files the writer added since the last pack (their deletes applied) into one,
-    and convert the equality deletes of the rest, in one commit; None when fewer than two.
-    ``deletion_vectors``: the rest is left to a conversion (``plan_rewrite`` says why)."""
-    largest = max((f.size for f in files.data), default=0)
-    fresh = [f for f in files.data if f.size < FRESH_SHARE * largest and size_class(f.size, settings) is not SizeClass.LARGE]
-    if len(fresh) < 2:
-        return None
-    rewrite = {f.path for f in fresh}
+def plan_pack(files: PartitionFiles, packed: Sequence[DataFileFacts], deletion_vectors: bool = False) -> RewritePlan:
+    """Rewrite ``packed`` into one file (their deletes applied) and convert the equality deletes
+    of the rest, in one commit. ``deletion_vectors``: the rest is left to a conversion
+    (``plan_rewrite`` says why)."""
+    rewrite = {f.path for f in packed}
     convert = [] if deletion_vectors else [f.path for f in files.data if f.path not in rewrite and f.equality_deletes]
     touched = rewrite | set(convert)
     by_path = {d.path: d for d in files.deletes}
@@ -266,19 +278,36 @@ def plan_fresh_pack(files: PartitionFiles, settings: CompactorConfig, deletion_v
         p for f in files.data if f.path in convert for p in f.position_deletes if by_path[p].referenced_data_file != f.path
     }
     remove = tuple(sorted(d.path for d in files.deletes if d.path not in still_needed))
-    return RewritePlan(Work.DELETE_MERGE, tuple(f.path for f in fresh), tuple(convert), remove)
+    return RewritePlan(Work.DELETE_MERGE, tuple(f.path for f in packed), tuple(convert), remove)
+
+
+def plan_tier_pack(
+    files: PartitionFiles, settings: CompactorConfig, budget: float, deletion_vectors: bool = False
+) -> RewritePlan | None:
+    """The pack of the lowest tiers (``pack_tier``) that brings the partition within ``budget``,
+    the rest's equality deletes converted in the same commit; None when no pack of at least two
+    files under the large size does."""
+    packable = sorted((f for f in files.data if size_class(f.size, settings) is not SizeClass.LARGE), key=lambda f: f.size)
+    for tier in sorted({pack_tier(f.size) for f in packable}):
+        packed = [f for f in packable if pack_tier(f.size) <= tier]
+        if len(packed) < 2:
+            continue
+        plan = plan_pack(files, packed, deletion_vectors)
+        if read_cost_after(files, plan, settings) <= budget:
+            return plan
+    return None
 
 
 def plan_hot(files: PartitionFiles, settings: CompactorConfig, deletion_vectors: bool = False) -> RewritePlan:
     """The cheapest work that brings a partition still being written back within its read
     budget (``policy.read_budget``): converting its equality deletes (no data rewritten); else
-    packing the writer's fresh files and converting the rest; else a full delete merge."""
+    packing its smallest files, tier by tier, and converting the rest; else a full delete merge."""
     budget = budget_for_bytes(sum(f.size for f in files.data), settings)
     conversion = plan_conversion(files)
     if not conversion.empty and read_cost_after(files, conversion, settings) <= budget:
         return conversion
-    packed = plan_fresh_pack(files, settings, deletion_vectors)
-    if packed is not None and read_cost_after(files, packed, settings) <= budget:
+    packed = plan_tier_pack(files, settings, budget, deletion_vectors)
+    if packed is not None:
         return packed
     return plan_rewrite(files, Work.DELETE_MERGE, settings, deletion_vectors)
 

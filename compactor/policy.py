@@ -2,14 +2,22 @@
 statistics, and which partition goes first (expected benefit over cost). What one compaction
 touches, file by file, is ``plans``.
 
-Read cost is counted in file reads for one full scan: every data file and every position-delete
-file (or deletion vector) once, every equality-delete file as ``EQUALITY_DELETE_WEIGHT`` reads: a
-reader builds a set of its keys and probes every row of every older data file of the partition
-against it. Measured on one partition of 21 batch files (Spark 3.5, Iceberg 1.10;
-docs/compactor.md, "The policy"): with 21 equality-delete files a count took 2.1x the compacted
-partition's time, with the same deletes as 20 position-delete files 1.5x, which makes an
-equality-delete file cost about three data-file reads. A fully compacted partition costs
-ceil(bytes / target) reads.
+Read cost is counted in file opens for one full scan, plus the bytes it reads counted in opens:
+every data file and every position-delete file (or deletion vector) is one open, every
+equality-delete file ``EQUALITY_DELETE_WEIGHT`` opens (a reader builds a set of its keys and
+probes every row of every older data file of the partition against it), and every
+``OPEN_FILE_COST_BYTES`` of data one more. Measured on one partition of 21 batch files (Spark 3.5,
+Iceberg 1.10; docs/compactor.md, "The policy"): with 21 equality-delete files a count took 2.1x
+the compacted partition's time, with the same deletes as 20 position-delete files 1.5x, which
+makes an equality-delete file cost about three data-file opens. A fully compacted partition costs
+``ceil(bytes / target)`` opens plus its bytes.
+
+Why bytes count: counted in files alone, a 35 MB partition compacted cost one read and its budget
+three, so a few-KB batch file cost as much as the 35 MB base, and the budget sent the sidecar to
+rewrite MBs for every batch's KBs (a write amplification of 84-120 while writing,
+docs/BENCHMARKS.md, "Users' partition sizes"). Iceberg's own split planning weighs a file the same
+way (``read.split.open-file-cost``, 4 MB by default), and the end-to-end bench's aggregation read
+about 10 ms, some 5 MB of its reading, per extra file.
 
 The policy has a fixed point: after a compaction, the partition has at most one small file, no
 equality deletes older than the compaction, and only position deletes on large files that carry
@@ -27,8 +35,11 @@ from icecdc.domain.events import CompactionKind
 from icecdc.runtime.config import CompactorConfig
 
 MIB = 1024 * 1024
-# What an equality-delete file costs a full scan, in data-file reads (measured, see above).
+# What an equality-delete file costs a full scan, in data-file opens (measured, see above).
 EQUALITY_DELETE_WEIGHT = 3
+# What opening one more file costs a full scan, in bytes read: Iceberg's default
+# ``read.split.open-file-cost`` (see above).
+OPEN_FILE_COST_BYTES = 4 * MIB
 # Every compaction costs a commit and a Spark job, whatever its size: the cost of a tiny
 # compaction is not zero, or it would always rank first.
 FIXED_COST_BYTES = 4 * MIB
@@ -74,12 +85,24 @@ class PartitionStats:
         return self.equality_delete_files + self.position_delete_files
 
 
-def read_cost(stats: PartitionStats) -> int:
+def file_opens(stats: PartitionStats) -> int:
+    """The files one full scan opens, an equality-delete file counted ``EQUALITY_DELETE_WEIGHT`` times."""
     return stats.data_files + stats.position_delete_files + EQUALITY_DELETE_WEIGHT * stats.equality_delete_files
 
 
-def ideal_read_cost(stats: PartitionStats, settings: CompactorConfig) -> int:
-    return max(1, math.ceil(stats.data_bytes / settings.target_file_size_bytes)) if stats.data_files else 0
+def read_cost(stats: PartitionStats) -> float:
+    """One full scan's file opens plus its bytes, in opens (the module's docstring)."""
+    return file_opens(stats) + stats.data_bytes / OPEN_FILE_COST_BYTES
+
+
+def ideal_read_cost(stats: PartitionStats, settings: CompactorConfig) -> float:
+    return compacted_read_cost(stats.data_bytes, settings) if stats.data_files else 0.0
+
+
+def compacted_read_cost(data_bytes: int, settings: CompactorConfig) -> float:
+    """The read cost of ``data_bytes`` compacted: ``ceil(bytes / target)`` files (at least one)
+    and the bytes themselves."""
+    return max(1, math.ceil(data_bytes / settings.target_file_size_bytes)) + data_bytes / OPEN_FILE_COST_BYTES
 
 
 def read_budget(stats: PartitionStats, settings: CompactorConfig) -> float:
@@ -88,8 +111,8 @@ def read_budget(stats: PartitionStats, settings: CompactorConfig) -> float:
 
 
 def budget_for_bytes(data_bytes: int, settings: CompactorConfig) -> float:
-    """``hot_read_budget`` times the read cost of the same bytes compacted (at least one file)."""
-    return settings.hot_read_budget * max(1, math.ceil(data_bytes / settings.target_file_size_bytes))
+    """``hot_read_budget`` times the read cost of the same bytes compacted."""
+    return settings.hot_read_budget * compacted_read_cost(data_bytes, settings)
 
 
 def hot_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, str] | None:
@@ -104,7 +127,7 @@ def hot_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, st
         return None
     if not (stats.equality_delete_files or stats.position_delete_files or stats.small_files > 1):
         return None  # nothing cheap would lower it: large files alone are their own ideal
-    return Work.CONVERT, f"read cost {cost} over its budget {budget:g} (hot partition)"
+    return Work.CONVERT, f"read cost {cost:.1f} over its budget {budget:.1f} (hot partition)"
 
 
 def global_work(stats: PartitionStats, oldest_write: float | None, now: float) -> tuple[Work, str] | None:
@@ -165,7 +188,7 @@ def over_hot_ceiling(stats: PartitionStats, settings: CompactorConfig) -> bool:
 
 
 def benefit_and_cost(stats: PartitionStats, work: Work, settings: CompactorConfig) -> tuple[float, float]:
-    """Read cost removed (file reads) and bytes rewritten, both estimated from the statistics."""
+    """Read cost removed (file opens) and bytes rewritten, both estimated from the statistics."""
     target = settings.target_file_size_bytes
     large_files = stats.data_files - stats.small_files - stats.medium_files
     if work is Work.RESOLVE_GLOBAL_DELETES:
@@ -185,7 +208,8 @@ def benefit_and_cost(stats: PartitionStats, work: Work, settings: CompactorConfi
         # Large files keep at most one position-delete file each.
         after = files_after + min(large_files, stats.delete_files)
         rewritten = rewritten_bytes
-    return max(0.0, read_cost(stats) - after), float(rewritten + FIXED_COST_BYTES)
+    # The bytes read stay (less the deleted rows a rewrite drops): the benefit is in opens.
+    return max(0.0, file_opens(stats) - after), float(rewritten + FIXED_COST_BYTES)
 
 
 @dataclass(frozen=True)

@@ -167,8 +167,8 @@ def render(report: StatusReport, now: float | None = None) -> str:
                 _age(p.last_write if p.partition != GLOBAL_DELETES_PATH else p.oldest_write, now),
                 _age(p.oldest_write if p.equality_delete_files else None, now),
                 _age(p.last_compaction, now),
-                f"{p.read_cost} (ideal {p.ideal_read_cost})",
-                f"{p.read_budget:g}" + (" OVER" if p.state == "hot" and p.read_cost > p.read_budget else ""),
+                f"{p.read_cost:.1f} (ideal {p.ideal_read_cost:.1f})",
+                f"{p.read_budget:.1f}" + (" OVER" if p.state == "hot" and p.read_cost > p.read_budget else ""),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -122,8 +122,8 @@ class PartitionStatus:
     last_write: float | None
     last_compaction: float | None
     settle_window_seconds: float
-    read_cost: int
-    ideal_read_cost: int
+    read_cost: float
+    ideal_read_cost: float
     # What the partition may cost while it is still written (``policy.read_budget``).
     read_budget: float = 0.0
     owned: bool | None = None  # whether this replica holds the partition's lease (None: not asked)

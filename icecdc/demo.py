@@ -297,7 +297,9 @@ def _summary(config: Config, elapsed: float) -> str:
         if state == "hot":
             # What the sidecar keeps hot partitions within while they are written.
             over = sum(p.read_cost > p.read_budget for p in rows)
-            part += f", read cost {sum(p.read_cost for p in rows)} (budget {sum(p.read_budget for p in rows):g}, {over} over)"
+            part += (
+                f", read cost {sum(p.read_cost for p in rows):.1f} (budget {sum(p.read_budget for p in rows):.1f}, {over} over)"
+            )
         parts.append(part)
     return f"t+{elapsed:.0f}s  " + (" | ".join(parts) or "no table yet")
 

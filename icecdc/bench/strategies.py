@@ -18,6 +18,7 @@ own table of the same event stream:
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -210,12 +211,13 @@ class Sidecar(Strategy):
         from icecdc.compactor.status import collect
 
         partitions = collect(self._config).partitions
+        target = self._config.compactor.target_file_size_bytes
         # Settled, no equality deletes, and position deletes only where the files are already as
         # few as compacted (large files with a few deleted rows: the policy's fixed point).
         return bool(partitions) and all(
             p.state == "settled"
             and not p.equality_delete_files
-            and (not p.position_delete_files or p.data_files <= p.ideal_read_cost)
+            and (not p.position_delete_files or p.data_files <= max(1, math.ceil(p.data_bytes / target)))
             for p in partitions
         )
 

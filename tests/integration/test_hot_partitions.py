@@ -7,6 +7,7 @@ and every maintenance snapshot must hold exactly its parent's rows (time travel)
 
 from __future__ import annotations
 
+import collections
 import logging
 import time
 
@@ -213,6 +214,9 @@ def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spar
     events = sidecar.stats.results
     converted = [e for e in events if e.kind == "equality-to-position" and e.outcome is CompactionOutcome.COMMITTED]
     assert converted and all(e.kind == "equality-to-position" for e in events), events  # conversions only
+    # Every batch writes both regions: their conversions come due together and share one commit.
+    by_commit = collections.Counter(e.snapshot_id for e in converted)
+    assert max(by_commit.values()) == len(REGIONS), by_commit
     longest = max(e.finished_ms - e.started_ms for e in converted) / 1000
     bound = PORTABLE_SHARE * target + turns.IDLE_POLL_SECONDS + (len(REGIONS) + 1) * longest
     assert max(ages) <= max(bound, target), (ages, bound, [(e.reason, e.finished_ms - e.started_ms) for e in converted])

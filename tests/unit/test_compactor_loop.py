@@ -427,6 +427,20 @@ def test_small_settled_partitions_of_a_table_share_a_job_up_to_its_limits():
     assert turns.next_step([], ranked, 16, 100) == turns.Compact((best, *fits))
 
 
+def test_the_portability_targets_conversions_due_together_share_one_job_whatever_their_bytes():
+    due = [
+        dataclasses.replace(job_candidate(p, 10**9, hot=p != "c", work=Work.CONVERT), due_by=100.0 + i)
+        for i, p in enumerate("abcd")
+    ]
+    for_budget = job_candidate("e", 10, hot=True, work=Work.CONVERT)  # the read budget's: planned on its own
+    other_table = dataclasses.replace(job_candidate("f", 10, "db.u", work=Work.CONVERT), due_by=100.0)
+    settled = job_candidate("g", 10)
+    ranked = [*due[:2], other_table, *due[2:], for_budget, settled]
+    assert turns.job_partitions(ranked, 16, 100) == tuple(due)
+    assert turns.job_partitions(ranked, 3, 100) == tuple(due[:3])
+    assert turns.job_partitions([settled, *due], 16, 100) == (settled,)  # a settled job takes no conversion along
+
+
 @pytest.mark.parametrize(
     "best",
     [job_candidate("a", 10, hot=True), job_candidate("a", 10, work=Work.CONVERT), job_candidate("a", 101)],

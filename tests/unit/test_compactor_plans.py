@@ -1,4 +1,4 @@
-"""Hot-partition plans, without Spark: which files a conversion, a fresh-file pack or a delete
+"""Hot-partition plans, without Spark: which files a conversion, a tiered pack or a delete
 merge touches, and which delete files each may remove, by the spec's sequence-number rules."""
 
 from __future__ import annotations
@@ -10,20 +10,21 @@ from icecdc.compactor.plans import (
     PartitionFiles,
     RewritePlan,
     keep_deletes_of_unchanged,
+    pack_tier,
     plan_conversion,
-    plan_fresh_pack,
     plan_hot,
     plan_resolution,
+    plan_tier_pack,
     plan_together,
     read_cost_after,
 )
-from icecdc.compactor.policy import Work
+from icecdc.compactor.policy import OPEN_FILE_COST_BYTES, Work, budget_for_bytes
 from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
 from icecdc.runtime.config import CompactorConfig
 from icecdc.runtime.puffin import puffin_bytes
 
 EQUALITY, POSITION = DataFileContent.EQUALITY_DELETES, DataFileContent.POSITION_DELETES
-MB = 1024 * 1024
+KB, MB = 1024, 1024 * 1024
 SETTINGS = CompactorConfig(target_file_size_bytes=128 * MB, min_small_files=4, hot_read_budget=6)
 
 
@@ -79,33 +80,102 @@ def test_file_scoped_position_deletes_are_replaced_and_shared_ones_kept():
 
 def test_read_cost_after_a_conversion_counts_one_position_file_per_converted_file():
     files = batches(5)
-    assert read_cost_after(files, plan_conversion(files), SETTINGS) == 5 + 4
+    # Five data files, four position-delete files, and 5 MB read.
+    assert read_cost_after(files, plan_conversion(files), SETTINGS) == 5 + 4 + 5 * MB / OPEN_FILE_COST_BYTES
 
 
 def test_a_hot_partition_gets_a_conversion_when_that_is_within_budget():
-    files = batches(3)  # cost 12, budget 6: converting leaves 3 + 2
+    files = batches(3, size_mb=0.01)  # cost 12, budget 6: converting leaves 3 + 2
     assert plan_hot(files, SETTINGS).work is Work.CONVERT
 
 
-def test_past_what_a_conversion_fixes_the_fresh_files_are_packed():
-    # One packed file from earlier, then the writer's batch files: converting leaves 1 + 8 data
-    # files and their position deletes, over budget; packing the fresh ones leaves two files.
+def test_tiers_go_up_by_the_fan_in():
+    assert [pack_tier(s) for s in (1, 63 * KB, 64 * KB, 255 * KB, 256 * KB, MB, 40 * MB)] == [0, 0, 1, 1, 2, 3, 5]
+
+
+def test_past_what_a_conversion_fixes_the_lowest_tier_is_packed_and_larger_files_are_left():
+    # An earlier pack of 3 MB and the writer's batch files of a few KB: converting leaves 1 + 8
+    # data files and their position deletes, over budget; packing the batch files alone fits.
     files = PartitionFiles.of(
-        [LiveDataFile("packed", 40 * MB, 100_000, 1), *(LiveDataFile(f"d{i}", MB, 1000, i) for i in range(2, 10))],
+        [LiveDataFile("packed", 3 * MB, 100_000, 1), *(LiveDataFile(f"d{i}", 20 * KB, 1000, i) for i in range(2, 10))],
         [eq(f"e{i}", i) for i in range(2, 10)],
     )
     plan = plan_hot(files, SETTINGS)
     assert plan.work is Work.DELETE_MERGE
     assert set(plan.rewrite) == {f"d{i}" for i in range(2, 10)} and plan.convert == ("packed",)
     assert set(plan.remove_deletes) == {f"e{i}" for i in range(2, 10)}
-    assert read_cost_after(files, plan, SETTINGS) <= 6
-    assert plan_fresh_pack(batches(1), SETTINGS) is None
+    assert read_cost_after(files, plan, SETTINGS) <= budget_for_bytes(3 * MB + 8 * 20 * KB, SETTINGS)
+    assert plan_tier_pack(batches(1), SETTINGS, budget=0) is None
+
+
+def test_a_higher_tier_joins_the_pack_only_when_the_lower_ones_do_not_fit():
+    files = PartitionFiles.of(
+        [
+            LiveDataFile("base", 30 * MB, 100_000, 1),
+            LiveDataFile("mid-a", 300 * KB, 1000, 2),
+            LiveDataFile("mid-b", 300 * KB, 1000, 3),
+            *(LiveDataFile(f"d{i}", 20 * KB, 1000, i) for i in range(4, 7)),
+        ],
+        [],
+    )
+    data_bytes = sum(f.size for f in files.data)
+    lowest = plan_tier_pack(files, SETTINGS, budget=4 + data_bytes / OPEN_FILE_COST_BYTES)
+    assert lowest is not None and set(lowest.rewrite) == {"d4", "d5", "d6"}
+    next_tier = plan_tier_pack(files, SETTINGS, budget=2 + data_bytes / OPEN_FILE_COST_BYTES)
+    assert next_tier is not None and set(next_tier.rewrite) == {"d4", "d5", "d6", "mid-a", "mid-b"}
+    assert plan_tier_pack(files, SETTINGS, budget=data_bytes / OPEN_FILE_COST_BYTES) is None
 
 
 def test_when_nothing_cheaper_fits_a_hot_partition_gets_a_full_delete_merge():
-    files = batches(40)  # all alike: nothing is "fresh", conversion leaves 40 + 39
-    plan = plan_hot(files, SETTINGS)
+    files = batches(40)  # all alike and over budget however they are packed short of all of them
+    plan = plan_hot(files, CompactorConfig(target_file_size_bytes=128 * MB, hot_read_budget=1))
     assert plan.work is Work.DELETE_MERGE and len(plan.rewrite) == 40
+
+
+def stream_into_one_partition(partition_bytes: int, batches: int, settings: CompactorConfig) -> tuple[int, int]:
+    """Batches of 25 KB into one partition of ``partition_bytes``, each one data file and one
+    equality-delete file, with ``plan_hot``'s plan committed whenever the read cost is over budget
+    and then, as the portability target does, the rest converted: the bytes the writer wrote and
+    the bytes the plans rewrote. Checks that every plan brings the partition within its budget.
+    Pessimistic on purpose: every equality delete is taken to hit every older file."""
+    data = {"base": (partition_bytes, 1)}  # path -> (size, data sequence number)
+    deletes: list[LiveDeleteFile] = []
+    written = rewritten = 0
+
+    def listing() -> PartitionFiles:
+        return PartitionFiles.of([LiveDataFile(p, size, 1000, seq) for p, (size, seq) in data.items()], deletes)
+
+    def commit(plan: RewritePlan, seq: int) -> None:
+        nonlocal deletes
+        packed = sum(data[p][0] for p in plan.rewrite)
+        for p in plan.rewrite:
+            del data[p]
+        if plan.rewrite:
+            data[f"pack{seq}"] = (packed, seq)
+        deletes = [d for d in deletes if d.path not in plan.remove_deletes and d.referenced_data_file not in plan.convert]
+        deletes += [pos(f"p-{p}-{seq}", seq, p) for p in plan.convert]
+
+    for seq in range(2, batches + 2):
+        data[f"d{seq}"] = (25 * KB, seq)
+        deletes.append(eq(f"e{seq}", seq))
+        written += 25 * KB
+        files = listing()
+        budget = budget_for_bytes(sum(size for size, _ in data.values()), settings)
+        if read_cost_after(files, RewritePlan(Work.CONVERT), settings) > budget:
+            plan = plan_hot(files, settings)
+            assert read_cost_after(files, plan, settings) <= budget
+            rewritten += sum(f.size for f in files.data if f.path in plan.rewrite)
+            commit(plan, seq)
+        commit(plan_conversion(listing()), seq)
+    return written, rewritten
+
+
+@pytest.mark.parametrize("partition_mb", [35, 100, 300])
+def test_small_batches_into_a_large_partition_are_rewritten_a_few_times_not_every_batch(partition_mb):
+    # Packing everything under a quarter of the largest file, as before, rewrote 12-50 times the
+    # bytes written here (its last pack with every batch); in tiers about once per tier climbed.
+    written, rewritten = stream_into_one_partition(partition_mb * MB, 100, CompactorConfig(target_file_size_bytes=128 * MB))
+    assert rewritten <= 2 * written  # a write amplification of at most 3
 
 
 def test_a_plan_that_converts_nothing_is_empty():
@@ -155,7 +225,13 @@ def test_a_job_of_several_partitions_commits_every_plan_side_by_side():
     assert plan_together([merge]) is merge
 
 
-def test_conversions_are_never_committed_together():
+def test_conversions_are_committed_together_only_with_conversions():
     conversion = RewritePlan(Work.CONVERT, convert=("a1",), remove_deletes=("ea",))
-    with pytest.raises(ValueError, match="one partition at a time"):
-        plan_together([conversion, RewritePlan(Work.MINOR, ("b1", "b2"))])
+    other = RewritePlan(Work.CONVERT, convert=("b1",), remove_deletes=("eb", "pb"))
+    assert plan_together([conversion, other, RewritePlan(Work.CONVERT)]) == RewritePlan(
+        Work.CONVERT, convert=("a1", "b1"), remove_deletes=("ea", "eb", "pb")
+    )
+    resolution = RewritePlan(Work.RESOLVE_GLOBAL_DELETES, convert=("b1",), remove_deletes=("g",))
+    for mixed in ([conversion, RewritePlan(Work.MINOR, ("b1", "b2"))], [conversion, resolution]):
+        with pytest.raises(ValueError, match="only with conversions"):
+            plan_together(mixed)

@@ -201,7 +201,9 @@ class TrackerMachine(RuleBasedStateMachine):
         assert isinstance(step, turns.Compact)
         job = step.candidates
         assert len({c.table for c in job}) == 1 and len(job) <= SETTINGS.partitions_per_job
-        assert len(job) == 1 or not any(c.hot for c in job), "a hot partition gets a job of its own"
+        assert len(job) == 1 or all(turns.is_due_conversion(c) for c in job) or not any(c.hot for c in job), (
+            "a hot partition gets a job of its own, but for the portability target's conversions due together"
+        )
         begun = []
         for candidate in job:
             partition = self.tracker.get(candidate.table, candidate.partition_path)

@@ -61,7 +61,7 @@ def test_every_batch_of_a_random_history_leaves_the_rows_the_stream_implies(hist
 
 # --- the compactor: writer batches, with maintenance between them and during them ---
 
-PLANNED = ["convert", "hot", "merge", "minor", "policy", "job", "resolve"]
+PLANNED = ["convert", "hot", "merge", "minor", "policy", "job", "convert-job", "resolve"]
 maintenance = st.tuples(
     st.sampled_from(PLANNED),
     st.integers(1, 63),  # which live partitions, by rank: a bit each
@@ -94,8 +94,10 @@ def plans_for(
     live = partitions(snapshot)
     if not live:
         return []
-    if kind == "job":
+    if kind in ("job", "convert-job"):
         chosen = [partition_files(snapshot, p) for r, p in enumerate(live) if ranks >> r & 1]
+        if kind == "convert-job":  # the portability target's conversions due together: one RowDelta
+            return [(plan_for(Work.CONVERT, files, config, hot=True, portable=True), files) for files in chosen]
         return [(plan_rewrite(files, work, config, dv), files) for files in chosen]
     files = partition_files(snapshot, live[ranks % len(live)])
     if kind == "convert":
