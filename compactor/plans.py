@@ -235,8 +235,9 @@ def keep_deletes_of_unchanged(plan: RewritePlan, files: PartitionFiles, unchange
 # partition within its budget. Each file a pack makes is at least the size of the largest it packed
 # and usually of the next tier, so a row is rewritten about once per tier it climbs, log4 of (the
 # bytes the writer added / a batch's), not once per batch: packing everything under a quarter of
-# the largest file, as before, rewrote the last pack with each batch's few KB, two thirds of the
-# bytes rewritten on 35 MB partitions (docs/BENCHMARKS.md, "Users' partition sizes").
+# the largest file, as before, rewrote the last pack with each batch's few KB (a write
+# amplification of 105 while writing on 35 MB partitions, 1.4 in tiers; docs/BENCHMARKS.md,
+# "Users' partition sizes: the read cost counts bytes").
 PACK_FAN_IN = 4
 # Files under this size are all of the lowest tier: a batch file's few KB cost their open, not
 # their bytes, and packing them together is cheap.
@@ -286,15 +287,17 @@ def plan_tier_pack(
 ) -> RewritePlan | None:
     """The pack of the lowest tiers (``pack_tier``) that brings the partition within ``budget``,
     the rest's equality deletes converted in the same commit; None when no pack of at least two
-    files under the large size does."""
+    files under the large size does. ``deletion_vectors``: the rest is left to the portability
+    target's conversion, due within half its target, and the budget is judged as if it had run:
+    judged with the rest's equality deletes, a pack on format v3 had to take every file of a
+    small partition, a full rewrite every batch (a write amplification of 4.5 while writing)."""
     packable = sorted((f for f in files.data if size_class(f.size, settings) is not SizeClass.LARGE), key=lambda f: f.size)
     for tier in sorted({pack_tier(f.size) for f in packable}):
         packed = [f for f in packable if pack_tier(f.size) <= tier]
         if len(packed) < 2:
             continue
-        plan = plan_pack(files, packed, deletion_vectors)
-        if read_cost_after(files, plan, settings) <= budget:
-            return plan
+        if read_cost_after(files, plan_pack(files, packed), settings) <= budget:
+            return plan_pack(files, packed, deletion_vectors)
     return None
 
 

@@ -14,10 +14,10 @@ makes an equality-delete file cost about three data-file opens. A fully compacte
 
 Why bytes count: counted in files alone, a 35 MB partition compacted cost one read and its budget
 three, so a few-KB batch file cost as much as the 35 MB base, and the budget sent the sidecar to
-rewrite MBs for every batch's KBs (a write amplification of 84-120 while writing,
-docs/BENCHMARKS.md, "Users' partition sizes"). Iceberg's own split planning weighs a file the same
-way (``read.split.open-file-cost``, 4 MB by default), and the end-to-end bench's aggregation read
-about 10 ms, some 5 MB of its reading, per extra file.
+rewrite MBs for every batch's KBs (a write amplification of 105 while writing, 1.4 since;
+docs/BENCHMARKS.md, "Users' partition sizes: the read cost counts bytes"). Iceberg's own split
+planning weighs a file the same way (``read.split.open-file-cost``, 4 MB by default), and the
+end-to-end bench's aggregation read about 10 ms, some 5 MB of its reading, per extra file.
 
 The policy has a fixed point: after a compaction, the partition has at most one small file, no
 equality deletes older than the compaction, and only position deletes on large files that carry

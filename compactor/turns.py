@@ -88,8 +88,8 @@ def is_due_conversion(c: Candidate) -> bool:
     """A conversion the portability target asks for now. Those of one table share a job and its
     one ``RowDelta``: a batch that wrote 16 partitions makes 16 of them due together, and one at a
     time (a listing, the key reads and a commit each, some 0.3 s) the last waited 5 s for the
-    others, past the target (docs/BENCHMARKS.md, "Users' partition sizes"). They rewrite no data,
-    so the job's byte bound does not apply."""
+    others, past the target (docs/BENCHMARKS.md, "Users' partition sizes: the read cost counts
+    bytes"). They rewrite no data, so the job's byte bound does not apply."""
     return c.due_by is not None and c.work is Work.CONVERT
 
 

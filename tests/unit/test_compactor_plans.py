@@ -108,6 +108,20 @@ def test_past_what_a_conversion_fixes_the_lowest_tier_is_packed_and_larger_files
     assert plan_tier_pack(batches(1), SETTINGS, budget=0) is None
 
 
+def test_on_format_v3_the_pack_leaves_the_rest_to_the_conversion_and_is_judged_as_if_it_had_run():
+    files = PartitionFiles.of(
+        [LiveDataFile("base", 300 * KB, 10_000, 1), LiveDataFile("d2", 12 * KB, 100, 2), LiveDataFile("d3", 12 * KB, 100, 3)],
+        [eq("e2", 2), eq("e3", 3)],
+    )
+    settings = CompactorConfig(target_file_size_bytes=128 * MB)
+    budget = budget_for_bytes(324 * KB, settings)
+    v2, v3 = plan_tier_pack(files, settings, budget), plan_tier_pack(files, settings, budget, deletion_vectors=True)
+    assert v2 is not None and v3 is not None
+    assert set(v2.rewrite) == set(v3.rewrite) == {"d2", "d3"}  # not the base: a full rewrite every batch
+    assert v2.convert == ("base",) and v3.convert == ()
+    assert "e3" in v2.remove_deletes and "e3" not in v3.remove_deletes  # still applies to the base on v3
+
+
 def test_a_higher_tier_joins_the_pack_only_when_the_lower_ones_do_not_fit():
     files = PartitionFiles.of(
         [
