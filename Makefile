@@ -13,7 +13,8 @@ export VENV
 # of its own (tests/conftest.py). Three on 2 cores: most integration tests
 # wait on settle windows, brokers and JVMs rather than burn CPU (measured from fresh clones beside a busy
 # core: 28.5 minutes with two, 24:56 and 24:59 with three, for 620 tests; 27:47 with three for 695;
-# 23:06 for 705, 21:55 and 22:58 for 712 since the tests' JVM options, tests/processes.py). Each worker runs its own Spark JVM (about 1.5 GiB).
+# 23:06 for 705, 21:55 and 22:58 for 712 since the tests' JVM options, tests/processes.py; 23:13 for 720
+# beside a busy core and the demo). Each worker runs its own Spark JVM (about 1.5 GiB).
 WORKERS ?= 3
 PYTEST = $(VENV)/bin/python -m pytest --durations=15 -n $(WORKERS) --dist loadfile
 
