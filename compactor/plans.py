@@ -156,10 +156,9 @@ def plan_together(plans: Sequence[RewritePlan]) -> RewritePlan:
     resolution of the global deletes is one job of its own."""
     if len(plans) == 1:
         return plans[0]
-    kinds = {p.work in CONVERSIONS for p in plans}
-    if Work.RESOLVE_GLOBAL_DELETES in {p.work for p in plans} or len(kinds) > 1:
-        raise ValueError("conversions are committed together only with conversions of other partitions")
     works = {p.work for p in plans}
+    if Work.RESOLVE_GLOBAL_DELETES in works or len({w in CONVERSIONS for w in works}) > 1:
+        raise ValueError("conversions are committed together only with conversions of other partitions")
     return RewritePlan(
         plans[0].work if len(works) == 1 else Work.DELETE_MERGE,
         tuple(path for p in plans for path in p.rewrite),
@@ -296,8 +295,9 @@ def plan_tier_pack(
         packed = [f for f in packable if pack_tier(f.size) <= tier]
         if len(packed) < 2:
             continue
-        if read_cost_after(files, plan_pack(files, packed), settings) <= budget:
-            return plan_pack(files, packed, deletion_vectors)
+        converting_the_rest = plan_pack(files, packed)
+        if read_cost_after(files, converting_the_rest, settings) <= budget:
+            return plan_pack(files, packed, deletion_vectors=True) if deletion_vectors else converting_the_rest
     return None
 
 

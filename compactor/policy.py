@@ -99,10 +99,14 @@ def ideal_read_cost(stats: PartitionStats, settings: CompactorConfig) -> float:
     return compacted_read_cost(stats.data_bytes, settings) if stats.data_files else 0.0
 
 
+def compacted_files(data_bytes: int, settings: CompactorConfig) -> int:
+    """How many files ``data_bytes`` make compacted: ``ceil(bytes / target)``, at least one."""
+    return max(1, math.ceil(data_bytes / settings.target_file_size_bytes))
+
+
 def compacted_read_cost(data_bytes: int, settings: CompactorConfig) -> float:
-    """The read cost of ``data_bytes`` compacted: ``ceil(bytes / target)`` files (at least one)
-    and the bytes themselves."""
-    return max(1, math.ceil(data_bytes / settings.target_file_size_bytes)) + data_bytes / OPEN_FILE_COST_BYTES
+    """The read cost of ``data_bytes`` compacted: its files' opens and the bytes themselves."""
+    return compacted_files(data_bytes, settings) + data_bytes / OPEN_FILE_COST_BYTES
 
 
 def read_budget(stats: PartitionStats, settings: CompactorConfig) -> float:

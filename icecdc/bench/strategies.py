@@ -18,7 +18,6 @@ own table of the same event stream:
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -208,16 +207,17 @@ class Sidecar(Strategy):
         self._process = CompactorProcess(self._config, "e2e-icecdc", self._out)
 
     def converged(self) -> bool:
+        from icecdc.compactor.policy import compacted_files
         from icecdc.compactor.status import collect
 
         partitions = collect(self._config).partitions
-        target = self._config.compactor.target_file_size_bytes
+        settings = self._config.compactor
         # Settled, no equality deletes, and position deletes only where the files are already as
         # few as compacted (large files with a few deleted rows: the policy's fixed point).
         return bool(partitions) and all(
             p.state == "settled"
             and not p.equality_delete_files
-            and (not p.position_delete_files or p.data_files <= max(1, math.ceil(p.data_bytes / target)))
+            and (not p.position_delete_files or p.data_files <= compacted_files(p.data_bytes, settings))
             for p in partitions
         )
 
