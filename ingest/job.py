@@ -1,7 +1,12 @@
-"""The one Spark job of a micro-batch (parse, shuffle by key, reduce and write files, in
-``stages``) and what it hands the driver, read into plain values (``plan.JobResult``): offset
-marks, rejected records, written files, the column changes the records' schemas ask for, the
-fields the tables lack, the records that were not row changes, and truncates.
+"""The one job of a micro-batch (parse, group by key, reduce and write files, in ``stages``) and
+what it hands the driver, read into plain values (``plan.JobResult``): offset marks, rejected
+records, written files, the column changes the records' schemas ask for, the fields the tables
+lack, the records that were not row changes, and truncates.
+
+The job runs on Spark's executors, or, for a batch the driver already holds (the direct
+reader's) of at most ``ingest.driver_batch_records`` records, in the driver itself: the same
+stage functions over the same Arrow batches, without a Spark job's fixed cost (see
+docs/ingest.md, "One micro-batch").
 """
 
 from __future__ import annotations
@@ -9,9 +14,10 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Union
 
 import orjson
+import pyarrow as pa
 
 from icecdc.domain.layout import TableLayout
 from icecdc.domain.sourcespec import SourceRules
@@ -20,7 +26,18 @@ from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.plan import JobResult, Position, TruncateAt, WriteSpread, WrittenFile
 from icecdc.ingest.prefixes import SchemaPrefixes
-from icecdc.ingest.stages import PARSED_SCHEMA, RESULT_SCHEMA, Tag, parse_stage, reduce_and_write_stage, write_file
+from icecdc.ingest.records import PolledRecords
+from icecdc.ingest.stages import (
+    GROUP_ORDER,
+    PARSED,
+    PARSED_SCHEMA,
+    RESULT_SCHEMA,
+    ArrowStage,
+    Tag,
+    parse_stage,
+    reduce_and_write_stage,
+    write_file,
+)
 from icecdc.ingest.unavailable import MovedImage, SourceRecord, UnresolvedRow
 
 if TYPE_CHECKING:
@@ -40,43 +57,52 @@ def _written(fact: Mapping[str, Any]) -> WrittenFile:
     )
 
 
-def read_result(rows: Iterable[Any], seconds: float) -> JobResult:
+def read_result(rows: Iterable[Mapping[str, Any]], seconds: float, in_driver: bool = False) -> JobResult:
     """The job's rows (``stages.RESULT``) as plain values."""
-    result = JobResult(seconds)
+    result = JobResult(seconds, in_driver=in_driver)
     changes: dict[str, list[ColumnChange]] = defaultdict(list)
     for row in rows:
-        if row.reason is not None:
-            result.rejected.append(row.asDict())
-        elif row.op == Tag.MARK:
-            result.records += row.records
-            if row.table is not None:
-                consumed = result.consumed[row.table]
-                position = (row.topic, row.kafka_partition)
-                consumed[position] = max(row.offset, consumed.get(position, -1))
-        elif row.op in _FILE_KINDS:
-            result.files[row.table].append(_written(row.asDict()))
-        elif row.op == Tag.SCHEMA:
-            changes[row.table] += [ColumnChange(ChangeKind(k), c, t) for k, c, t in orjson.loads(row.detail)]
-        elif row.op == Tag.COLUMNS:
-            result.unknown_columns[row.table].update(orjson.loads(row.detail))
-        elif row.op == Tag.CONTROL:
-            result.skipped[row.table].update(orjson.loads(row.detail))
-        elif row.op == Tag.TRUNCATE:
-            truncates = result.truncates[row.table]
-            position = (row.topic, row.kafka_partition)
-            if position not in truncates or row.offset > truncates[position].offset:
-                truncates[position] = TruncateAt(row.offset, row.lsn)
-        elif row.op == Tag.UNRESOLVED:
-            result.unresolved[row.table].append(_unresolved(row))
-        elif row.op == Tag.PREFIX:
-            result.schema_prefixes[row.topic] = bytes(row.raw_value)
-        elif row.op == Tag.MOVED:
-            moved = orjson.loads(row.change)
+        op, table = row["op"], row["table"]
+        if row["reason"] is not None:
+            result.rejected.append(dict(row))
+        elif op == Tag.MARK:
+            result.records += row["records"]
+            if table is not None:
+                consumed = result.consumed[table]
+                position = (row["topic"], row["kafka_partition"])
+                consumed[position] = max(row["offset"], consumed.get(position, -1))
+        elif op in _FILE_KINDS:
+            result.files[table].append(_written(row))
+        elif op == Tag.SCHEMA:
+            changes[table] += [ColumnChange(ChangeKind(k), c, t) for k, c, t in orjson.loads(row["detail"])]
+        elif op == Tag.COLUMNS:
+            result.unknown_columns[table].update(orjson.loads(row["detail"]))
+        elif op == Tag.CONTROL:
+            result.skipped[table].update(orjson.loads(row["detail"]))
+        elif op == Tag.TRUNCATE:
+            truncates = result.truncates[table]
+            position = (row["topic"], row["kafka_partition"])
+            if position not in truncates or row["offset"] > truncates[position].offset:
+                truncates[position] = TruncateAt(row["offset"], row["lsn"])
+        elif op == Tag.UNRESOLVED:
+            result.unresolved[table].append(_unresolved(row))
+        elif op == Tag.PREFIX:
+            result.schema_prefixes[row["topic"]] = bytes(row["raw_value"])
+        elif op == Tag.MOVED:
+            moved = orjson.loads(row["change"])
             image = _image(moved) if moved["row"] is not None else None
             at = _source_offset(moved["at"])
-            result.moved[row.table].append(MovedImage(tuple(orjson.loads(row.key)), tuple(moved["to"]), image, at))
+            result.moved[table].append(MovedImage(tuple(orjson.loads(row["key"])), tuple(moved["to"]), image, at))
     result.schema_changes = {table: merge_changes(c) for table, c in changes.items()}
     return result
+
+
+def run_in_driver(records: Sequence[pa.RecordBatch], parse: ArrowStage, write: ArrowStage) -> list[dict[str, Any]]:
+    """The job's stages in this process, as one parse task and one write task: the parsed rows
+    ordered as the write stage reads them (``GROUP_ORDER``), so a touched partition gets one file
+    per kind, as it does from one write task on Spark."""
+    parsed = pa.Table.from_batches(list(parse(records)), schema=PARSED).sort_by([(c, "ascending") for c in GROUP_ORDER])
+    return [row for batch in write(parsed.to_batches()) for row in batch.to_pylist()]
 
 
 def _image(change: dict[str, Any]) -> Image:
@@ -89,60 +115,82 @@ def _source_offset(value: list[int] | None) -> SourceOffset | None:
     return (value[0], value[1]) if value is not None else None
 
 
-def _unresolved(row: Any) -> UnresolvedRow:
-    change = orjson.loads(row.change)
-    raw_key, raw_value = (bytes(v) if v is not None else None for v in (row.raw_key, row.raw_value))
+def _unresolved(row: Mapping[str, Any]) -> UnresolvedRow:
+    change = orjson.loads(row["change"])
+    raw_key, raw_value = (bytes(v) if v is not None else None for v in (row["raw_key"], row["raw_value"]))
     return UnresolvedRow(
-        tuple(orjson.loads(row.key)),
+        tuple(orjson.loads(row["key"])),
         _image(change),
         tuple(tuple(p) for p in change["prior"]),
         change["global"],
-        SourceRecord(row.topic, row.kafka_partition, row.offset, raw_key, raw_value),
+        SourceRecord(row["topic"], row["kafka_partition"], row["offset"], raw_key, raw_value),
     )
 
 
+# The job's input: Spark's Kafka source's micro-batch, or the records the direct reader polled.
+BatchInput = Union["DataFrame", PolledRecords]
+
+
 class BatchJob:
-    """Runs a batch's Spark job with the current layouts, and learns from each run the wrapper
-    prefix each topic's records carry, for the next run to cut (``prefixes``)."""
+    """Runs a batch's job with the current layouts, in the driver or on Spark, and learns from
+    each run the wrapper prefix each topic's records carry, for the next run on Spark to cut
+    (``prefixes``)."""
 
     def __init__(
-        self, rules: Mapping[str, SourceRules], io_properties: Mapping[str, str], spread: WriteSpread, parse_tasks: int
+        self,
+        rules: Mapping[str, SourceRules],
+        io_properties: Mapping[str, str],
+        spread: WriteSpread,
+        parse_tasks: int,
+        driver_batch_records: int = 0,
     ) -> None:
         self._rules = dict(rules)
         self._io_properties = dict(io_properties)
         self._spread = spread
         self._parse_tasks = parse_tasks
+        self.driver_batch_records = driver_batch_records  # ``ingest.driver_batch_records``
         self.prefixes = SchemaPrefixes()
 
     def run(
         self,
-        df: DataFrame,
+        batch: BatchInput,
         layouts: Mapping[str, TableLayout],
         positions: Mapping[Position, int],
         tag: str,
         truncate_lsns: Mapping[str, int],
     ) -> JobResult:
         """Parse the records from ``positions`` on (without a truncated table's changes below its
-        truncate's LSN, in ``truncate_lsns``), shuffle by key, reduce and write; the marks and
+        truncate's LSN, in ``truncate_lsns``), group by key, reduce and write; the marks and
         rejects of the parse stage pass through the write stage to the driver in the same result."""
         started = time.monotonic()
         by_topic = {layout.topic: layout for layout in layouts.values()}
+        parse = parse_stage(by_topic, positions, self._rules, truncate_lsns, prefixes=self.prefixes.known)
+        write = reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-"))
+        in_driver = isinstance(batch, PolledRecords) and len(batch) <= self.driver_batch_records
+        if isinstance(batch, PolledRecords) and in_driver:
+            rows: Iterable[Mapping[str, Any]] = run_in_driver(batch.arrow(self.prefixes), parse, write)
+        else:
+            df = batch.frame(self.prefixes) if isinstance(batch, PolledRecords) else batch
+            rows = [row.asDict() for row in self._run_on_spark(df, by_topic, parse, write)]
+        result = read_result(rows, time.monotonic() - started, in_driver)
+        self.prefixes.learn(result.schema_prefixes)
+        return result
+
+    def _run_on_spark(
+        self, df: DataFrame, by_topic: Mapping[str, TableLayout], parse: ArrowStage, write: ArrowStage
+    ) -> list[Any]:
         # Each Python task costs about 0.1 s besides its records (the runner, the function
         # shipped), and a source may hand over many small partitions (one per 10,000 records
         # from the direct reader, one per topic partition from Kafka): no more parse tasks than
         # two per core, which still evens out uneven partitions.
         records = self.prefixes.cut_frame(df, list(by_topic)).coalesce(self._parse_tasks)
-        parse = parse_stage(by_topic, positions, self._rules, truncate_lsns, prefixes=self.prefixes.known)
-        rows = (
+        return (
             records.mapInArrow(parse, PARSED_SCHEMA)
             .repartition(self._spread.tasks, *self._spread.columns)
-            .sortWithinPartitions("table", "key", "kafka_partition", "offset")
-            .mapInArrow(reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-")), RESULT_SCHEMA)
+            .sortWithinPartitions(*GROUP_ORDER)
+            .mapInArrow(write, RESULT_SCHEMA)
             .collect()
         )
-        result = read_result(rows, time.monotonic() - started)
-        self.prefixes.learn(result.schema_prefixes)
-        return result
 
     def write_rows(self, layout: TableLayout, rows: Sequence[dict[str, Any]], tag: str) -> list[WrittenFile]:
         """Data files of ``rows`` (one per partition), written as the write stage writes them."""

@@ -20,6 +20,12 @@ COMMIT_INTERLEAVED = Counter(
 BATCH_SECONDS = Histogram(
     "icecdc_ingest_batch_seconds", "Micro-batch latency, read to commit", buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 )
+JOB_SECONDS = Histogram(
+    "icecdc_ingest_job_seconds",
+    "A batch's job (parse, reduce, write files), by where it ran: driver or spark (ingest.driver_batch_records)",
+    ["where"],
+    buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+)
 COMMIT_EVENTS = Counter("icecdc_ingest_commit_events_published_total", "Commit events delivered to the commit topic")
 COMMIT_EVENTS_RETRIED = Counter(
     "icecdc_ingest_commit_events_retried_total",

@@ -95,6 +95,7 @@ class JobResult:
     """What one run of a batch's job found (``job.read_result``)."""
 
     seconds: float = 0.0
+    in_driver: bool = False  # run in the driver rather than as a Spark job (``job.BatchJob``)
     records: int = 0  # records read past the committed offsets
     consumed: dict[str, dict[Position, int]] = field(default_factory=lambda: defaultdict(dict))  # table -> highest offset read
     rejected: list[dict[str, Any]] = field(default_factory=list)  # rows with a reason

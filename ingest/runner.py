@@ -70,7 +70,7 @@ def _ingest(config: Config, until_idle: float | None, spark: SparkSession, stop:
             log.info("ingesting with the direct Kafka reader (no spark-sql-kafka connector on the classpath)")
             source = DirectKafkaSource(config, start)
             try:
-                run_direct(spark, config, source, writer, until_idle, stop, health, retry.waits, writer.prefixes)
+                run_direct(spark, config, source, writer, until_idle, stop, health, retry.waits)
             finally:
                 source.close()
     finally:

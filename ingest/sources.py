@@ -28,8 +28,7 @@ from icecdc.domain.idle import CatalogWaits
 from icecdc.domain.sourcespec import UnavailableValues
 from icecdc.ingest import metrics
 from icecdc.ingest.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
-from icecdc.ingest.prefixes import CUT_PREFIX, SchemaPrefixes
-from icecdc.ingest.stages import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
+from icecdc.ingest.records import PolledRecords
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.runtime import kafka
 from icecdc.runtime.config import Config
@@ -42,8 +41,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
-# (micro-batch, batch id): Structured Streaming numbers its batches, the direct reader names them.
-BatchFunction = Callable[["DataFrame", "int | str"], Any]
+# (micro-batch, batch id): Structured Streaming hands a DataFrame and numbers its batches, the
+# direct reader hands the records it polled and names them.
+BatchFunction = Callable[["DataFrame | PolledRecords", "int | str"], Any]
 
 
 def kafka_connector_available(spark: SparkSession) -> bool:
@@ -148,17 +148,6 @@ def source_rows(
     ]
 
 
-def records_to_dataframe(spark: SparkSession, records: list[dict[str, Any]], prefixes: SchemaPrefixes | None = None) -> DataFrame:
-    """The records as Spark's Kafka source yields them; with ``prefixes``, each topic's known
-    wrapper prefix cut from the values here, before they cross to the JVM and back."""
-    import pandas as pd
-
-    schema = KAFKA_SCHEMA_WITH_HEADERS if records and "headers" in records[0] else KAFKA_SCHEMA
-    if prefixes is not None:
-        records, schema = prefixes.cut_records(records), f"{schema}, {CUT_PREFIX} int"
-    return spark.createDataFrame(pd.DataFrame.from_records(records, columns=[c.split()[0] for c in schema.split(", ")]), schema)
-
-
 def reads_headers(config: Config) -> bool:
     """Whether the source reads record headers: only the key-change headers matter, and only to
     tables that resolve unavailable values."""
@@ -180,11 +169,9 @@ def run_direct(
     stop: threading.Event | None = None,
     health: Health | None = None,
     catalog_waits: Callable[[], CatalogWaits] = CatalogWaits,
-    prefixes: SchemaPrefixes | None = None,
 ) -> int:
     """Poll, write, repeat; returns the number of batches written. ``catalog_waits`` (the
-    command's ``CatalogRetry.waits``) keeps time blocked on the catalog out of ``until_idle``.
-    ``prefixes``: the writer's, cut from the records before they become a DataFrame."""
+    command's ``CatalogRetry.waits``) keeps time blocked on the catalog out of ``until_idle``."""
     run = uuid.uuid4().hex[:8]
     batches = 0
     idle = UntilIdle(until_idle, catalog_waits)
@@ -194,7 +181,7 @@ def run_direct(
         health.beat()
         records = source.poll_batch(config.ingest.max_batch_records, config.ingest.trigger_seconds)
         if records:
-            write(records_to_dataframe(spark, records, prefixes), f"{run}-{batches}")
+            write(PolledRecords(spark, records), f"{run}-{batches}")
             source.commit_group_offsets()
             batches += 1
             idle.active()

@@ -129,6 +129,8 @@ class Tag(str, enum.Enum):
 PASSED_THROUGH = frozenset({Tag.MARK, Tag.SCHEMA, Tag.COLUMNS, Tag.CONTROL, Tag.TRUNCATE, Tag.PREFIX})
 
 ArrowStage = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
+# The order the write stage reads the parsed rows in: each key's changes together, in source order.
+GROUP_ORDER = ("table", "key", "kafka_partition", "offset")
 
 
 class _TableTally:

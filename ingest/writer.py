@@ -3,7 +3,8 @@ query over Kafka-shaped rows can call, and that the direct Kafka source calls to
 
 Order of work in one batch, and why:
 1. read each table's committed offsets from its snapshot history (exactly-once filter);
-2. parse, reduce and write files on the executors (Spark stages in ``stages``);
+2. parse, reduce and write files (``stages``), on Spark's executors, or in the driver for a
+   small batch the direct reader holds there (``job``);
 3. send rejected records to the dead-letter topic and wait for delivery (before the commit, so
    a crash can at worst send a dead letter twice, never lose one);
 4. per table, one RowDelta commit with the files and the advanced offsets (never two batches in
@@ -37,7 +38,7 @@ from icecdc.ingest import metrics, plan, unavailable
 from icecdc.ingest import offsets as offset_log
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
-from icecdc.ingest.job import BatchJob
+from icecdc.ingest.job import BatchInput, BatchJob
 from icecdc.ingest.plan import DeadLetter, IngestStats, JobResult, Position, TableCommit, Truncates, WrittenFile
 from icecdc.ingest.prefixes import SchemaPrefixes
 from icecdc.ingest.publish import CommitEventPublisher, DeadLetterTopic
@@ -51,7 +52,7 @@ from icecdc.runtime.outages import CatalogRetry
 
 if TYPE_CHECKING:
     from confluent_kafka import Producer
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 log = logging.getLogger(__name__)
 
@@ -74,12 +75,12 @@ class Table(Protocol):
 
 
 class Job(Protocol):
-    """A batch's Spark job, from the given positions on, without a truncated table's changes below
-    its truncate's LSN (``job.BatchJob``)."""
+    """A batch's job, in the driver or on Spark, from the given positions on, without a truncated
+    table's changes below its truncate's LSN (``job.BatchJob``)."""
 
     def run(
         self,
-        df: DataFrame,
+        batch: BatchInput,
         layouts: Mapping[str, TableLayout],
         positions: Mapping[Position, int],
         tag: str,
@@ -111,6 +112,7 @@ class BatchResult:
     commit_seconds: dict[str, float] = field(default_factory=dict)
     offsets_seconds: float = 0.0  # reading the tables' committed offsets at the batch's start
     commits_wall_seconds: float = 0.0  # every table's commit, side by side, start to end
+    job_in_driver: bool = False  # the job ran in the driver, not on Spark (``job.BatchJob``)
 
 
 class BatchRunner:
@@ -162,23 +164,26 @@ class BatchRunner:
     def prefixes(self) -> SchemaPrefixes:
         return self._job.prefixes
 
-    def run(self, df: DataFrame, batch_id: int | str) -> BatchResult:
+    def run(self, batch: BatchInput, batch_id: int | str) -> BatchResult:
         started = self._clock()
         tag = f"{self.source_name}:{batch_id}"
         committed = self.committed_offsets()
         offsets_read = self._clock()
         positions = self.topic_positions(committed)
-        first = job = self._job.run(df, self.layouts, positions, tag, {})
+        first = job = self._job.run(batch, self.layouts, positions, tag, {})
         self.stats.last_job_seconds = job.seconds
         redos = plan.Redos(tag, positions)
         while (redo := redos.after(job)) is not None:
             self._discard(job)
             for table, changes in redo.schema_changes.items():
                 self._evolve(table, changes)
-            job = self._job.run(df, self.layouts, redo.positions, tag, redo.truncate_lsns)
+            job = self._job.run(batch, self.layouts, redo.positions, tag, redo.truncate_lsns)
             self.stats.last_job_seconds += job.seconds
+        metrics.JOB_SECONDS.labels("driver" if job.in_driver else "spark").observe(self.stats.last_job_seconds)
         result = replace(
-            self._finish(tag, committed, first, job, redos.truncated, started), offsets_seconds=offsets_read - started
+            self._finish(tag, committed, first, job, redos.truncated, started),
+            offsets_seconds=offsets_read - started,
+            job_in_driver=job.in_driver,
         )
         metrics.BATCH_SECONDS.observe(result.seconds)
         self._log(result)
@@ -410,7 +415,7 @@ class BatchRunner:
             )
         for table, snapshot in result.commits.items():
             log.info(
-                "batch %s: %d records, %d dead letters -> %s snapshot %d seq %d in %.2fs (write job %.2fs, commit %.2fs)",
+                "batch %s: %d records, %d dead letters -> %s snapshot %d seq %d in %.2fs (write job %.2fs%s, commit %.2fs)",
                 result.batch_id,
                 result.records,
                 result.dead_letters,
@@ -419,6 +424,7 @@ class BatchRunner:
                 snapshot.sequence_number,
                 result.seconds,
                 self.stats.last_job_seconds,
+                " in the driver" if result.job_in_driver else "",
                 result.commit_seconds[table],
                 extra={
                     "batch_id": result.batch_id,
@@ -470,11 +476,18 @@ class BatchWriter:
                 layouts[name] = replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
         cores = spark.sparkContext.defaultParallelism
         spread = plan.WriteSpread.for_source(config.ingest.max_batch_records, len(names), cores)
+        self.job = BatchJob(
+            rules,
+            config.catalog.properties,
+            spread,
+            parse_tasks=2 * cores,
+            driver_batch_records=config.ingest.driver_batch_records,
+        )
         self.batches = BatchRunner(
             tables=self.tables,
             layouts=layouts,
             rules=rules,
-            job=BatchJob(rules, config.catalog.properties, spread, parse_tasks=2 * cores),
+            job=self.job,
             dead_letters=DeadLetterTopic(dead_letter_producer, config.dead_letter_topic),
             events=publisher,
             load_layout=self._reload_layout,
@@ -516,6 +529,6 @@ class BatchWriter:
         """The wrapper prefixes the batches cut from records (the direct reader cuts them too)."""
         return self.batches.prefixes
 
-    def __call__(self, df: DataFrame, batch_id: int | str) -> BatchResult:
-        """The ``foreachBatch`` entry point."""
-        return self.batches.run(df, batch_id)
+    def __call__(self, batch: BatchInput, batch_id: int | str) -> BatchResult:
+        """The ``foreachBatch`` entry point (a DataFrame), and the direct reader's (its records)."""
+        return self.batches.run(batch, batch_id)

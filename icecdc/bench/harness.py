@@ -30,6 +30,7 @@ from icecdc.runtime.config import Config, embedded_config
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from icecdc.ingest.records import PolledRecords
     from icecdc.ingest.writer import BatchResult, BatchWriter
 
 
@@ -248,13 +249,18 @@ class FeedWriter:
         return self.frame_by_topic(dict.fromkeys(topics or self._topics, pairs))
 
     def frame_by_topic(self, pairs: Mapping[str, Sequence[tuple[bytes | None, bytes | None]]]) -> Any:
-        """The next batch with each topic's own records, as the direct reader hands it over (with
-        the known wrapper prefixes cut)."""
-        from icecdc.ingest.sources import records_to_dataframe, source_rows
+        """The next batch with each topic's own records, as a DataFrame with the known wrapper
+        prefixes cut (what the writer makes of a polled batch it runs on Spark)."""
+        return self.polled_by_topic(pairs).frame(self.writer.prefixes)
+
+    def polled_by_topic(self, pairs: Mapping[str, Sequence[tuple[bytes | None, bytes | None]]]) -> PolledRecords:
+        """The next batch with each topic's own records, as the direct reader hands it over."""
+        from icecdc.ingest.records import PolledRecords
+        from icecdc.ingest.sources import source_rows
 
         rows = [row for topic, records in pairs.items() for row in source_rows(topic, records, self._offset)]
         self._offset += max((len(records) for records in pairs.values()), default=0)
-        return records_to_dataframe(self._spark, rows, self.writer.prefixes)
+        return PolledRecords(self._spark, rows)
 
     def write(self, pairs: Sequence[tuple[bytes | None, bytes | None]], batch_id: int) -> BatchResult:
         return self.writer(self.frame(pairs), batch_id)

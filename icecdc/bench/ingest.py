@@ -2,6 +2,12 @@
 icecdc's writer (equality deletes, cost of the batch) and Spark's ``MERGE INTO`` in
 merge-on-read mode (must read the target to find the rows it replaces), at growing table sizes.
 
+icecdc's batches alternate between its two ways of running a batch's job
+(``ingest.driver_batch_records``): in the driver, timed from the records as the direct reader
+holds them after a poll, and on Spark, timed from the DataFrame as Spark's Kafka source hands it
+to ``foreachBatch`` (built before the timer starts, as MERGE's source view is). Each way gets one
+warm-up batch and ``batches`` measured ones; MERGE applies every batch.
+
 The starting rows are a pure function of their id, generated inside Spark for both tables; the
 change batches (70% updates, 20% inserts, 10% deletes by default, updates moving rows between
 partitions) are generated once and fed to both. At the end the two tables must hold the same
@@ -23,7 +29,7 @@ import orjson
 
 from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
-from icecdc.bench.report import line_plot, machine, markdown_table, publish
+from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.options import state_dir_argument
 from icecdc.runtime.catalog import ensure_tables
 from icecdc.workload import REGIONS, STATUSES, orders_table
@@ -37,6 +43,7 @@ MERGE_PROPERTIES = {
     "write.delete.mode": "merge-on-read",
 }
 say = progress("ingest")
+SOURCE_BLOCK = {"connector": "postgresql", "name": "bench", "db": "bench", "schema": "public", "table": "orders"}
 
 
 @dataclass(frozen=True)
@@ -50,12 +57,17 @@ class Mix:
 class SizeResult:
     rows: int
     final_rows: int
-    icecdc_seconds: list[float]
+    driver_seconds: list[float]  # icecdc, the batch's job in the driver
+    spark_seconds: list[float]  # icecdc, the batch's job on Spark
     merge_seconds: list[float]
 
     @property
-    def icecdc_median(self) -> float:
-        return statistics.median(self.icecdc_seconds)
+    def driver_median(self) -> float:
+        return statistics.median(self.driver_seconds)
+
+    @property
+    def spark_median(self) -> float:
+        return statistics.median(self.spark_seconds)
 
     @property
     def merge_median(self) -> float:
@@ -148,7 +160,10 @@ class ChangingTable:
                 key = self._existing_key()
                 op, before, after = "d", self.current(key), None
             self.changed[key] = after
-            out.append((op, key, after, orjson.dumps({"op": op, "before": before, "after": after})))
+            # Every Debezium change carries its ``source`` block and ``ts_ms`` (records without
+            # them are not changes the fast parse path takes: ingest/fastparse.py).
+            value = {"op": op, "before": before, "after": after, "source": SOURCE_BLOCK, "ts_ms": START_MICROS // 1000}
+            out.append((op, key, after, orjson.dumps(value)))
         return out
 
 
@@ -207,25 +222,31 @@ def run(
                 spark.sql(f"INSERT INTO {name} {base_sql(rows)}")
             feed = FeedWriter(spark, config)
             source = ChangingTable(rows)
-            timings: dict[str, list[float]] = {"icecdc": [], "merge": []}
-            for number in range(batches + 1):  # batch 0 warms both paths up and is not counted
+            timings: dict[str, list[float]] = {"driver": [], "spark": [], "merge": []}
+            for number in range(2 * batches + 2):  # batches 0 and 1 warm every path up and are not counted
                 batch = source.batch(changes, updates, inserts)
-                # Both paths are timed from a ready source DataFrame (as foreachBatch receives one,
-                # and as MERGE's source view is built before its timer starts).
-                frame = feed.frame([(orjson.dumps({"id": k}), v) for _, k, _, v in batch])
+                job = "driver" if number % 2 == 0 else "spark"
+                feed.writer.job.driver_batch_records = changes if job == "driver" else 0
+                polled = feed.polled_by_topic({icecdc_table["topic"]: [(orjson.dumps({"id": k}), v) for _, k, _, v in batch]})
+                if job == "spark":
+                    polled.frame(feed.writer.prefixes)  # what foreachBatch receives, made before the timer
                 started = time.perf_counter()
-                feed.writer(frame, number)
+                result = feed.writer(polled, number)
                 icecdc_seconds = time.perf_counter() - started
+                if result.job_in_driver != (job == "driver"):
+                    raise RuntimeError(
+                        f"batch {number}: the job did not run {'in the driver' if job == 'driver' else 'on Spark'}"
+                    )
                 _merge_source(spark, batch).createOrReplaceTempView("bench_changes")
                 started = time.perf_counter()
                 spark.sql(MERGE_SQL.format(target=merge_name, source="bench_changes"))
                 merge_seconds = time.perf_counter() - started
-                if number:
-                    timings["icecdc"].append(icecdc_seconds)
+                if number > 1:
+                    timings[job].append(icecdc_seconds)
                     timings["merge"].append(merge_seconds)
                 say(
-                    f"{rows:,} rows, batch {number}{' (warm-up)' if not number else ''}: "
-                    f"icecdc {icecdc_seconds:.2f}s, MERGE {merge_seconds:.2f}s"
+                    f"{rows:,} rows, batch {number}{' (warm-up)' if number < 2 else ''}: "
+                    f"icecdc (job {job}) {icecdc_seconds:.2f}s, MERGE {merge_seconds:.2f}s"
                 )
             feed.close()
             differing = (
@@ -239,11 +260,12 @@ def run(
             count = spark.table(icecdc_name).count()
             if differing:
                 raise RuntimeError(f"{rows:,} rows: the icecdc and MERGE tables differ in {differing} rows")
-            size = SizeResult(rows, count, timings["icecdc"], timings["merge"])
+            size = SizeResult(rows, count, timings["driver"], timings["spark"], timings["merge"])
             results.sizes.append(size)
             say(
-                f"{rows:,} rows: tables agree ({count:,} rows); medians icecdc {size.icecdc_median:.2f}s, "
-                f"MERGE {size.merge_median:.2f}s, ratio {size.merge_median / size.icecdc_median:.1f}x"
+                f"{rows:,} rows: tables agree ({count:,} rows); medians icecdc {size.driver_median:.2f}s (job in the "
+                f"driver), {size.spark_median:.2f}s (on Spark), MERGE {size.merge_median:.2f}s; MERGE / icecdc "
+                f"{size.merge_median / size.driver_median:.1f}x and {size.merge_median / size.spark_median:.1f}x"
             )
             for name in (icecdc_name, merge_name):
                 spark.sql(f"DROP TABLE {name} PURGE")
@@ -253,29 +275,57 @@ def run(
 
 def summary(results: IngestResults) -> str:
     rows = [
-        [f"{s.rows:,}", f"{s.icecdc_median:.2f}", f"{s.merge_median:.2f}", f"{s.merge_median / s.icecdc_median:.1f}x"]
+        [
+            f"{s.rows:,}",
+            f"{s.driver_median:.2f} ({min(s.driver_seconds):.2f}-{max(s.driver_seconds):.2f})",
+            f"{s.spark_median:.2f} ({min(s.spark_seconds):.2f}-{max(s.spark_seconds):.2f})",
+            f"{s.merge_median:.2f} ({min(s.merge_seconds):.2f}-{max(s.merge_seconds):.2f})",
+            f"{s.merge_median / s.driver_median:.1f}x",
+            f"{s.merge_median / s.spark_median:.1f}x",
+        ]
         for s in results.sizes
     ]
     mix = results.mix
     return (
         f"{results.changes_per_batch:,} changes per batch ({mix.updates:.0%} updates, {mix.inserts:.0%} inserts, "
         f"{mix.deletes:.0%} deletes), median of {results.batches} batches after one warm-up; {results.machine}.\n\n"
-        + markdown_table(["starting rows", "icecdc s/batch", "MERGE INTO (merge-on-read) s/batch", "MERGE / icecdc"], rows)
+        + markdown_table(
+            [
+                "starting rows",
+                "icecdc, job in the driver, s/batch",
+                "icecdc, job on Spark, s/batch",
+                "MERGE INTO (merge-on-read) s/batch",
+                "MERGE / icecdc in the driver",
+                "MERGE / icecdc on Spark",
+            ],
+            rows,
+        )
         + "\n"
     )
 
 
 def _plot(results: IngestResults, path: Path) -> None:
-    line_plot(
-        path,
-        [s.rows / 1e6 for s in results.sizes],
-        {
-            "icecdc (equality deletes)": [s.icecdc_median for s in results.sizes],
-            "MERGE INTO, merge-on-read": [s.merge_median for s in results.sizes],
-        },
-        "starting table size (million rows)",
-        f"seconds per batch of {results.changes_per_batch:,} changes (median)",
-    )
+    """Every measured batch's seconds, by table size and way, with the medians joined."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(6, 4))
+    x = [s.rows / 1e6 for s in results.sizes]
+    ways = {
+        "icecdc, job in the driver": lambda s: s.driver_seconds,
+        "icecdc, job on Spark": lambda s: s.spark_seconds,
+        "MERGE INTO, merge-on-read": lambda s: s.merge_seconds,
+    }
+    for label, seconds in ways.items():
+        line = ax.plot(x, [statistics.median(seconds(s)) for s in results.sizes], marker="o", label=f"{label} (median)")
+        for size in results.sizes:
+            ax.scatter([size.rows / 1e6] * len(seconds(size)), seconds(size), s=10, alpha=0.5, color=line[0].get_color())
+    ax.set_xlabel("starting table size (million rows)")
+    ax.set_ylabel(f"seconds per batch of {results.changes_per_batch:,} changes")
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 # ---- icecdc bench ingest ----
@@ -284,7 +334,9 @@ def _plot(results: IngestResults, path: Path) -> None:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--sizes", default="1000000,5000000", help="starting table sizes, comma-separated (default: 1M,5M)")
     parser.add_argument("--changes", type=int, default=10_000, help="changes per batch (default: 10000)")
-    parser.add_argument("--batches", type=int, default=5, help="measured batches per size, after one warm-up (default: 5)")
+    parser.add_argument(
+        "--batches", type=int, default=5, help="measured batches per size and icecdc job, after one warm-up each (default: 5)"
+    )
     out_argument(parser)
     state_dir_argument(parser, "catalog, warehouse and broker state", Path(".icecdc-bench"))
 

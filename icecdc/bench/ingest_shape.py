@@ -13,8 +13,11 @@ PostgreSQL connector's through Kafka Connect's JSON converter with schemas (``co
 the writer cuts the wrapper prefix it learned from a topic's records (``ingest.prefixes``), side
 by side when both.
 
+``jobs``: where the writer runs a batch's job (``ingest.driver_batch_records``): in the driver,
+or on Spark; side by side, point by point, when both.
+
 A batch is timed from the records in the driver's memory, as the direct reader holds them after a
-poll, to its commit: the DataFrame made of them (the cut done there), then the writer.
+poll, to its commit: on Spark the DataFrame made of them (the cut done there), then the writer.
 For each point, the median of ``batches`` batches after one warm-up: seconds per batch (and the
 part of it spent making the DataFrame, in the Spark job and in the commits), records per second,
 and memory: the JVM
@@ -72,10 +75,11 @@ class ShapePoint:
     commit_threads: int  # ingest.commit_threads: tables committed at once
     shape: str = "generator"
     prefix_cut: bool = True  # whether the writer cuts the known wrapper prefixes (``ingest.prefixes``)
+    job: str = "spark"  # where the batch's job ran: "driver" or "spark" (``ingest.driver_batch_records``)
     value_bytes: int = 0  # the Debezium JSON (record values) of one batch, the last one measured
     seconds: list[float] = field(default_factory=list)  # the records made a DataFrame, then written
-    frame_seconds: list[float] = field(default_factory=list)  # the DataFrame made (the direct reader's)
-    job_seconds: list[float] = field(default_factory=list)  # the Spark job: parse, reduce, write files
+    frame_seconds: list[float] = field(default_factory=list)  # the DataFrame made (on Spark; 0 in the driver)
+    job_seconds: list[float] = field(default_factory=list)  # the job: parse, reduce, write files
     commit_seconds: list[float] = field(default_factory=list)  # the commits of every table
     offsets_seconds: list[float] = field(default_factory=list)  # the committed offsets read at the start
     commits_wall_seconds: list[float] = field(default_factory=list)  # the commits, side by side, start to end
@@ -127,10 +131,11 @@ def measure(
     commit_threads: int = 4,
     shape: str = "generator",
     prefix_cut: bool = True,
+    job: str = "spark",
 ) -> ShapePoint:
     from icecdc.jvm.bridge import JavaBridge
 
-    run = f"{changes}_{tables}_{commit_threads}_{stack.run_id}"
+    run = f"{changes}_{tables}_{commit_threads}_{job}_{stack.run_id}"
     specs = [orders_table(f"bench.shape_{run}_{i}", f"shape-{run}-{i}") for i in range(tables)]
     ingest = {"max_batch_records": changes, "commit_threads": commit_threads}
     config = clone(stack.config, tables=specs, commit_topic=f"shape-commits-{run}", ingest=ingest)
@@ -139,8 +144,9 @@ def measure(
     jvm_pid = bridge.pid()
     feed = FeedWriter(stack.spark, config, "bench-shape")
     feed.writer.prefixes.learning = prefix_cut
+    feed.writer.job.driver_batch_records = changes if job == "driver" else 0
     source = ChangingTable(SOURCE_ROWS)
-    point = ShapePoint(changes, tables, commit_threads, shape, prefix_cut)
+    point = ShapePoint(changes, tables, commit_threads, shape, prefix_cut, job)
     try:
         for number in range(batches + 1):  # batch 0 warms the path up and is not counted
             by_topic: dict[str, list[tuple[bytes | None, bytes | None]]] = {topic: [] for topic in topics}
@@ -153,11 +159,15 @@ def measure(
             driver_before = rss_kib("VmRSS")
             before = last_stage_id(stack.spark)
             with WorkerMemory(jvm_pid) as workers:
+                polled = feed.polled_by_topic(by_topic)
                 started = time.perf_counter()
-                frame = feed.frame_by_topic(by_topic)
+                if job == "spark":  # made here to be timed; the writer takes the same frame
+                    polled.frame(feed.writer.prefixes)
                 framed = time.perf_counter()
-                result = feed.writer(frame, number)
+                result = feed.writer(polled, number)
                 seconds = time.perf_counter() - started
+            if result.job_in_driver != (job == "driver"):
+                raise RuntimeError(f"batch {number}: the job ran {'in the driver' if result.job_in_driver else 'on Spark'}")
             point.stages = stages_since(stack.spark, before)
             if len(result.commits) != tables:
                 raise RuntimeError(f"batch {number} committed to {len(result.commits)} of {tables} tables")
@@ -178,7 +188,7 @@ def measure(
     for spec in specs:
         stack.spark.sql(f"DROP TABLE IF EXISTS {stack.ref(spec['name']).qualified} PURGE")
     say(
-        f"{changes:,} {shape} changes over {tables} table(s), prefix cut {'on' if prefix_cut else 'off'}: median {point.median:.2f}s "
+        f"{changes:,} {shape} changes over {tables} table(s), job {job}, prefix cut {'on' if prefix_cut else 'off'}: median {point.median:.2f}s "
         f"({point.records_per_second:,.0f} records/s, {point.mb_per_second:.1f} MB/s), heap peak {point.heap_peak_mib:.0f} MiB"
     )
     return point
@@ -207,16 +217,19 @@ def run(
     commit_threads: Sequence[int] = (4,),
     shape: str = "generator",
     prefix_cuts: Sequence[bool] = (True,),
+    jobs: Sequence[str] = ("driver",),
 ) -> ShapeResults:
     results = ShapeResults(machine(), batches)
     with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": "6g"}}) as stack:
         for size in changes:
             for cut in prefix_cuts:  # side by side, size by size
-                results.batch_sizes.append(measure(stack, size, 1, batches, shape=shape, prefix_cut=cut))
+                for job in jobs:
+                    results.batch_sizes.append(measure(stack, size, 1, batches, shape=shape, prefix_cut=cut, job=job))
         for count in tables:
             # Each commit_threads setting side by side, table count by table count.
             for threads in commit_threads if count > 1 else commit_threads[-1:]:
-                results.fan_out.append(measure(stack, fan_out_changes, count, batches, threads, shape))
+                for job in jobs:
+                    results.fan_out.append(measure(stack, fan_out_changes, count, batches, threads, shape, job=job))
     publish(out, "ingest-shape", results, _plot, summary)
     return results
 
@@ -228,6 +241,7 @@ def _rows(points: list[ShapePoint]) -> list[list[Any]]:
             p.tables,
             p.commit_threads,
             "on" if p.prefix_cut else "off",
+            p.job,
             f"{p.median:.2f}",
             f"{statistics.median(p.frame_seconds):.2f}",
             f"{statistics.median(p.job_seconds):.2f}",
@@ -252,9 +266,10 @@ def summary(results: ShapeResults) -> str:
         "tables",
         "commit threads",
         "prefix cut",
+        "job",
         "s/batch",
         "DataFrame s",
-        "Spark job s",
+        "job s",
         "offsets read s",
         "commits s (wall)",
         "commit s (sum over tables)",
@@ -275,6 +290,7 @@ def summary(results: ShapeResults) -> str:
             + stage_table(p.stages)
             + "\n"
             for p in results.batch_sizes
+            if p.stages  # a job in the driver runs no Spark stage
         )
     )
 
@@ -282,21 +298,26 @@ def summary(results: ShapeResults) -> str:
 def _plot(results: ShapeResults, path: Path) -> None:
     plt = pyplot()
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for cut in sorted({p.prefix_cut for p in results.batch_sizes}):
-        sizes = [p for p in results.batch_sizes if p.prefix_cut == cut]
-        label = f"prefix cut {'on' if cut else 'off'}"
+    for cut, job in sorted({(p.prefix_cut, p.job) for p in results.batch_sizes}):
+        sizes = [p for p in results.batch_sizes if (p.prefix_cut, p.job) == (cut, job)]
+        label = f"job {job}, prefix cut {'on' if cut else 'off'}"
         left.plot([p.changes for p in sizes], [p.records_per_second for p in sizes], marker="o", label=label)
     left.legend(fontsize=8)
     left.set_xscale("log")
     left.set_xlabel("changes per batch (one table)")
     left.set_title("records per second (median)", fontsize=9)
     fan = results.fan_out
-    for threads in sorted({p.commit_threads for p in fan}):
+    for threads, job in sorted({(p.commit_threads, p.job) for p in fan}):
         # The one-table point belongs to every setting (nothing to commit side by side).
-        points = [p for p in fan if p.commit_threads == threads or p.tables == 1]
-        right.plot([p.tables for p in points], [p.median for p in points], marker="o", label=f"batch, {threads} commit threads")
-    jobs = [p for p in fan if p.commit_threads == max(q.commit_threads for q in fan)]
-    right.plot([p.tables for p in jobs], [statistics.median(p.job_seconds) for p in jobs], linestyle="--", label="its Spark job")
+        points = [p for p in fan if p.job == job and (p.commit_threads == threads or p.tables == 1)]
+        label = f"batch, {threads} commit threads, job {job}"
+        right.plot([p.tables for p in points], [p.median for p in points], marker="o", label=label)
+        right.plot(
+            [p.tables for p in points],
+            [statistics.median(p.job_seconds) for p in points],
+            linestyle="--",
+            label=f"its job ({job})",
+        )
     right.set_xlabel("tables the batch spans")
     right.set_title(f"seconds per batch of {fan[0].changes:,} changes (median)" if fan else "", fontsize=9)
     right.legend(fontsize=8)
@@ -340,6 +361,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="whether the writer cuts the known wrapper prefixes from the records (ingest/prefixes.py); "
         "both: side by side at each batch size (default: on)",
     )
+    parser.add_argument(
+        "--job",
+        choices=("driver", "spark", "both"),
+        default="driver",
+        help="where the writer runs a batch's job (ingest.driver_batch_records): in the driver, on Spark, "
+        "or both side by side at each point (default: driver)",
+    )
     out_argument(parser)
 
 
@@ -348,8 +376,9 @@ def main(args: argparse.Namespace) -> int:
     tables = positive_integers(args.tables, "--tables")
     threads = positive_integers(args.commit_threads, "--commit-threads")
     cuts = {"on": (True,), "off": (False,), "both": (False, True)}[args.prefix_cut]
+    jobs = ("driver", "spark") if args.job == "both" else (args.job,)
     results = run(
-        changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads, args.shape, cuts
+        changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads, args.shape, cuts, jobs
     )
     print_results(args.out, "ingest-shape", summary(results))
     return 0

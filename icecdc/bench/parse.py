@@ -40,6 +40,7 @@ from icecdc.bench.harness import progress
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import BeforeImage, SourceRules
+from icecdc.ingest.records import KAFKA_ARROW_WITH_HEADERS
 from icecdc.ingest.stages import Tag, parse_stage
 from icecdc.options import state_dir_argument
 from icecdc.workload import OrdersWorkload
@@ -214,17 +215,10 @@ def record_batches(shape: str, changes: int, batch_records: int) -> list[pa.Reco
         if shape != "generator":
             key, value, headers = connector_record(key, value, offset, shape)
         rows.append({"key": key, "value": value, "topic": TOPIC, "partition": 0, "offset": offset, "headers": headers})
-    schema = pa.schema(
-        [
-            ("key", pa.binary()),
-            ("value", pa.binary()),
-            ("topic", pa.string()),
-            ("partition", pa.int32()),
-            ("offset", pa.int64()),
-            ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-        ]
-    )
-    return [pa.RecordBatch.from_pylist(rows[i : i + batch_records], schema=schema) for i in range(0, len(rows), batch_records)]
+    return [
+        pa.RecordBatch.from_pylist(rows[i : i + batch_records], schema=KAFKA_ARROW_WITH_HEADERS)
+        for i in range(0, len(rows), batch_records)
+    ]
 
 
 @dataclass

@@ -226,6 +226,12 @@ class IngestConfig(_Strict):
     # auto: Spark's Kafka source when its connector is on the classpath, else the direct reader.
     source: Literal["auto", "streaming", "direct"] = "auto"
     max_batch_records: int = Field(default=50_000, gt=0)
+    # A batch the direct reader polled of at most this many records runs in the driver, with no
+    # Spark job (0: always on Spark). A Spark job costs about 1 s a batch whatever its size; the
+    # driver runs the batch on one core. On 2 cores the driver was 1.7-3x faster up to 50,000
+    # records and slower at 200,000 (docs/BENCHMARKS.md); on a cluster of many executors, lower
+    # it to where their parallelism pays for that second.
+    driver_batch_records: int = Field(default=50_000, ge=0)
     # A batch spanning several tables commits to this many at once (1: one after the other).
     commit_threads: int = Field(default=4, ge=1, le=64)
     # How long a micro-batch collects records before it is written (the commit cadence).

@@ -202,21 +202,38 @@ def test_ingest_shape_benchmark_harness(tmp_path):
         "ingest-shape",
         *("--state-dir", str(tmp_path / "state"), "--out", str(out), "--shape", "connector"),
         *("--changes", "300", "--tables", "1,3", "--commit-threads", "1,4", "--fan-out-changes", "300", "--batches", "1"),
+        *("--job", "both"),
         timeout=600,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     results = orjson.loads((out / "ingest-shape.json").read_bytes())
     points = results["batch_sizes"] + results["fan_out"]
-    assert [(p["changes"], p["tables"], p["commit_threads"]) for p in points] == [
-        (300, 1, 4),
-        (300, 1, 4),
-        (300, 3, 1),
-        (300, 3, 4),
+    # Each point twice, the job in the driver and on Spark (the bench fails a batch that ran elsewhere).
+    assert [(p["changes"], p["tables"], p["commit_threads"], p["job"]) for p in points] == [
+        (300, tables, threads, job) for tables, threads in ((1, 4), (1, 4), (3, 1), (3, 4)) for job in ("driver", "spark")
     ]
-    for point in results["batch_sizes"] + results["fan_out"]:
-        assert len(point["seconds"]) == 1 and point["heap_peak_mib"] > 0 and point["workers_peak_mib"] > 0
+    for point in points:
+        assert len(point["seconds"]) == 1 and point["heap_peak_mib"] > 0
+        assert point["job"] == "driver" or point["workers_peak_mib"] > 0  # a job in the driver starts no Python worker
         assert point["shape"] == "connector" and point["value_bytes"] > 300 * 2000  # about 3 KB a message
     assert (out / "ingest-shape.png").stat().st_size > 0 and "records/s" in (out / "ingest-shape.md").read_text()
+
+
+def test_ingest_benchmark_harness(tmp_path):
+    """Both of icecdc's ways (the job in the driver, on Spark) and MERGE timed on every measured
+    batch, the two tables equal at the end (the bench fails otherwise), JSON, plot and summary."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench",
+        "ingest",
+        *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
+        *("--sizes", "2000", "--changes", "200", "--batches", "1"),
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (size,) = orjson.loads((out / "ingest.json").read_bytes())["sizes"]
+    assert (len(size["driver_seconds"]), len(size["spark_seconds"]), len(size["merge_seconds"])) == (1, 1, 2)
+    assert (out / "ingest.png").stat().st_size > 0 and "MERGE / icecdc in the driver" in (out / "ingest.md").read_text()
 
 
 def test_source_latency_benchmark_harness(tmp_path):

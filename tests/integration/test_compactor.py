@@ -25,7 +25,7 @@ from icecdc.compactor.status import collect, render
 from icecdc.domain.errors import CommitConflict
 from icecdc.domain.events import CompactionEvent, CompactionOutcome
 from icecdc.domain.layout import PartitionKey, TableLayout
-from icecdc.ingest.sources import records_to_dataframe
+from icecdc.ingest.records import records_to_dataframe
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
 from icecdc.runtime.catalog import pyiceberg_catalog

@@ -27,7 +27,7 @@ from icecdc.coordinator.maintenance import TableMaintenance
 from icecdc.domain.errors import CommitConflict
 from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceKind, MaintenanceOutcome
 from icecdc.ingest.offsets import committed_offsets
-from icecdc.ingest.sources import records_to_dataframe
+from icecdc.ingest.records import records_to_dataframe
 from icecdc.jvm import actions
 from icecdc.jvm.actions import ManifestFacts
 from icecdc.jvm.bridge import JavaBridge

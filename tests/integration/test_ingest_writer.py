@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from icecdc.domain.events import CommitEvent
 from icecdc.ingest.prefixes import CUT_PREFIX, SchemaPrefixes
 from icecdc.ingest.publish import CommitEventPublisher
-from icecdc.ingest.sources import records_to_dataframe
+from icecdc.ingest.records import PolledRecords, records_to_dataframe
 from icecdc.ingest.writer import BatchWriter
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import IcebergTable
@@ -75,10 +75,13 @@ def test_random_histories_end_in_the_state_they_imply(spark, stack_config, histo
     with batch_writer(spark, config) as write:
         offset = 0
         for number, pairs in enumerate(flavoured_batches(source, history)):
-            # Wrapped records' known prefix cut by the driver (the direct reader) and on the JVM
-            # (Spark's Kafka source), in turns.
-            prefixes = write.prefixes if number % 2 else None
-            write(records_to_dataframe(spark, kafka_records(topic, pairs, offset), prefixes), number)
+            records = kafka_records(topic, pairs, offset)
+            # In turns: the direct reader's batch run in the driver; the same on Spark, its
+            # known wrapper prefixes cut in the driver; Spark's Kafka source's, cut on the JVM.
+            path = number % 3
+            write.job.driver_batch_records = 0 if path else config.ingest.driver_batch_records
+            batch = PolledRecords(spark, records) if path < 2 else records_to_dataframe(spark, records)
+            assert write(batch, number).job_in_driver == (path == 0)
             offset += len(pairs)
     name = qualified(config)
     assert table_rows(spark, name) == source.expected_rows()

@@ -96,6 +96,7 @@ def test_metrics_and_health_answer_during_ingest_and_compaction(spark, stack_con
     produce(config, table.topic, events)
     records_before = REGISTRY.get_sample_value("icecdc_ingest_records_total") or 0.0
     batches_before = REGISTRY.get_sample_value("icecdc_ingest_batches_total") or 0.0
+    driver_jobs_before = REGISTRY.get_sample_value("icecdc_ingest_job_seconds_count", {"where": "driver"}) or 0.0
 
     ingest = Running(run_ingest, config=config, spark=spark)
     _, body = wait_for(lambda: (r := get(ingest_port, "/readyz"))[0] == 200 and r, what="ingest readiness")
@@ -111,6 +112,8 @@ def test_metrics_and_health_answer_during_ingest_and_compaction(spark, stack_con
     assert metrics[("icecdc_ingest_commits_total", label)] == stats.commits == 3
     assert metrics[("icecdc_ingest_rows_written_total", (("kind", "data"), ("table", table.name)))] == stats.data_records
     assert metrics[("icecdc_ingest_commit_seconds_count", label)] == 3
+    # The direct reader's small batches ran in the driver, with no Spark job.
+    assert metrics[("icecdc_ingest_job_seconds_count", (("where", "driver"),))] - driver_jobs_before == 3
     assert get(ingest_port, "/healthz")[0] != 200  # the server is gone with the command
 
     compactor = Running(run_compactor, config=config, spark=spark)

@@ -11,7 +11,7 @@ import base64
 import orjson
 
 from icecdc.ingest.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER, UNAVAILABLE_PLACEHOLDER, UNAVAILABLE_PLACEHOLDER_BASE64
-from icecdc.ingest.sources import records_to_dataframe
+from icecdc.ingest.records import records_to_dataframe
 from icecdc.runtime.config import TableConfig
 from tests.cdc import kafka_records
 from tests.integration.test_ingest_writer import batch_writer

@@ -1,7 +1,7 @@
 """Values the source did not send (Debezium's placeholder for an unchanged TOAST value): detected
 at parse, folded per key, resolved on the driver from the key's earlier version. The batches run
-through the product's own executor stages (``ingest/stages.py``, Parquet files in a temporary
-directory, no Spark) and its ``BatchRunner``, over a table model that applies the committed files
+through the product's own job as it runs in the driver (``ingest/job.py``: the stages of
+``ingest/stages.py``, Parquet files in a temporary directory, no Spark) and its ``BatchRunner``, over a table model that applies the committed files
 and answers the writer's key lookups; the property test holds random histories, split into random
 batches, to the rows the statements imply."""
 
@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -38,9 +37,9 @@ from icecdc.ingest.debezium import (
     key_from_header,
     unavailable_columns,
 )
-from icecdc.ingest.job import BatchJob, read_result
-from icecdc.ingest.plan import JobResult, WriteSpread
-from icecdc.ingest.stages import PARSED, parse_stage, reduce_and_write_stage
+from icecdc.ingest.job import BatchJob
+from icecdc.ingest.plan import WriteSpread
+from icecdc.ingest.records import PolledRecords
 from icecdc.ingest.unavailable import (
     KEEP_MOVES_BATCHES,
     MovedImage,
@@ -63,18 +62,6 @@ COLUMNS = (
     Column("blob", "binary"),
 )
 WIDE = ("notes", "blob")
-KAFKA_ARROW = pa.schema(
-    [
-        ("key", pa.binary()),
-        ("value", pa.binary()),
-        ("topic", pa.string()),
-        ("partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("timestamp", pa.timestamp("us")),
-        ("timestampType", pa.int32()),
-        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
-    ]
-)
 
 
 def items_layout(directory: Path) -> TableLayout:
@@ -161,31 +148,6 @@ def _unsent(row: dict[str, Any], left_alone: set[str]) -> dict[str, Any]:
 # ---- the ingester over a table model ----
 
 
-class _Row(dict):
-    """A result row as Spark's ``collect`` gives it (attributes and ``asDict``)."""
-
-    __getattr__ = dict.__getitem__
-
-    def asDict(self) -> dict:
-        return dict(self)
-
-
-class StageJob(BatchJob):
-    """The batch's job with the product's own stages, run in this process on Arrow batches."""
-
-    def run(self, df, layouts, positions, tag, truncate_lsns) -> JobResult:
-        by_topic = {layout.topic: layout for layout in layouts.values()}
-        parsed = parse_stage(by_topic, positions, self._rules, truncate_lsns)(
-            [pa.RecordBatch.from_pylist(df, schema=KAFKA_ARROW)]
-        )
-        rows = [r for batch in parsed for r in batch.to_pylist()]
-        rows.sort(key=lambda r: (r["table"] or "", r["key"] or "", r["kafka_partition"], r["offset"]))
-        written = reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-"))(
-            [pa.RecordBatch.from_pylist(rows, schema=PARSED)]
-        )
-        return read_result([_Row(r) for batch in written for r in batch.to_pylist()], 0.0)
-
-
 def _file_rows(description: str) -> list[dict[str, Any]]:
     rows = pq.read_table(orjson.loads(description)["file-path"]).to_pylist()
     return [{k: base64.b64encode(v).decode() if isinstance(v, bytes) else v for k, v in r.items()} for r in rows]
@@ -254,7 +216,7 @@ class Ingester:
             tables={TABLE: self.table},
             layouts={TABLE: self.layout},
             rules=rules,
-            job=StageJob(rules, {}, WriteSpread(1), parse_tasks=1),
+            job=BatchJob(rules, {}, WriteSpread(1), parse_tasks=1, driver_batch_records=1_000_000),
             dead_letters=self,
             events=self,
             load_layout=lambda name: self.layout,
@@ -272,7 +234,7 @@ class Ingester:
 
     def ingest(self, records: list[dict[str, Any]]) -> None:
         self.batches += 1
-        self.runner.run(records, self.batches)
+        self.runner.run(PolledRecords(None, records), self.batches)  # in the driver: no Spark here
 
     def rows(self) -> dict[int, dict[str, Any]]:
         return {k[0]: row for k, row in self.table.rows.items()}
