@@ -133,7 +133,7 @@ BatchInput = Union["DataFrame", PolledRecords]
 
 class BatchJob:
     """Runs a batch's job with the current layouts, in the driver or on Spark, and learns from
-    each run the wrapper prefix each topic's records carry, for the next run on Spark to cut
+    each run the wrapper prefix each topic's records carry, for the next runs to cut
     (``prefixes``)."""
 
     def __init__(
@@ -166,12 +166,12 @@ class BatchJob:
         by_topic = {layout.topic: layout for layout in layouts.values()}
         parse = parse_stage(by_topic, positions, self._rules, truncate_lsns, prefixes=self.prefixes.known)
         write = reduce_and_write_stage(layouts, self._io_properties, tag.replace(":", "-"))
-        in_driver = isinstance(batch, PolledRecords) and len(batch) <= self.driver_batch_records
-        if isinstance(batch, PolledRecords) and in_driver:
-            rows: Iterable[Mapping[str, Any]] = run_in_driver(batch.arrow(self.prefixes), parse, write)
+        rows: list[dict[str, Any]]
+        if isinstance(batch, PolledRecords) and len(batch) <= self.driver_batch_records:
+            rows, in_driver = run_in_driver(batch.arrow(self.prefixes), parse, write), True
         else:
             df = batch.frame(self.prefixes) if isinstance(batch, PolledRecords) else batch
-            rows = [row.asDict() for row in self._run_on_spark(df, by_topic, parse, write)]
+            rows, in_driver = [row.asDict() for row in self._run_on_spark(df, by_topic, parse, write)], False
         result = read_result(rows, time.monotonic() - started, in_driver)
         self.prefixes.learn(result.schema_prefixes)
         return result
