@@ -48,7 +48,11 @@ class Leases(Protocol):
 
 class Gate(Protocol):
     def commit(
-        self, table: str, attempt: Callable[[], CommittedSnapshot], before_attempt: Callable[[], None] = ...
+        self,
+        table: str,
+        attempt: Callable[[], CommittedSnapshot],
+        before_attempt: Callable[[], None] = ...,
+        commit_by: float | None = ...,
     ) -> CommittedSnapshot: ...
     def lease_lost(self, table: str) -> None: ...
 
@@ -92,6 +96,21 @@ class JobPartition:
         if self.plan is not None and self.plan.empty:
             return Outcome.SKIPPED, f"{self.reason}; nothing to rewrite at the current snapshot"
         return failure or (Outcome.COMMITTED, self.reason)
+
+
+@dataclass
+class JobPhases:
+    """Where a job's time went, for its log line: listing the partitions, the work itself (rewrite
+    or conversion), the commit through the gate (its wait for the writer's quiet window included)
+    and the re-read of the table after it."""
+
+    listing: float = 0.0
+    work: float = 0.0
+    commit: float = 0.0
+    reread: float = 0.0
+
+    def __str__(self) -> str:
+        return f"list {self.listing:.1f}s, work {self.work:.1f}s, commit {self.commit:.1f}s, re-read {self.reread:.1f}s"
 
 
 class CompactionRunner:
@@ -154,12 +173,25 @@ class CompactionRunner:
             for slot in slots:
                 self._leases.confirm(slot, what)
 
+        phases = JobPhases()
+        # The portability target's deadline, for the conversions it asked for: the commit does not
+        # wait for the writer's quiet window past it.
+        commit_by = min((c.due_by for c, _ in job if c.due_by is not None), default=None)
+
+        def through_gate(commit: Callable[[], CommittedSnapshot]) -> CommittedSnapshot:
+            at = self._clock()
+            try:
+                return self._gate.commit(table, commit, before_attempt=confirm_leases, commit_by=commit_by)
+            finally:
+                phases.commit += self._clock() - at
+
         failure: tuple[Outcome, str] | None = None
         try:
             confirm_leases()
             keys = None if parts[0].partition.is_global else [_key(part.partition, layout) for part in parts]
             compaction = self._compactions(table, layout, keys)
             listed = compaction.files()
+            phases.listing = self._clock() - started
             plans = (
                 [RewritePlan(part.candidate.work) for part in parts]  # an empty table: nothing to rewrite anywhere
                 if listed is None
@@ -185,11 +217,9 @@ class CompactionRunner:
                 for part in parts:
                     if part.has_work:
                         self._publisher.compaction(self._event(part, started, started))
-                results = compaction.run(
-                    plans,
-                    {summary.COMPACTOR: self._replica},
-                    lambda commit: self._gate.commit(table, commit, before_attempt=confirm_leases),
-                )
+                working = self._clock()
+                results = compaction.run(plans, {summary.COMPACTOR: self._replica}, through_gate)
+                phases.work = self._clock() - working - phases.commit
                 parts = [
                     replace(part, counts=result.counts) if part.has_work else part
                     for part, result in zip(parts, results, strict=True)
@@ -203,15 +233,17 @@ class CompactionRunner:
                 self._gate.lease_lost(table)
             elif outcome is Outcome.FAILED:
                 log.exception("compaction of %s failed", what)
+        finishing = self._clock()
         self._on_finish(table)
         now = self._clock()
+        phases.reread = now - finishing
         events = []
         for part in parts:
             resolution = self._tracker.resolve(part.partition, *part.ending(failure), started=started, now=now, rng=self._rng)
             if resolution.settled_for is not None:
                 metrics.SETTLE_TO_COMPACTED.labels(table).observe(resolution.settled_for)
             finished = self._event(replace(part, outcome=resolution.outcome, reason=resolution.reason), started, now)
-            self._record(finished)
+            self._record(finished, phases)
             events.append(finished)
         self._follow_key_index(table, parts, layout, [e.outcome for e in events])
         return events
@@ -249,13 +281,13 @@ class CompactionRunner:
             portable=portability.portable,
         )
 
-    def _record(self, event: CompactionEvent) -> None:
+    def _record(self, event: CompactionEvent, phases: JobPhases) -> None:
         table = event.table
         metrics.compaction_finished(table, event.kind, event.outcome, event)
         self._publisher.compaction(event)
         seconds = (event.finished_ms - event.started_ms) / 1000
         log.info(
-            "%s %s %s: %s in %.1fs (%s; %d data files -> %d, %d delete files removed, %d position-delete files added)",
+            "%s %s %s: %s in %.1fs (%s; %d data files -> %d, %d delete files removed, %d position-delete files added; %s)",
             event.kind.value,
             table,
             event.partition_path or "(unpartitioned)",
@@ -266,6 +298,7 @@ class CompactionRunner:
             event.data_files_added,
             event.delete_files_removed,
             event.position_delete_files_added,
+            phases,
             extra={
                 "table": table,
                 "partition": event.partition_path,

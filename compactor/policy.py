@@ -151,6 +151,11 @@ def portability_due(oldest_write: float | None, settings: CompactorConfig) -> fl
     return None if oldest_write is None else oldest_write + PORTABLE_SHARE * settings.portable_within_seconds
 
 
+def conversion_margin(settings: CompactorConfig) -> float:
+    """What the portability target leaves a conversion once it is due: the rest of the target."""
+    return (1 - PORTABLE_SHARE) * settings.portable_within_seconds
+
+
 def portability_work(
     stats: PartitionStats, oldest_write: float | None, now: float, settings: CompactorConfig, *, is_global: bool = False
 ) -> tuple[Work, str] | None:

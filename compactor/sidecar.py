@@ -24,7 +24,7 @@ from icecdc.compactor.feed import EVENT_TAIL, EventFeed, EventTopics
 from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.maintenance_runner import MaintenanceRunner
 from icecdc.compactor.membership import KAFKA_CHECK, Membership
-from icecdc.compactor.policy import Candidate
+from icecdc.compactor.policy import Candidate, conversion_margin
 from icecdc.compactor.publish import EventPublisher
 from icecdc.compactor.reconcile import Reconciler
 from icecdc.compactor.rewrite import CompactionJob
@@ -36,7 +36,7 @@ from icecdc.coordinator.leases import PartitionLeases
 from icecdc.coordinator.maintenance import MaintenanceSchedule, TableMaintenance
 from icecdc.domain import summary
 from icecdc.domain.errors import UserError
-from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent
+from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceKind
 from icecdc.domain.idle import CatalogWaits, IdleClock
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.jvm.bridge import JavaBridge
@@ -109,14 +109,21 @@ class CompactorSidecar:
         self._quiet = IdleClock(clock(), catalog_waits())
         self.stats = CompactorStats()
         self._maintenance_deferred = False  # the last turn put a conversion ahead of due maintenance
+        self.pace = turns.RewritePace()  # how fast this replica's rewrites go (``turns.convert_first``)
+        self._converted_ahead = False  # the last turn put coming conversions ahead of a rewrite
+        # How long each maintenance run last took, by (table, kind) (``turns.holding_seconds``).
+        self._maintenance_seconds: dict[tuple[str, MaintenanceKind], float] = {}
 
     @property
     def layouts(self) -> dict[str, TableLayout]:
         return self.reconciler.layouts
 
     def candidates(self, now: float) -> list[Candidate]:
+        return self._owned(self.tracker.candidates(now), now)
+
+    def _owned(self, candidates: list[Candidate], now: float) -> list[Candidate]:
         return turns.owned_candidates(
-            self.tracker.candidates(now), self.membership.owns, lambda table: self.activity.maintenance_running(table, now)
+            candidates, self.membership.owns, lambda table: self.activity.maintenance_running(table, now)
         )
 
     def run_once(self, poll_timeout: float = 0.0) -> list[CompactionEvent]:
@@ -142,9 +149,17 @@ class CompactorSidecar:
                 settings.target_file_size_bytes,
                 self._maintenance_deferred,
             )
+            coming = self._owned(self.tracker.coming_conversions(now), now)
+            holding = turns.holding_seconds(step, self.pace, self._maintenance_seconds)
+            margin, per_job = conversion_margin(settings), settings.partitions_per_job
+            ahead = turns.convert_first(step, coming, holding, now, margin, per_job, self._converted_ahead)
+            self._converted_ahead, step = ahead is not step, ahead
             self._maintenance_deferred = bool(due) and isinstance(step, turns.Compact)
             if isinstance(step, turns.Maintain):
-                if (done := self.maintenance.run(step.table, step.kind)) is None:
+                began = self._clock()
+                done = self.maintenance.run(step.table, step.kind)
+                self._maintenance_seconds[step.table, step.kind] = self._clock() - began
+                if done is None:
                     continue
                 self.stats.maintenance.append(done)
             elif isinstance(step, turns.Compact):
@@ -165,6 +180,10 @@ class CompactorSidecar:
         for event in events:
             self.stats.outcomes[event.outcome.value] += 1
             self.stats.results.append(event)
+        rewrote = [e for e in events if e.outcome is CompactionOutcome.COMMITTED and e.bytes_rewritten]
+        if rewrote:  # conversions rewrite nothing: their pace is not a rewrite's
+            seconds = (rewrote[0].finished_ms - rewrote[0].started_ms) / 1000
+            self.pace.observe(sum(e.bytes_rewritten for e in rewrote), len(rewrote), seconds)
         self.status.write(force=True)  # no longer "compacting", with the new file counts
         return events
 

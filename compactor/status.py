@@ -150,6 +150,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
         "last compaction",
         "read cost",
         "hot budget",
+        "next work",
     )
     rows = [header]
     for p in report.partitions:
@@ -169,6 +170,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
                 _age(p.last_compaction, now),
                 f"{p.read_cost:.1f} (ideal {p.ideal_read_cost:.1f})",
                 f"{p.read_budget:.1f}" + (" OVER" if p.state == "hot" and p.read_cost > p.read_budget else ""),
+                p.pending or "-",
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -129,6 +129,9 @@ class PartitionStatus:
     owned: bool | None = None  # whether this replica holds the partition's lease (None: not asked)
     # When its oldest live equality-delete file was committed (None: none live, or unknown).
     oldest_write: float | None = None
+    # The work the sidecar has ahead for it, due now or later (``PartitionTracker.pending``;
+    # None: none, the policy's fixed point, or a report older than the field).
+    pending: str | None = None
 
 
 @dataclass(frozen=True)
@@ -360,23 +363,47 @@ class PartitionTracker:
                 out.append(Candidate(p.table, p.path, work, reason, benefit, cost, hot, p.stats.data_bytes, due_by))
         return rank(out)
 
+    def coming_conversions(self, now: float) -> list[Candidate]:
+        """The portability target's conversions not due yet, as candidates with their deadlines
+        (``due_by``), the nearest first: what ``turns.convert_first`` may put ahead of a long
+        rewrite that would otherwise hold them past their due time."""
+        out = []
+        for p in self._partitions.values():
+            due_at = self.portability_due_at(p)
+            # One of unknown age (no ``oldest_write``) is due at once.
+            if due_at is None or due_at <= now or p.oldest_write is None or isinstance(p.state, BackingOff):
+                continue
+            stats, target = p.stats, self.settings.portable_within_seconds
+            work = Work.RESOLVE_GLOBAL_DELETES if p.is_global else Work.CONVERT
+            reason = f"oldest of {stats.equality_delete_files} equality-delete files {now - p.oldest_write:.1f}s old"
+            benefit, cost = benefit_and_cost(stats, work, self.settings)
+            due_by = p.oldest_write + target
+            out.append(Candidate(p.table, p.path, work, reason, benefit, cost, True, stats.data_bytes, due_by))
+        return rank(out)
+
     def waiting(self, now: float) -> list[TrackedPartition]:
         """Partitions that need work which is not due yet (still hot, backing off, or holding
         equality deletes the portability target has not asked to convert yet)."""
-        return [
-            p
-            for p in self._partitions.values()
-            if not p.compacting
-            and (
-                self.portability_due_at(p) is not None
-                or (
-                    not p.answered(self._settled(p, now))
-                    and (global_work(p.stats, p.oldest_write, now) if p.is_global else needed_work(p.stats, self.settings))
-                    is not None
-                )
-            )
-            and self._due(p, now) is None
-        ]
+        return [p for p in self._partitions.values() if self._waiting_work(p, now) is not None]
+
+    def _waiting_work(self, partition: TrackedPartition, now: float) -> Work | None:
+        """The work a partition will need once it comes due (see ``waiting``); None if it needs
+        none, is due now, or is being compacted."""
+        if partition.compacting or self._due(partition, now) is not None:
+            return None
+        if self.portability_due_at(partition) is not None:
+            return Work.RESOLVE_GLOBAL_DELETES if partition.is_global else Work.CONVERT
+        if partition.answered(self._settled(partition, now)):
+            return None
+        stats = partition.stats
+        work = global_work(stats, partition.oldest_write, now) if partition.is_global else needed_work(stats, self.settings)
+        return None if work is None else work[0]
+
+    def pending(self, partition: TrackedPartition, now: float) -> Work | None:
+        """The work the sidecar has ahead for the partition, due now or once due (None: it is
+        at the policy's fixed point, or being compacted)."""
+        due = self._due(partition, now)
+        return due[0] if due is not None else self._waiting_work(partition, now)
 
     def portability(self, table: str) -> TablePortability:
         """The table's portability as this tracker knows it now."""
@@ -392,7 +419,7 @@ class PartitionTracker:
         for p in sorted(self._partitions.values(), key=lambda p: p.key):
             if wanted is not None and p.table not in wanted:
                 continue
-            stats = p.stats
+            stats, pending = p.stats, self.pending(p, now)
             rows.append(
                 PartitionStatus(
                     table=p.table,
@@ -414,6 +441,7 @@ class PartitionTracker:
                     read_budget=read_budget(stats, self.settings),
                     owned=owned(p.table, p.path) if owned is not None else None,
                     oldest_write=p.oldest_write,
+                    pending=pending.value if pending is not None else None,
                 )
             )
         return rows

@@ -12,15 +12,18 @@ tens of seconds on a busy machine (a Spark job), and a reader that cannot apply 
 fails on the table all that time (bench e2e saw a 30 s manifest rewrite hold the oldest equality
 delete past 40 s); taking turns bounds each one's wait by one run of the other. Otherwise the
 best-ranked due partition this replica owns, on a table no maintenance run is touching, with the
-small settled partitions that share its job (``job_partitions``).
+small settled partitions that share its job (``job_partitions``). And a rewrite or a maintenance
+run that would still run when a coming conversion comes due lets the coming conversions go first
+(``convert_first``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from icecdc.compactor.policy import Candidate, Work
+from icecdc.compactor.policy import FIXED_COST_BYTES, Candidate, Work
 from icecdc.domain.events import MaintenanceKind
 
 
@@ -84,6 +87,12 @@ def job_partitions(candidates: Sequence[Candidate], partitions_per_job: int, job
     return tuple(job)
 
 
+def rewrites(c: Candidate) -> bool:
+    """Whether the candidate's job may rewrite data (a merge, a pack, or the read budget's work,
+    which may pack): neither the portability target's conversions nor a global resolution does."""
+    return not is_due_conversion(c) and c.work is not Work.RESOLVE_GLOBAL_DELETES
+
+
 def is_due_conversion(c: Candidate) -> bool:
     """A conversion the portability target asks for now. Those of one table share a job and its
     one ``RowDelta``: a batch that wrote 16 partitions makes 16 of them due together, and one at a
@@ -111,6 +120,86 @@ def next_step(
     if candidates:
         return Compact(job_partitions(candidates, partitions_per_job, job_bytes))
     return None
+
+
+# What a rewrite is assumed to get through, in bytes of its estimated cost a second, until this
+# replica has timed one of its own (``RewritePace`` then uses what it measures): a third of what
+# the minor compactions of 98 MB partitions reached on 2 cores with nothing beside them (1.7-2.4 s
+# each, some 45 MB/s; bench e2e's large workload, 2026-11-27), since beside a writer and readers
+# they go slower, and guessing a rewrite too long only puts a conversion early.
+DEFAULT_REWRITE_BYTES_PER_SECOND = 16 * 1024 * 1024
+# The weight of the newest job in the pace (an exponentially weighted mean).
+PACE_WEIGHT = 0.3
+
+
+@dataclass
+class RewritePace:
+    """How fast this replica's rewrites go, in bytes of their estimated cost (``Candidate.cost``:
+    the bytes rewritten plus a fixed cost) a second: the loop does one job at a time, so this
+    tells ``convert_first`` how long a rewrite about to start would hold the conversions behind
+    it (``holding_seconds``)."""
+
+    bytes_per_second: float = DEFAULT_REWRITE_BYTES_PER_SECOND
+    measured: bool = False
+
+    def observe(self, bytes_rewritten: int, partitions: int, seconds: float) -> None:
+        """A job of ``partitions`` that rewrote ``bytes_rewritten`` in ``seconds``, start to end."""
+        if seconds <= 0:
+            return
+        pace = (bytes_rewritten + partitions * FIXED_COST_BYTES) / seconds
+        weight = PACE_WEIGHT if self.measured else 1.0
+        self.bytes_per_second += weight * (pace - self.bytes_per_second)
+        self.measured = True
+
+    def seconds_for(self, job: Sequence[Candidate]) -> float:
+        return sum(c.cost for c in job) / self.bytes_per_second
+
+
+def holding_seconds(step: Step, pace: RewritePace, maintenance_seconds: Mapping[tuple[str, MaintenanceKind], float]) -> float:
+    """How long ``step`` is expected to hold the loop: a compaction, its estimated cost at this
+    replica's pace; a maintenance run, its last run on the table (``maintenance_seconds``), or,
+    never timed, as long as may be (an orphan-file listing takes tens of seconds on a large table)."""
+    if isinstance(step, Compact):
+        return pace.seconds_for(step.candidates)
+    if isinstance(step, Maintain):
+        return maintenance_seconds.get((step.table, step.kind), math.inf)
+    return 0.0
+
+
+def convert_first(
+    step: Step,
+    coming: Sequence[Candidate],
+    step_seconds: float,
+    now: float,
+    conversion_margin: float,
+    partitions_per_job: int = 1,
+    converted_ahead: bool = False,
+) -> Step:
+    """The portability target's coming conversions (``coming``: not due yet, ranked, their
+    deadlines in ``due_by``) ahead of a step that would still hold the loop when the first of
+    them comes due, that is ``conversion_margin`` (the share of the target left for the
+    conversion itself) before its deadline; ``step_seconds``: how long the step is expected to
+    take (``holding_seconds``). The loop does one job at a time, so a merge, a pack or a
+    maintenance run that starts just before a batch's equality deletes come due holds them for
+    its whole length (a settled partition's merge beside a hot one, a hot partition past its
+    ceiling, an orphan-file listing: tens of seconds on a large table; the listing held them
+    16 s in bench e2e's large workload). Converted first, they wait only if they land while the
+    step runs. Once only (``converted_ahead``: the last step was such a conversion): a writer
+    whose batches keep landing during the conversions would otherwise hold the step off for
+    ever. Conversions and global resolutions rewrite nothing and are left as they are."""
+    if converted_ahead or step is None or not coming:
+        return step
+    if isinstance(step, Compact) and not rewrites(step.candidates[0]):
+        return step
+    first = coming[0]
+    assert first.due_by is not None
+    if now + step_seconds <= first.due_by - conversion_margin:
+        return step
+    what = "rewrite" if isinstance(step, Compact) else step.kind.value
+    took = "never timed" if math.isinf(step_seconds) else f"expected to take {step_seconds:.1f}s"
+    why = f"; ahead of a {what} {took}"
+    ahead = [replace(c, reason=c.reason + why) for c in coming]
+    return Compact(job_partitions(ahead, partitions_per_job, 0))
 
 
 # With nothing to do, the loop waits at most this long for events before it looks again.

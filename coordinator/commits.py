@@ -61,9 +61,13 @@ class CommitGate:
         self._commit_seconds: dict[str, float] = {}
         self.stats = CommitStats()
 
-    def wait_for_quiet(self, table: str) -> float:
+    def wait_for_quiet(self, table: str, commit_by: float | None = None) -> float:
         """Wait (reading commit events meanwhile) until the table's writer is quiet, or for at
-        most ``max_quiet_wait_seconds``; returns the seconds waited."""
+        most ``max_quiet_wait_seconds``; returns the seconds waited. ``commit_by``: when the
+        commit must have landed (the portability target's deadline for a conversion): a quiet
+        window it could not wait for and still commit in time is not waited for at all. A commit
+        mid-gap may race the writer's next commit (the loser of the compare-and-set retries);
+        an equality delete past the target fails every reader that cannot apply it."""
         if not self._settings.quiet_windows:
             return 0.0
         started = self._clock()
@@ -75,7 +79,7 @@ class CommitGate:
             self._poll(0.0)
             now = self._clock()
             delay = quiet_delay(self._cadence(table), now, expected)
-            if delay <= 0 or now >= deadline:
+            if delay <= 0 or now >= deadline or (commit_by is not None and now + delay + expected > commit_by):
                 break
             self._poll(min(delay, deadline - now))
         waited = self._clock() - started
@@ -84,13 +88,18 @@ class CommitGate:
         return waited
 
     def commit(
-        self, table: str, attempt: Callable[[], CommittedSnapshot], before_attempt: Callable[[], None] = lambda: None
+        self,
+        table: str,
+        attempt: Callable[[], CommittedSnapshot],
+        before_attempt: Callable[[], None] = lambda: None,
+        commit_by: float | None = None,
     ) -> CommittedSnapshot:
         """Commit through ``attempt`` (which builds a fresh update each time: a failed Iceberg
-        update cannot be committed again). ``before_attempt`` is the lease check."""
+        update cannot be committed again). ``before_attempt`` is the lease check; ``commit_by``
+        as ``wait_for_quiet`` has it."""
 
         def one_attempt() -> CommittedSnapshot:
-            self.wait_for_quiet(table)
+            self.wait_for_quiet(table, commit_by)
             before_attempt()
             failpoints.hit("compactor-after-lease-check")
             started = self._clock()

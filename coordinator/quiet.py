@@ -19,8 +19,11 @@ GUARD_SHARE = 0.25
 # Right after the writer's commit is the quietest moment there is, even for a commit too slow to
 # fit the window.
 JUST_AFTER_SHARE = 0.1
-# A writer silent for this many gaps has stopped: the table is quiet.
-STOPPED_GAPS = 4.0
+# A writer this share of its gap past its expected commit is late: a slow batch, or it has
+# stopped. Its next commit may come at any moment or never, so no moment is quieter than now:
+# waiting on would only hold the compaction (a sidecar waited the whole 30 s bound for a writer
+# that had written its last batch, and the last batch's equality deletes lived 37 s).
+LATE_SHARE = 0.5
 
 
 def quiet_delay(cadence: WriteCadence, now: float, commit_seconds: float) -> float:
@@ -29,7 +32,8 @@ def quiet_delay(cadence: WriteCadence, now: float, commit_seconds: float) -> flo
     table is quiet now.
 
     The answer for a writer that is due is "one gap from its last commit": by then its commit
-    event should have arrived, and the caller asks again with it.
+    event should have arrived, and the caller asks again with it; for one ``LATE_SHARE`` of a gap
+    past that, 0.
     """
     gap, last = cadence.typical_gap, cadence.last_write
     if gap is None or last is None:
@@ -38,8 +42,8 @@ def quiet_delay(cadence: WriteCadence, now: float, commit_seconds: float) -> flo
     if since < 0:
         # the writer's clock is ahead of ours; its commit is in any case just done
         return 0.0
-    if since >= STOPPED_GAPS * gap or since <= JUST_AFTER_SHARE * gap:
-        # stopped, or just committed: no moment will be quieter than this one
+    if since >= (1 + LATE_SHARE) * gap or since <= JUST_AFTER_SHARE * gap:
+        # late (or stopped), or just committed: no moment will be quieter than this one
         return 0.0
     if since + commit_seconds + GUARD_SHARE * gap <= gap:
         return 0.0

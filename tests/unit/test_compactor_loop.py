@@ -84,8 +84,10 @@ class FakeGate:
     def __init__(self, error: Exception | None = None) -> None:
         self.error = error
         self.leases_lost: list[str] = []
+        self.commit_by: list[float | None] = []  # each commit's deadline, as the runner gave it
 
-    def commit(self, table, attempt, before_attempt=lambda: None):
+    def commit(self, table, attempt, before_attempt=lambda: None, commit_by=None):
+        self.commit_by.append(commit_by)
         before_attempt()
         if self.error is not None:
             raise self.error
@@ -405,6 +407,57 @@ def test_a_conversion_the_portability_target_asks_for_goes_ahead_of_maintenance_
     assert turns.next_step([], ranked, maintenance_deferred=True) == turns.Compact((conversion,))
     # Work for reads and file counts never goes ahead of maintenance.
     assert turns.next_step(due, [CANDIDATE]) == turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
+
+
+MB = 1024 * 1024
+
+
+def test_coming_conversions_go_ahead_of_a_rewrite_that_would_hold_them_past_their_due_time():
+    pace = turns.RewritePace(bytes_per_second=10 * MB, measured=True)
+    merge = dataclasses.replace(job_candidate("big", 96 * MB), cost=96 * MB)
+    coming = [
+        dataclasses.replace(job_candidate(p, 10, hot=True, work=Work.CONVERT), due_by=due_by, reason="r")
+        for p, due_by in (("a", 112.0), ("b", 115.0))
+    ]
+    margin = 5.0  # due at 107 and 110
+    step = turns.Compact((merge,))
+    seconds = turns.holding_seconds(step, pace, {})
+    assert seconds == pytest.approx(9.6)  # at that pace
+    converted = turns.convert_first(step, coming, seconds, 100.0, margin, 16)
+    assert isinstance(converted, turns.Compact)
+    assert [c.partition_path for c in converted.candidates] == ["a", "b"]  # both, in one job
+    assert "ahead of a rewrite expected to take 9.6s" in converted.candidates[0].reason
+    # A rewrite that ends before the first comes due, no conversion coming, or a conversion
+    # already the step: left as it is.
+    assert turns.convert_first(step, coming, seconds, 96.0, margin, 16) == step
+    assert turns.convert_first(step, [], seconds, 100.0, margin, 16) == step
+    due = turns.Compact((dataclasses.replace(coming[0], due_by=101.0),))
+    assert turns.convert_first(due, coming, seconds, 100.0, margin, 16) == due
+    assert turns.convert_first(None, coming, seconds, 100.0, margin, 16) is None
+    # Once: right after such a conversion the rewrite goes, whatever has landed meanwhile.
+    assert turns.convert_first(step, coming, seconds, 100.0, margin, 16, converted_ahead=True) == step
+
+
+def test_coming_conversions_go_ahead_of_a_maintenance_run_as_long_as_its_last():
+    coming = [dataclasses.replace(job_candidate("a", 10, hot=True, work=Work.CONVERT), due_by=112.0, reason="r")]
+    orphans = turns.Maintain("db.t", MaintenanceKind.ORPHANS)
+    never_timed = turns.holding_seconds(orphans, turns.RewritePace(), {})
+    assert never_timed == float("inf")
+    converted = turns.convert_first(orphans, coming, never_timed, 100.0, 5.0)
+    assert isinstance(converted, turns.Compact) and "ahead of a remove-orphans never timed" in converted.candidates[0].reason
+    quick = turns.holding_seconds(orphans, turns.RewritePace(), {("db.t", MaintenanceKind.ORPHANS): 0.2})
+    assert turns.convert_first(orphans, coming, quick, 100.0, 5.0) == orphans
+
+
+def test_the_rewrite_pace_is_what_this_replicas_jobs_measured():
+    pace = turns.RewritePace()
+    assert pace.bytes_per_second == turns.DEFAULT_REWRITE_BYTES_PER_SECOND and not pace.measured
+    pace.observe(96 * MB, 1, 5.0)  # the first measurement replaces the assumption
+    assert pace.bytes_per_second == pytest.approx(20 * MB)
+    pace.observe(36 * MB, 1, 5.0)  # 8 MB/s: a weighted mean moves toward it
+    assert pace.bytes_per_second == pytest.approx(20 * MB + turns.PACE_WEIGHT * (8 * MB - 20 * MB))
+    pace.observe(MB, 1, 0.0)  # no time measured: nothing learned
+    assert pace.seconds_for([dataclasses.replace(CANDIDATE, cost=pace.bytes_per_second * 2)]) == pytest.approx(2.0)
 
 
 def job_candidate(path: str, data_bytes: int, table: str = "db.t", work: Work = Work.DELETE_MERGE, hot: bool = False):

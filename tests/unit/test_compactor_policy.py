@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from icecdc.compactor import outcomes
+from icecdc.compactor import outcomes, status
 from icecdc.compactor.outcomes import Outcome
 from icecdc.compactor.plans import DataFileFacts, PartitionFiles, applying_deletes, plan_rewrite
 from icecdc.compactor.policy import (
@@ -216,6 +216,26 @@ def test_work_is_answered_until_the_next_write():
     assert t.candidates(2000) == [] and t.waiting(2000) == []  # fixed point: nothing to redo
     t.on_commit(event("db.t", "p=a", 3_000_000, sequence_number=2))
     assert t.waiting(3001) and t.candidates(4000)
+
+
+def test_the_status_names_the_work_ahead_of_each_partition_and_none_at_the_fixed_point():
+    t = tracker(hot_read_budget=100)
+    for second in range(0, 100, 10):
+        t.on_commit(event("db.t", "p=hot", second * 1000))
+    t.on_commit(event("db.t", "p=cold", 0))
+    pending = {row.partition: row.pending for row in t.report(100)}
+    # The hot one's equality deletes wait for the portability target's conversion; the settled
+    # one's delete merge is due now.
+    assert pending == {"p=hot": Work.CONVERT.value, "p=cold": Work.DELETE_MERGE.value}
+    state = t.get("db.t", "p=cold")
+    t.begin(state)
+    finish(t, state, Outcome.COMMITTED, 101)
+    # A large file with a few deleted rows by position: the policy's fixed point.
+    large = PartitionStats(data_files=1, data_bytes=200 * MB, records=1000, position_delete_files=1, position_delete_records=3)
+    t.on_metadata("db.t", 2, {"p=cold": PartitionMetadata({"p": "p=cold"}, large, None, 101)})
+    [cold] = [row for row in t.report(5000) if row.partition == "p=cold"]
+    assert (cold.state, cold.pending) == ("settled", None)
+    assert "next work" in status.render(status.StatusReport("test", 5000.0, t.report(5000)), 5000.0)
 
 
 def test_work_done_while_hot_leaves_the_settled_work_to_do_once_it_settles():

@@ -112,6 +112,26 @@ def test_a_hot_partition_within_its_read_budget_gets_a_conversion_at_half_the_ta
     assert (c.work, c.hot, c.due_by) == (Work.CONVERT, True, 100 + TARGET)
 
 
+def test_conversions_not_due_yet_are_coming_with_their_deadlines_the_nearest_first():
+    t = PartitionTracker(SETTINGS)
+    t.on_commit(commit("p=b", 103.0, 1))
+    t.on_commit(commit("p=a", 100.0, 2))
+    t.on_commit(commit("p=c", 101.0, 3, deletes=0))  # nothing to convert
+    coming = t.coming_conversions(104.0)
+    assert [(c.partition_path, c.work, c.due_by) for c in coming] == [
+        ("p=a", Work.CONVERT, 100 + TARGET),
+        ("p=b", Work.CONVERT, 103 + TARGET),
+    ]
+    assert "4.0s old" in coming[0].reason
+    # Once due it is a candidate, no longer coming; one under way or backing off is neither.
+    assert [c.partition_path for c in t.coming_conversions(100 + SHARE)] == ["p=b"]
+    p = t.get("db.t", "p=b")
+    t.begin(p, hot=True)
+    assert t.coming_conversions(104.0) == [c for c in coming if c.partition_path == "p=a"]
+    t.resolve(p, Outcome.CONFLICT, "lost", started=104, now=104, rng=random.Random(0))
+    assert [c.partition_path for c in t.coming_conversions(104.0)] == ["p=a"]
+
+
 def test_a_settled_partition_answered_long_ago_still_gets_its_conversion():
     t = PartitionTracker(SETTINGS)
     t.on_commit(commit("p=a", 100.0, 1))
@@ -206,12 +226,13 @@ def test_a_conversion_for_the_target_is_planned_as_one_and_its_event_tells_the_t
         reread.append(table)
         t.on_metadata(table, 1, {"p=eu": PartitionMetadata({"p": "p=eu"}, PartitionStats(data_files=3), None, 106.0)})
 
+    gate = FakeGate()
     runner = CompactionRunner(
         replica="r1",
         settings=SETTINGS,
         tracker=t,
         leases=FakeLeases(),
-        gate=FakeGate(),
+        gate=gate,
         compactions=lambda table, layout, partitions: compaction,
         publisher=published,
         clock=lambda: 106.0,
@@ -220,6 +241,7 @@ def test_a_conversion_for_the_target_is_planned_as_one_and_its_event_tells_the_t
     )
     [event] = runner.run([(candidate, t.get("db.t", "p=eu"))], LAYOUT)
     assert compaction.plans[0].work is Work.CONVERT and compaction.plans[0].rewrite == ()
+    assert gate.commit_by == [100 + TARGET]  # no wait for a quiet window past the target
     assert reread == ["db.t"]
     started, ended = published
     assert (started.portable, started.oldest_equality_delete_age_seconds) == (False, 6.0)

@@ -89,6 +89,8 @@ def test_commit_waits_for_the_writer_when_its_next_commit_is_close():
     wait = quiet_delay(cadence, 7.5, 0.5)  # 1.5 + 0.5 + 0.5 > 2: too close to 8
     assert 0.5 <= wait <= 0.5 + 0.25 + 1e-9
     assert 0 < quiet_delay(cadence, 8.3, 0.5) <= 0.25  # the writer is late: look again shortly
+    # Half a gap late: a slow batch or a writer that has stopped; no moment is quieter than now.
+    assert quiet_delay(cadence, 9.0, 0.5) == 0
 
 
 def test_a_commit_too_slow_for_any_window_goes_right_after_the_writer():
@@ -200,6 +202,17 @@ def test_gate_waits_for_the_quiet_window_and_no_longer_than_allowed():
     commit_gate, polls = gate(off, writer(990, 992, 994, 996, 998), quiet_windows=False)
     commit_gate.commit("t", lambda: SNAPSHOT)
     assert not polls
+
+
+def test_gate_does_not_wait_for_a_window_it_could_not_commit_in_before_the_deadline():
+    # The writer is due again at 1000; the window opens just after it. A conversion that must have
+    # committed by 1000.5 (the portability target) commits now instead of after the writer.
+    for commit_by, waits in ((1000.5, False), (1005.0, True), (None, True)):
+        clock = Clock()
+        clock.now = 999.6
+        commit_gate, _ = gate(clock, writer(990, 992, 994, 996, 998))
+        commit_gate.commit("t", lambda: SNAPSHOT, commit_by=commit_by)
+        assert (commit_gate.stats.quiet_wait_seconds[0] > 0) is waits
 
 
 def test_gate_catches_up_on_events_before_judging_the_window():
