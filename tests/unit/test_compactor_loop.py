@@ -442,9 +442,15 @@ def test_coming_conversions_go_ahead_of_a_maintenance_run_as_long_as_its_last():
     coming = [dataclasses.replace(job_candidate("a", 10, hot=True, work=Work.CONVERT), due_by=112.0, reason="r")]
     orphans = turns.Maintain("db.t", MaintenanceKind.ORPHANS)
     never_timed = turns.holding_seconds(orphans, turns.RewritePace(), {})
-    assert never_timed == float("inf")
+    assert never_timed == turns.UNTIMED_MAINTENANCE_SECONDS
     converted = turns.convert_first(orphans, coming, never_timed, 100.0, 5.0)
-    assert isinstance(converted, turns.Compact) and "ahead of a remove-orphans never timed" in converted.candidates[0].reason
+    assert (
+        isinstance(converted, turns.Compact)
+        and "ahead of a remove-orphans expected to take 60.0s" in converted.candidates[0].reason
+    )
+    # Only conversions coming due within it: a target of days converts nothing early.
+    far = [dataclasses.replace(coming[0], due_by=100.0 + 86_400)]
+    assert turns.convert_first(orphans, far, never_timed, 100.0, 43_200.0) == orphans
     quick = turns.holding_seconds(orphans, turns.RewritePace(), {("db.t", MaintenanceKind.ORPHANS): 0.2})
     assert turns.convert_first(orphans, coming, quick, 100.0, 5.0) == orphans
 
