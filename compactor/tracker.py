@@ -104,6 +104,12 @@ class TrackedPartition:
         return outcomes.answered(self.state, self.cadence.last_write, settled)
 
 
+def _conversion(partition: TrackedPartition) -> Work:
+    """What the portability target asks of a partition's equality deletes: a conversion, or for
+    a table's global deletes a resolution."""
+    return Work.RESOLVE_GLOBAL_DELETES if partition.is_global else Work.CONVERT
+
+
 @dataclass(frozen=True)
 class PartitionStatus:
     """One row of ``icecdc status``: a partition's state, files, deletes and read cost."""
@@ -374,7 +380,7 @@ class PartitionTracker:
             if due_at is None or due_at <= now or p.oldest_write is None or isinstance(p.state, BackingOff):
                 continue
             stats, target = p.stats, self.settings.portable_within_seconds
-            work = Work.RESOLVE_GLOBAL_DELETES if p.is_global else Work.CONVERT
+            work = _conversion(p)
             reason = f"oldest of {stats.equality_delete_files} equality-delete files {now - p.oldest_write:.1f}s old"
             benefit, cost = benefit_and_cost(stats, work, self.settings)
             due_by = p.oldest_write + target
@@ -384,15 +390,17 @@ class PartitionTracker:
     def waiting(self, now: float) -> list[TrackedPartition]:
         """Partitions that need work which is not due yet (still hot, backing off, or holding
         equality deletes the portability target has not asked to convert yet)."""
-        return [p for p in self._partitions.values() if self._waiting_work(p, now) is not None]
+        return [
+            p
+            for p in self._partitions.values()
+            if not p.compacting and self._due(p, now) is None and self._work_once_due(p, now) is not None
+        ]
 
-    def _waiting_work(self, partition: TrackedPartition, now: float) -> Work | None:
-        """The work a partition will need once it comes due (see ``waiting``); None if it needs
-        none, is due now, or is being compacted."""
-        if partition.compacting or self._due(partition, now) is not None:
-            return None
+    def _work_once_due(self, partition: TrackedPartition, now: float) -> Work | None:
+        """The work a partition that is neither due nor being compacted will need once it comes
+        due (None: none)."""
         if self.portability_due_at(partition) is not None:
-            return Work.RESOLVE_GLOBAL_DELETES if partition.is_global else Work.CONVERT
+            return _conversion(partition)
         if partition.answered(self._settled(partition, now)):
             return None
         stats = partition.stats
@@ -402,8 +410,10 @@ class PartitionTracker:
     def pending(self, partition: TrackedPartition, now: float) -> Work | None:
         """The work the sidecar has ahead for the partition, due now or once due (None: it is
         at the policy's fixed point, or being compacted)."""
+        if partition.compacting:
+            return None
         due = self._due(partition, now)
-        return due[0] if due is not None else self._waiting_work(partition, now)
+        return due[0] if due is not None else self._work_once_due(partition, now)
 
     def portability(self, table: str) -> TablePortability:
         """The table's portability as this tracker knows it now."""
