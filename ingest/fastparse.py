@@ -33,17 +33,18 @@ records it refuses are found.
 from __future__ import annotations
 
 import enum
-import io
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.json as pj
 
+from icecdc.domain.jsonlines import json_lines
 from icecdc.domain.layout import Column, TableLayout
 from icecdc.domain.sourcespec import BeforeImage, SourceRules, UnavailableValues, UnknownPartition
 from icecdc.ingest.batch import KeyChange, to_key_change
@@ -69,14 +70,23 @@ PAYLOAD = b',"payload":'
 _OPS = pa.array(sorted(ROW_OPS))
 
 
-def key_text(key: Sequence[Any]) -> str:
-    """A change's key as the ``key`` column carries it (the shuffle's grouping value)."""
-    return orjson.dumps(list(key)).decode()
+def key_text(primary_key: Sequence[str], key: Sequence[Any]) -> str:
+    """A change's key as the ``key`` column carries it: the shuffle's grouping value, and a JSON
+    object of the key columns the write stage reads into Arrow (``TableLayout.arrow_from_json``)."""
+    return orjson.dumps(dict(zip(primary_key, key, strict=True))).decode()
 
 
-def change_payload(change: KeyChange) -> dict[str, Any]:
-    """What the reduce stage reads of a change (``change`` column), before it is serialized."""
-    return {"after": change.after, "prior": change.prior_partitions, "global": change.global_delete}
+def change_columns(layout: TableLayout, change: KeyChange) -> dict[str, Any]:
+    """What the write stage reads of a change besides its op and key: its after-image (canonical
+    JSON), the after-image's partition and the partitions where an earlier version of its key
+    may live (as orjson writes the tuples), and whether its old partition is unknown."""
+    after = change.after
+    return {
+        "after": orjson.dumps(after) if after is not None else None,
+        "partition": orjson.dumps(layout.partition_of(after)).decode() if after is not None else None,
+        "prior": [orjson.dumps(p).decode() for p in change.prior_partitions],
+        "global_delete": change.global_delete,
+    }
 
 
 class Reading(enum.Enum):
@@ -196,6 +206,20 @@ def plan_for(layout: TableLayout, rules: SourceRules, schema: Any) -> Plan | Non
     return Plan(tuple(value_rules), payload, not fields, unknown)
 
 
+def _line_breaks(values: pa.Array) -> np.ndarray:
+    """Per value, whether it holds a line break (a byte scan: Arrow's substring search is ten
+    times slower)."""
+    broken = np.zeros(len(values), dtype=bool)
+    offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset : values.offset + len(values) + 1]
+    data = values.buffers()[2]
+    if data is None or not len(values):
+        return broken
+    text = np.frombuffer(data, np.uint8)[offsets[0] : offsets[-1]]
+    at = np.flatnonzero((text == ord("\n")) | (text == ord("\r"))) + offsets[0]
+    broken[np.searchsorted(offsets, at, side="right") - 1] = True
+    return broken
+
+
 def split_wrapper(value: bytes | None, stripped: bytes | None = None) -> tuple[bytes | None, bytes] | None:
     """(the schema part, the payload) of a compact wrapped record, (None, the value) of a bare one
     on one line, or None when it is neither. The schema part is ``{"schema":<value>``: when its
@@ -234,19 +258,20 @@ class _Refused(Exception):
     """Arrow's reader refused a chunk, or read it other than record by record."""
 
 
-def _read(plan: Plan, payloads: Sequence[bytes]) -> pa.Table:
-    data = b"\n".join(payloads)
+def _read(plan: Plan, payloads: pa.Array) -> pa.Table:
     try:
-        # orjson refuses what is not UTF-8 (a surrogate too): Arrow does not look at fields it skips.
-        data.decode("utf-8")
+        # orjson refuses what is not UTF-8 (a surrogate too): Arrow does not look at fields it
+        # skips, but checks the text it is cast to.
+        payloads.cast(pa.string())
+        data = json_lines(payloads)
         table = pj.read_json(
-            io.BytesIO(data),
-            read_options=pj.ReadOptions(use_threads=False, block_size=len(data) + 1),
+            pa.BufferReader(data),
+            read_options=pj.ReadOptions(use_threads=True, block_size=max(1 << 18, data.size // 4 + 1)),
             parse_options=pj.ParseOptions(
                 explicit_schema=plan.payload_schema, unexpected_field_behavior="infer" if plan.bare else "ignore"
             ),
         )
-    except (pa.ArrowInvalid, UnicodeDecodeError):
+    except pa.ArrowInvalid:
         raise _Refused from None
     if table.num_rows != len(payloads):
         raise _Refused  # a line with two documents
@@ -415,7 +440,18 @@ _IDENTITY_TYPES = frozenset({"string", "int", "long", "boolean", "date"})
 _MICROS_PER = {"day": 86_400_000_000, "hour": 3_600_000_000}
 # What orjson escapes in a string; a value holding one is rendered by orjson, record by record.
 _ESCAPED = r'["\\\x00-\x1f]'
-_OUT = pa.schema([("index", pa.int64()), ("op", pa.string()), ("key", pa.string()), ("change", pa.binary())])
+_OUT = pa.schema(
+    [
+        ("index", pa.int64()),
+        ("op", pa.string()),
+        ("key", pa.string()),
+        ("after", pa.binary()),
+        ("partition", pa.string()),
+        ("prior", pa.list_(pa.string())),
+        ("global_delete", pa.bool_()),
+    ]
+)
+FAST_COLUMNS = _OUT.names[1:]  # the parse stage's columns the fast path fills
 
 
 def _floor_divide(values: pa.Array, divisor: int) -> pa.Array:
@@ -440,6 +476,23 @@ def _json(rule: _ValueRule, values: pa.Array) -> pa.Array:
 
 def _list(items: Sequence[pa.Array]) -> pa.Array | str:
     return _concat("[", *_joined(items), "]") if items else "[]"
+
+
+def _object(items: Mapping[str, pa.Array]) -> pa.Array | str:
+    """Per row, the JSON object of ``items`` (name -> its values' JSON text), as orjson writes it."""
+    return _concat("{", *_joined([_concat(orjson.dumps(name).decode(), ":", text) for name, text in items.items()]), "}")
+
+
+def _lists(first: pa.Array, second: pa.Array) -> pa.ListArray:
+    """Per row, the list of its values of ``first`` and ``second`` that are not null, in that order."""
+    valid = np.column_stack(
+        [pc.is_valid(first).to_numpy(zero_copy_only=False), pc.is_valid(second).to_numpy(zero_copy_only=False)]
+    )
+    n = len(first)
+    offsets = np.concatenate([[0], np.cumsum(valid.sum(axis=1))]).astype(np.int32)
+    order = np.column_stack([np.arange(n), np.arange(n, 2 * n)]).ravel()[valid.ravel()]
+    values = pa.concat_arrays([first, second]).take(pa.array(order, pa.int64()))
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
 
 
 def _joined(items: Sequence[Any]) -> list[Any]:
@@ -497,14 +550,39 @@ class FastParser:
         return self._plans[prefix]
 
     def parse(
-        self, values: Sequence[bytes | None], moved: Sequence[bool] | None = None, stripped: bytes | None = None
+        self, values: pa.Array | Sequence[bytes | None], moved: Sequence[bool] | None = None, stripped: bytes | None = None
     ) -> FastRows:
         """The records the fast path takes (the others are the Python path's). ``moved``: whether
         each record carries the header of a primary-key change's delete (None: no record does).
         ``stripped``: the wrapper prefix cut from every value (None: they are whole)."""
+        values = values if isinstance(values, pa.Array) else pa.array(values, pa.binary())
+        tables: list[pa.Table] = []
+        unknown: Counter[str] = Counter()
+        chunks = self._cut(values, stripped) if stripped is not None else self._whole(values)
+        for plan, indices, payloads in chunks:
+            chunk_moved = [moved[i] for i in indices] if moved is not None else None
+            for taken in self._parse_chunk(plan, indices, payloads, chunk_moved):
+                if taken.num_rows:
+                    tables.append(taken)
+                    unknown.update(dict.fromkeys(plan.unknown, taken.num_rows))
+        return FastRows(pa.concat_tables(tables) if tables else _OUT.empty_table(), unknown)
+
+    def _cut(self, values: pa.Array, stripped: bytes) -> list[tuple[Plan, np.ndarray, pa.Array]]:
+        """``split_wrapper`` of values cut of ``stripped``, in Arrow: the records of a table in its
+        steady state, all of one schema."""
+        plan = self._plan(stripped[: -len(PAYLOAD)])
+        if plan is None:
+            return []
+        payloads = pc.binary_slice(values, 0, -1)
+        fits = pc.and_(pc.ends_with(values, "}"), pc.and_(pc.starts_with(payloads, "{"), pc.ends_with(payloads, "}")))
+        fits = pc.and_(pc.fill_null(fits, False), pa.array(~_line_breaks(values)))
+        return [(plan, np.flatnonzero(fits.to_numpy(zero_copy_only=False)), payloads.filter(fits))]
+
+    def _whole(self, values: pa.Array) -> list[tuple[Plan, np.ndarray, pa.Array]]:
+        """``split_wrapper`` of whole values, one by one, grouped by the plan of their schema."""
         groups: dict[int, tuple[Plan, list[int], list[bytes]]] = {}
-        for index, value in enumerate(values):
-            parts = split_wrapper(value, stripped)
+        for index, value in enumerate(values.to_pylist()):
+            parts = split_wrapper(value)
             if parts is None:
                 continue
             prefix, payload = parts
@@ -516,21 +594,16 @@ class FastParser:
                     self._last = (prefix, plan)
             if plan is None:
                 continue
-            if stripped is None and prefix is not None:
+            if prefix is not None:
                 self._learned = prefix
             group = groups.setdefault(id(plan), (plan, [], []))
             group[1].append(index)
             group[2].append(payload)
-        tables: list[pa.Table] = []
-        unknown: Counter[str] = Counter()
-        for plan, indices, payloads in groups.values():
-            for taken in self._parse_chunk(plan, indices, payloads, [moved[i] for i in indices] if moved is not None else None):
-                if taken.num_rows:
-                    tables.append(taken)
-                    unknown.update(dict.fromkeys(plan.unknown, taken.num_rows))
-        return FastRows(pa.concat_tables(tables) if tables else _OUT.empty_table(), unknown)
+        return [
+            (plan, np.array(indices, np.int64), pa.array(payloads, pa.binary())) for plan, indices, payloads in groups.values()
+        ]
 
-    def _parse_chunk(self, plan: Plan, indices: list[int], payloads: list[bytes], moved: list[bool] | None) -> list[pa.Table]:
+    def _parse_chunk(self, plan: Plan, indices: np.ndarray, payloads: pa.Array, moved: list[bool] | None) -> list[pa.Table]:
         try:
             return [self._rows(plan, _read(plan, payloads), pa.array(indices, pa.int64()), moved)]
         except (_Refused, pa.ArrowInvalid):
@@ -539,8 +612,8 @@ class FastParser:
             half = len(indices) // 2
             first, second = (moved[:half], moved[half:]) if moved is not None else (None, None)
             return [
-                *self._parse_chunk(plan, indices[:half], payloads[:half], first),
-                *self._parse_chunk(plan, indices[half:], payloads[half:], second),
+                *self._parse_chunk(plan, indices[:half], payloads.slice(0, half), first),
+                *self._parse_chunk(plan, indices[half:], payloads.slice(half), second),
             ]
 
     def _rows(self, plan: Plan, table: pa.Table, indices: pa.Array, moved: list[bool] | None) -> pa.Table:
@@ -584,17 +657,14 @@ class FastParser:
             if rule.reading in (Reading.AS_READ, Reading.DECIMAL) and rule.canonical == pa.string():
                 for values in (old_values[name], new_values[name]):
                     plain = pc.and_(plain, pc.invert(pc.fill_null(pc.match_substring_regex(values, _ESCAPED), False)))
-        key = _list([new_text[name] for name in layout.primary_key])
-        after_text = _concat("{", *_joined([_concat(orjson.dumps(n).decode(), ":", new_text[n]) for n in names]), "}")
-        after_text = pc.if_else(pc.is_valid(after), after_text, "null")
+        key = _object({name: new_text[name] for name in layout.primary_key})
+        after_text = pc.if_else(pc.is_valid(after), _object({n: new_text[n] for n in names}), pa.scalar(None, pa.string()))
         new_partition = pc.if_else(pc.is_valid(after), self._partition(new_values, new_text), pa.scalar(None, pa.string()))
         old_partition = self._old_partition(old_values, old_text, new_values, new_text, is_delete, reads_before)
         prior, global_delete, decided = self._prior(op, old_partition, new_partition)
-        change = _concat('{"after":', after_text, ',"prior":', prior, ',"global":', global_delete, "}")
         vector = pc.and_(fine, pc.and_(plain, decided))
-        taken = pa.table({"index": indices, "op": op, "key": key, "change": pc.cast(change, pa.binary())}, schema=_OUT).filter(
-            vector
-        )
+        columns = [indices, op, key, pc.cast(after_text, pa.binary()), new_partition, prior, global_delete]
+        taken = pa.Table.from_arrays(columns, schema=_OUT).filter(vector)
         rest = pc.and_(fine, pc.invert(vector))
         by_row = self._one_by_one(pc.filter(indices, rest), pc.filter(op, rest), pc.filter(before, rest), pc.filter(after, rest))
         return pa.concat_tables([taken, by_row])
@@ -637,21 +707,23 @@ class FastParser:
         """(prior partitions, global delete, whether decided here) as ``batch.to_key_change``
         decides them; the undecided (a dead letter) go record by record."""
         created = pc.is_in(op, pa.array(["c", "r"]))
-        known = _concat("[", old, "]")
         moved = pc.and_(pc.is_valid(new), pc.not_equal(pc.fill_null(new, ""), pc.fill_null(old, "")))
-        known = pc.if_else(moved, _concat("[", old, ",", new, "]"), known)
-        unknown_rule = self._rules.unknown_partition
-        if unknown_rule is UnknownPartition.GLOBAL_DELETE:
-            unknown, unknown_decided, unknown_global = pa.array(["[]"] * len(op)), pa.array([True] * len(op)), "true"
-        elif unknown_rule is UnknownPartition.SAME_PARTITION:
-            unknown, unknown_decided, unknown_global = _concat("[", new, "]"), pc.is_valid(new), "false"
-        else:
-            unknown, unknown_decided, unknown_global = pa.nulls(len(op), pa.string()), pa.array([False] * len(op)), "false"
         has_old = pc.is_valid(old)
-        prior = pc.if_else(created, _concat("[", new, "]"), pc.if_else(has_old, known, unknown))
-        global_delete = pc.if_else(pc.or_(created, has_old), "false", unknown_global)
+        unknown_rule = self._rules.unknown_partition
+        none = pa.nulls(len(op), pa.string())
+        unknown = new if unknown_rule is UnknownPartition.SAME_PARTITION else none
+        first = pc.if_else(created, new, pc.if_else(has_old, old, unknown))
+        second = pc.if_else(pc.and_(pc.invert(created), pc.and_(has_old, moved)), new, none)
+        unknown_global = unknown_rule is UnknownPartition.GLOBAL_DELETE
+        global_delete = pc.if_else(pc.or_(created, has_old), False, unknown_global)
+        if unknown_rule is UnknownPartition.GLOBAL_DELETE:
+            unknown_decided = pa.array([True] * len(op))
+        elif unknown_rule is UnknownPartition.SAME_PARTITION:
+            unknown_decided = pc.is_valid(new)
+        else:
+            unknown_decided = pa.array([False] * len(op))
         decided = pc.fill_null(pc.or_(pc.or_(created, has_old), unknown_decided), False)
-        return prior, global_delete, decided
+        return _lists(first, second), global_delete, decided
 
     def _one_by_one(self, indices: pa.Array, op: pa.Array, before: pa.Array, after: pa.Array) -> pa.Table:
         """The records the vectorized rendering does not take (a string to escape, a partition
@@ -667,7 +739,7 @@ class FastParser:
             dict(zip(_OUT.names, zip(*rows, strict=True), strict=True)) if rows else {n: [] for n in _OUT.names}, schema=_OUT
         )
 
-    def _row(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[str, str, bytes] | None:
+    def _row(self, op: str, before: dict[str, Any] | None, after: dict[str, Any] | None) -> tuple[Any, ...] | None:
         layout = self._layout
         image = before if op == "d" else after
         assert image is not None
@@ -678,4 +750,4 @@ class FastParser:
             change = to_key_change(ChangeEvent(op, key, before, after), layout, self._rules)
         except RejectedEvent:
             return None  # the Python path rejects it, with its detail
-        return op, key_text(key), orjson.dumps(change_payload(change))
+        return op, key_text(layout.primary_key, key), *change_columns(layout, change).values()

@@ -92,7 +92,7 @@ def read_result(rows: Iterable[Mapping[str, Any]], seconds: float, in_driver: bo
             moved = orjson.loads(row["change"])
             image = _image(moved) if moved["row"] is not None else None
             at = _source_offset(moved["at"])
-            result.moved[table].append(MovedImage(tuple(orjson.loads(row["key"])), tuple(moved["to"]), image, at))
+            result.moved[table].append(MovedImage(tuple(orjson.loads(row["key"]).values()), tuple(moved["to"]), image, at))
     result.schema_changes = {table: merge_changes(c) for table, c in changes.items()}
     return result
 
@@ -119,7 +119,7 @@ def _unresolved(row: Mapping[str, Any]) -> UnresolvedRow:
     change = orjson.loads(row["change"])
     raw_key, raw_value = (bytes(v) if v is not None else None for v in (row["raw_key"], row["raw_value"]))
     return UnresolvedRow(
-        tuple(orjson.loads(row["key"])),
+        tuple(orjson.loads(row["key"]).values()),
         _image(change),
         tuple(tuple(p) for p in change["prior"]),
         change["global"],
@@ -199,6 +199,7 @@ class BatchJob:
             by_partition[layout.partition_of(row)].append(row)
         files = []
         for partition, records in by_partition.items():
-            fact = write_file(layout, FileKind.DATA, partition, records, self._io_properties, tag.replace(":", "-"))
+            arrow = layout.to_arrow(records)
+            fact = write_file(layout, FileKind.DATA, partition, arrow, self._io_properties, tag.replace(":", "-"))
             files.append(_written(fact))
         return files

@@ -18,16 +18,16 @@ import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import groupby
-from operator import itemgetter
 from typing import Any
 
+import numpy as np
 import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.domain.sourcespec import SourceRules, TruncateMode, UnavailableValues
-from icecdc.ingest.batch import Image, KeyChange, KeyResult, SourceOffset, reduce_key, reduce_plain, to_key_change
+from icecdc.ingest.batch import Image, KeyChange, KeyResult, reduce_key, to_key_change
 from icecdc.ingest.debezium import (
     NEW_KEY_HEADER,
     OLD_KEY_HEADER,
@@ -43,14 +43,22 @@ from icecdc.ingest.debezium import (
     unavailable_columns,
 )
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
-from icecdc.ingest.fastparse import FastParser, change_payload, key_text
+from icecdc.ingest.fastparse import FAST_COLUMNS, FastParser, change_columns, key_text
 from icecdc.ingest.filemeta import FileKind, describe
 from icecdc.ingest.plan import erased_by_truncate
 from icecdc.ingest.prefixes import CUT_PREFIX
+from icecdc.ingest.reduce import GLOBAL_PARTITION, plain_rows, reduce_plain_keys
 from icecdc.ingest.unavailable import unavailable_detail
 from icecdc.runtime.fileio import write_parquet_with_footer
 
-_DDL_TYPES = {pa.string(): "string", pa.binary(): "binary", pa.int32(): "int", pa.int64(): "long"}
+_DDL_TYPES = {
+    pa.string(): "string",
+    pa.binary(): "binary",
+    pa.int32(): "int",
+    pa.int64(): "long",
+    pa.bool_(): "boolean",
+    pa.list_(pa.string()): "array<string>",
+}
 
 
 def _ddl(schema: pa.Schema) -> str:
@@ -72,8 +80,16 @@ PARSED = pa.schema(
         ("offset", pa.int64()),
         ("lsn", pa.int64()),  # a truncate's (the redo after it drops the table's changes below it)
         ("records", pa.int64()),
-        ("key", pa.string()),
+        ("key", pa.string()),  # a change's: the JSON object of its key columns (``fastparse.key_text``)
         ("op", pa.string()),
+        # A change's after-image (canonical JSON), its partition (or a written file's), where an
+        # earlier version may live, and whether that is unknown (``fastparse.change_columns``).
+        ("after", pa.binary()),
+        ("partition", pa.string()),
+        ("prior", pa.list_(pa.string())),
+        ("global_delete", pa.bool_()),
+        # A change's unavailable columns and primary-key change (``_unavailable_fields``), null
+        # in the common case; the payload of the other tags that have one.
         ("change", pa.binary()),
         ("reason", pa.string()),
         ("detail", pa.string()),
@@ -87,15 +103,12 @@ RESULT = pa.schema(
     [
         *PARSED,
         ("path", pa.string()),
-        ("partition", pa.string()),
         ("record_count", pa.int64()),
         ("file_size", pa.int64()),
         ("description", pa.string()),
     ]
 )
 PARSED_SCHEMA, RESULT_SCHEMA = _ddl(PARSED), _ddl(RESULT)
-
-GLOBAL_PARTITION = "[]"  # a global delete file has no partition
 
 
 class Tag(str, enum.Enum):
@@ -190,19 +203,20 @@ def _parse_record(
     change = to_key_change(event, layout, rules)
     if truncate_lsn is not None and erased_by_truncate(source_lsn(envelope.payload), truncate_lsn):
         return {"op": Tag.SKIP}
-    payload = change_payload(change)
-    parsed: dict[str, Any] = {"op": event.op, "key": key_text(event.key)}
+    parsed: dict[str, Any] = {"op": event.op, "key": key_text(layout.primary_key, event.key), **change_columns(layout, change)}
     if rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER:
-        parsed.update(_unavailable_fields(record, event, layout, rules, headers, payload))
-    parsed["change"] = orjson.dumps(payload)
+        extra: dict[str, Any] = {}
+        parsed.update(_unavailable_fields(record, event, layout, rules, headers, extra))
+        if extra:
+            parsed["change"] = orjson.dumps(extra)
     return parsed
 
 
 def _unavailable_fields(
     record: dict[str, Any], event: ChangeEvent, layout: TableLayout, rules: SourceRules, headers: Headers, payload: dict[str, Any]
 ) -> dict[str, Any]:
-    """The change's unavailable columns and key-change headers, into ``payload``; the record's
-    bytes, for the dead letter it may become. Raises RejectedEvent (``unavailable_values:
+    """The change's unavailable columns and key-change headers, into ``payload`` (the change
+    column's); the record's bytes, for the dead letter it may become. Raises RejectedEvent (``unavailable_values:
     dead-letter``)."""
     if event.after is None:
         if rules.unavailable_values is UnavailableValues.RESOLVE:
@@ -260,46 +274,65 @@ def _carrying(headers: pa.Array, name: str) -> list[bool]:
 
 def _fast_rows(
     parsers: Mapping[str, FastParser],
-    kept: list[int],
+    kept: np.ndarray,
     batch: pa.RecordBatch,
     moved: list[bool] | None,
     tallies: Mapping[str, _TableTally],
-    cut: list[int | None] | None,
     prefixes: Sequence[bytes],
-) -> tuple[set[int], list[pa.RecordBatch]]:
-    """The records the fast path takes (their indices in ``batch``) and their parsed rows (one
-    call per topic and prefix cut: ``cut``, per record, the id in ``prefixes`` of the prefix cut
-    from its value)."""
-    topics, values = batch.column("topic").to_pylist(), batch.column("value").to_pylist()
-    by_topic: dict[tuple[str, int | None], list[int]] = defaultdict(list)
-    for index in kept:
-        if topics[index] in parsers:
-            by_topic[topics[index], cut[index] if cut is not None else None].append(index)
-    taken: set[int] = set()
+) -> tuple[np.ndarray, list[pa.RecordBatch]]:
+    """Per record of ``batch``, whether the fast path took it, and their parsed rows (one call per
+    topic and prefix cut: the column ``CUT_PREFIX``, when there, is the id in ``prefixes`` of the
+    prefix cut from a record's value). ``kept``: per record, whether it is parsed at all."""
+    taken = np.zeros(batch.num_rows, dtype=bool)
     rows: list[pa.RecordBatch] = []
-    for (topic, prefix), indices in by_topic.items():
+    cut = batch.column(CUT_PREFIX) if CUT_PREFIX in batch.schema.names else pa.nulls(batch.num_rows, pa.int32())
+    ours = pc.and_(pa.array(kept), pc.is_in(batch.column("topic"), pa.array(list(parsers), pa.string())))
+    pairs = pa.table({"topic": batch.column("topic"), "cut": cut}).filter(ours).group_by(["topic", "cut"]).aggregate([])
+    for topic, prefix in zip(pairs.column("topic").to_pylist(), pairs.column("cut").to_pylist(), strict=True):
+        same_cut = pc.is_null(cut) if prefix is None else pc.fill_null(pc.equal(cut, prefix), False)
+        at = np.flatnonzero(
+            pc.and_(pc.and_(ours, pc.equal(batch.column("topic"), topic)), same_cut).to_numpy(zero_copy_only=False)
+        )
         parser = parsers[topic]
         result = parser.parse(
-            [values[i] for i in indices],
-            [moved[i] for i in indices] if moved is not None else None,
+            batch.column("value").take(pa.array(at)),
+            [moved[i] for i in at] if moved is not None else None,
             prefixes[prefix] if prefix is not None else None,
         )
         tallies[parser.table].unknown.update(result.unknown)
         if not result.taken.num_rows:
             continue
-        at = pc.take(pa.array(indices, pa.int64()), result.taken.column("index").combine_chunks())
-        taken.update(at.to_pylist())
+        records = pa.array(at[result.taken.column("index").to_numpy()])
+        taken[records.to_numpy()] = True
         columns = {
-            "table": pa.array([parser.table] * len(at), pa.string()),
-            "topic": pc.take(batch.column("topic"), at),
-            "kafka_partition": pc.take(batch.column("partition"), at),
-            "offset": pc.take(batch.column("offset"), at),
-            **{name: result.taken.column(name).combine_chunks() for name in ("op", "key", "change")},
+            "table": pa.array([parser.table] * len(records), pa.string()),
+            "topic": batch.column("topic").take(records),
+            "kafka_partition": batch.column("partition").take(records),
+            "offset": batch.column("offset").take(records),
+            **{name: result.taken.column(name).combine_chunks() for name in FAST_COLUMNS},
         }
-        n = len(at)
+        n = len(records)
         arrays = [columns[f.name].cast(f.type) if f.name in columns else pa.nulls(n, f.type) for f in PARSED]
         rows.append(pa.RecordBatch.from_arrays(arrays, schema=PARSED))
     return taken, rows
+
+
+def _kept_and_marks(batch: pa.RecordBatch, committed: Mapping[tuple[str, int], int]) -> tuple[np.ndarray, pa.Table]:
+    """Per record, whether it is at or above its partition's committed offset; and per (topic,
+    partition), the highest offset kept and how many records were."""
+    positions = pa.table(
+        {"topic": batch.column("topic"), "partition": batch.column("partition"), "offset": batch.column("offset")}
+    )
+    kept = np.ones(batch.num_rows, dtype=bool)
+    present = positions.group_by(["topic", "partition"]).aggregate([])
+    for topic, partition in zip(present.column("topic").to_pylist(), present.column("partition").to_pylist(), strict=True):
+        floor = committed.get((topic, partition), 0)
+        if floor > 0:
+            below = pc.and_(pc.equal(positions.column("topic"), topic), pc.equal(positions.column("partition"), partition))
+            below = pc.and_(below, pc.less(positions.column("offset"), floor))
+            kept &= ~below.to_numpy(zero_copy_only=False)
+    marks = positions.filter(pa.array(kept)).group_by(["topic", "partition"]).aggregate([("offset", "max"), ("offset", "count")])
+    return kept, marks
 
 
 def parse_stage(
@@ -328,29 +361,20 @@ def parse_stage(
         }
         for batch in batches:
             out: list[dict[str, Any]] = []
-            marks: dict[tuple[str, int], list[int]] = {}
             header_column = batch.column("headers") if "headers" in batch.schema.names else None
-            topics, partitions, offsets = (batch.column(name).to_pylist() for name in ("topic", "partition", "offset"))
-            kept = []
-            for index, (topic, partition, offset) in enumerate(zip(topics, partitions, offsets, strict=True)):
-                if offset < committed.get((topic, partition), 0):
-                    continue
-                mark = marks.setdefault((topic, partition), [offset, 0])
-                mark[0], mark[1] = max(mark[0], offset), mark[1] + 1
-                kept.append(index)
+            kept, marks = _kept_and_marks(batch, committed)
             moved = _carrying(header_column, NEW_KEY_HEADER) if header_column is not None else None
-            cut = batch.column(CUT_PREFIX).to_pylist() if CUT_PREFIX in batch.schema.names else None
-            taken, fast_rows = _fast_rows(parsers, kept, batch, moved, tallies, cut, known)
+            taken, fast_rows = _fast_rows(parsers, kept, batch, moved, tallies, known)
             yield from fast_rows
-            keys, values = batch.column("key"), batch.column("value")
-            for index in kept:
-                if index in taken:
-                    continue
-                topic = topics[index]
-                row: dict[str, Any] = {"topic": topic, "kafka_partition": partitions[index], "offset": offsets[index]}
+            rest = np.flatnonzero(kept & ~taken)
+            records = batch.take(pa.array(rest)).to_pylist()
+            for index, record in zip(rest.tolist(), records, strict=True):
+                topic = record["topic"]
+                row: dict[str, Any] = {"topic": topic, "kafka_partition": record["partition"], "offset": record["offset"]}
                 layout = layouts_by_topic.get(topic)
-                value, prefix = values[index].as_py(), cut[index] if cut is not None else None
-                record = {"key": keys[index].as_py(), "value": known[prefix] + value if prefix is not None else value}
+                prefix = record.get(CUT_PREFIX)
+                if prefix is not None:
+                    record["value"] = known[prefix] + record["value"]
                 try:
                     if layout is None:
                         raise RejectedEvent(
@@ -369,7 +393,7 @@ def parse_stage(
                         raw_value=record["value"],
                     )
                 out.append(row)
-            for (topic, partition), (last, count) in marks.items():
+            for topic, partition, last, count in zip(*(marks.column(i).to_pylist() for i in range(4)), strict=True):
                 layout = layouts_by_topic.get(topic)
                 out.append(
                     {
@@ -402,48 +426,24 @@ def reduce_and_write_stage(
     snapshot references; files of attempts that never commit are orphans."""
 
     def reduce_and_write(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-        outputs: dict[tuple[str, str, FileKind], list[dict[str, Any]]] = {}
-        passed: list[dict[str, Any]] = []
-
-        def changes() -> Iterator[tuple[str, str, str, bytes, pa.RecordBatch, int]]:
-            # Column by column: a whole row is read only for the few that pass through.
-            for batch in batches:
-                columns = (batch.column(name).to_pylist() for name in ("table", "key", "op", "reason", "change"))
-                for index, (table, key, op, reason, change) in enumerate(zip(*columns, strict=True)):
-                    if op in PASSED_THROUGH or reason is not None:
-                        passed.append(_row(batch, index))
-                    elif op != Tag.SKIP:
-                        yield table, key, op, change, batch, index
-
-        for (table, key), group in groupby(changes(), key=itemgetter(0, 1)):
+        rows = pa.Table.from_batches([batch.cast(PARSED) for batch in batches], schema=PARSED)
+        through = pc.or_(pc.is_in(rows.column("op"), _PASSED_OPS), pc.is_valid(rows.column("reason")))
+        passed = rows.filter(through).to_pylist()
+        changes = rows.filter(pc.and_(pc.invert(through), pc.not_equal(rows.column("op"), Tag.SKIP.value)))
+        pieces: dict[tuple[str, str, FileKind], list[pa.Table]] = defaultdict(list)
+        for table in pc.unique(changes.column("table")).to_pylist():
             layout = layouts_by_table[table]
-            records = [(op, orjson.loads(payload), batch, index) for _, _, op, payload, batch, index in group]
-            key_values = tuple(orjson.loads(key))
-            last = records[-1]
-            if any("unavailable" in change or "to" in change for _, change, _, _ in records):
-                result = reduce_key([_key_change(op, change, _source_offset(b, i)) for op, change, b, i in records], key_values)
-            else:  # the common case, without a KeyChange per change
-                partitions = (tuple(p) for _, change, _, _ in records for p in change["prior"])
-                result = reduce_plain(last[0], last[1]["after"], partitions, any(c["global"] for _, c, _, _ in records))
-            if result.unresolved:
-                assert last is not None and result.row is not None
-                passed.append(_unresolved_row(_row(last[2], last[3]), result))
-            elif result.row is not None:
-                partition = orjson.dumps(layout.partition_of(result.row)).decode()
-                outputs.setdefault((table, partition, FileKind.DATA), []).append(result.row)
-            for moved in result.moved:
-                row = {"row": None} if moved.image is None else _image_payload(moved.image.row, moved.image)
-                image = {"to": moved.to, "at": moved.at, **row}
-                passed.append({"table": table, "op": Tag.MOVED, "key": key, "change": orjson.dumps(image)})
-            key_row = dict(zip(layout.primary_key, key_values, strict=True))
-            if result.global_delete:
-                outputs.setdefault((table, GLOBAL_PARTITION, FileKind.GLOBAL_DELETE), []).append(key_row)
-            for p in result.delete_partitions:
-                outputs.setdefault((table, orjson.dumps(p).decode(), FileKind.DELETE), []).append(key_row)
-
+            of_table = changes.filter(pc.equal(changes.column("table"), table))
+            plain = plain_rows(of_table)
+            for (partition, kind), arrow in reduce_plain_keys(layout, of_table.filter(plain)).items():
+                pieces[table, partition, kind].append(arrow)
+            for (partition, kind), records in _reduce_by_key(layout, of_table.filter(pc.invert(plain)), passed).items():
+                pieces[table, partition, kind].append(layout.to_arrow(records, key_only=kind is not FileKind.DATA))
         facts = [
-            write_file(layouts_by_table[table], kind, tuple(orjson.loads(partition)), records, io_properties, batch_tag)
-            for (table, partition, kind), records in outputs.items()
+            write_file(
+                layouts_by_table[table], kind, tuple(orjson.loads(partition)), pa.concat_tables(arrows), io_properties, batch_tag
+            )
+            for (table, partition, kind), arrows in pieces.items()
         ]
         if facts or passed:
             yield pa.RecordBatch.from_pylist(passed + facts, schema=RESULT)
@@ -451,29 +451,58 @@ def reduce_and_write_stage(
     return reduce_and_write
 
 
-def _row(batch: pa.RecordBatch, index: int) -> dict[str, Any]:
-    return batch.slice(index, 1).to_pylist()[0]
+_PASSED_OPS = pa.array([tag.value for tag in PASSED_THROUGH])
+
+
+def _reduce_by_key(
+    layout: TableLayout, rows: pa.Table, passed: list[dict[str, Any]]
+) -> dict[tuple[str, FileKind], list[dict[str, Any]]]:
+    """``batch.reduce_key`` of each key of ``rows`` (one table's, in key order): the rows of its
+    files by (partition, kind); into ``passed``, the images primary-key changes moved and the
+    rows the batch cannot complete."""
+    outputs: dict[tuple[str, FileKind], list[dict[str, Any]]] = defaultdict(list)
+    columns = {name: rows.column(name).to_pylist() for name in _REDUCED}
+    for key, group in groupby(range(rows.num_rows), key=columns["key"].__getitem__):
+        indices = list(group)
+        key_values = tuple(orjson.loads(key).values())
+        result = reduce_key([_key_change(columns, i) for i in indices], key_values)
+        if result.unresolved:
+            assert result.row is not None
+            passed.append(_unresolved_row(rows.slice(indices[-1], 1).to_pylist()[0], result))
+        elif result.row is not None:
+            outputs[orjson.dumps(layout.partition_of(result.row)).decode(), FileKind.DATA].append(result.row)
+        for moved in result.moved:
+            row = {"row": None} if moved.image is None else _image_payload(moved.image.row, moved.image)
+            image = {"to": moved.to, "at": moved.at, **row}
+            passed.append({"table": layout.table, "op": Tag.MOVED, "key": key, "change": orjson.dumps(image)})
+        key_row = dict(zip(layout.primary_key, key_values, strict=True))
+        if result.global_delete:
+            outputs[GLOBAL_PARTITION, FileKind.GLOBAL_DELETE].append(key_row)
+        for p in result.delete_partitions:
+            outputs[orjson.dumps(p).decode(), FileKind.DELETE].append(key_row)
+    return outputs
 
 
 def _key(values: list[Any] | None) -> tuple[Any, ...] | None:
     return tuple(values) if values is not None else None
 
 
-def _source_offset(batch: pa.RecordBatch, index: int) -> SourceOffset:
-    return batch.column("kafka_partition")[index].as_py(), batch.column("offset")[index].as_py()
+_REDUCED = ("key", "op", "after", "prior", "global_delete", "change", "kafka_partition", "offset")
 
 
-def _key_change(op: str, change: dict[str, Any], at: SourceOffset) -> KeyChange:
-    """A change as the parse stage sent it (``fastparse.change_payload``, and ``_unavailable_fields``)."""
+def _key_change(columns: dict[str, list[Any]], index: int) -> KeyChange:
+    """A change as the parse stage sent it (``fastparse.change_columns``, ``_unavailable_fields``)."""
+    after, extra = columns["after"][index], columns["change"][index]
+    extra = orjson.loads(extra) if extra is not None else {}
     return KeyChange(
-        op,
-        change["after"],
-        tuple(tuple(p) for p in change["prior"]),
-        change["global"],
-        frozenset(change.get("unavailable", ())),
-        _key(change.get("from")),
-        _key(change.get("to")),
-        at,
+        columns["op"][index],
+        orjson.loads(after) if after is not None else None,
+        tuple(tuple(orjson.loads(p)) for p in columns["prior"][index]),
+        columns["global_delete"][index],
+        frozenset(extra.get("unavailable", ())),
+        _key(extra.get("from")),
+        _key(extra.get("to")),
+        (columns["kafka_partition"][index], columns["offset"][index]),
     )
 
 
@@ -493,13 +522,12 @@ def write_file(
     layout: TableLayout,
     kind: FileKind,
     partition: PartitionKey,
-    records: list[dict[str, Any]],
+    arrow: pa.Table,
     io_properties: Mapping[str, str],
     batch_tag: str,
 ) -> dict[str, Any]:
-    """One Parquet file of rows (data) or keys (deletes) of one partition, with Iceberg field ids,
-    under a name unique per attempt; its facts as a result row."""
-    arrow = layout.to_arrow(records, key_only=kind != FileKind.DATA)
+    """One Parquet file of rows (data) or keys (deletes) of one partition, with Iceberg field ids
+    (``layout.to_arrow``), under a name unique per attempt; its facts as a result row."""
     partition_path = "" if kind == FileKind.GLOBAL_DELETE else layout.partition_path(partition)
     name = f"{batch_tag}-{uuid.uuid4().hex}-{kind.value}.parquet"
     path = "/".join(p for p in (layout.data_location, partition_path, name) if p)

@@ -17,7 +17,9 @@ from typing import Any
 from urllib.parse import quote_plus
 
 import pyarrow as pa
+import pyarrow.json as pj
 
+from icecdc.domain.jsonlines import json_lines
 from icecdc.domain.tablespec import PartitionField, TableSpecError, decimal_type, parse_partition_field
 
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -244,6 +246,47 @@ class TableLayout:
             else:
                 arrays.append(pa.array(values, f.type))
         return pa.Table.from_arrays(arrays, schema=schema)
+
+    def arrow_from_json(self, images: pa.Array, key_only: bool = False) -> pa.Table:
+        """``to_arrow`` of canonical rows given as JSON objects, one per value of ``images`` (none
+        null), read by Arrow's JSON reader: no Python object per row but for binary values."""
+        schema = self.key_arrow_schema() if key_only else self.arrow_schema()
+        if not len(images):
+            return schema.empty_table()
+        read = pa.schema([(f.name, _json_read_type(f.type)) for f in schema])
+        lines = json_lines(images)
+        table = pj.read_json(
+            pa.BufferReader(lines),
+            read_options=pj.ReadOptions(block_size=max(1 << 20, lines.size + 1)),
+            parse_options=pj.ParseOptions(explicit_schema=read, unexpected_field_behavior="ignore"),
+        )
+        by_name = {c.name: c for c in self.columns}
+        arrays = []
+        for f in schema:
+            values = table.column(f.name)
+            if pa.types.is_binary(f.type):
+                values = pa.array([to_python(by_name[f.name].type, v) for v in values.to_pylist()], f.type)
+            elif values.type != f.type:
+                # Canonical ints (days, microseconds) and decimal text cast exactly; a float
+                # column's float32 is rounded as ``pa.array`` rounds a Python float.
+                values = values.cast(f.type, safe=not pa.types.is_floating(f.type))
+            arrays.append(values.combine_chunks() if isinstance(values, pa.ChunkedArray) else values)
+        return pa.Table.from_arrays(arrays, schema=schema)
+
+
+# How Arrow's JSON reader reads the canonical values of the Arrow types it does not read as is.
+_JSON_READ_TYPES: dict[pa.DataType, pa.DataType] = {
+    pa.int32(): pa.int64(),
+    pa.float32(): pa.float64(),
+    pa.date32(): pa.int32(),
+    pa.timestamp("us"): pa.int64(),
+    pa.timestamp("us", tz="UTC"): pa.int64(),
+    pa.binary(): pa.string(),
+}
+
+
+def _json_read_type(arrow: pa.DataType) -> pa.DataType:
+    return pa.string() if pa.types.is_decimal(arrow) else _JSON_READ_TYPES.get(arrow, arrow)
 
 
 def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str], table: Any) -> TableLayout:

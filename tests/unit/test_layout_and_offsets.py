@@ -1,6 +1,7 @@
 import datetime as dt
 import random
 
+import orjson
 import pyarrow as pa
 import pytest
 
@@ -159,3 +160,35 @@ def test_a_warehouse_on_a_local_path_is_local(warehouse, local):
     from icecdc.ingest.writer import local_warehouse
 
     assert local_warehouse({"warehouse": warehouse} if warehouse else {}) is local
+
+
+def test_arrow_read_from_canonical_json_is_what_to_arrow_makes() -> None:
+    types = [
+        "long",
+        "int",
+        "float",
+        "double",
+        "date",
+        "timestamp",
+        "timestamptz",
+        "string",
+        "binary",
+        "decimal(12, 2)",
+        "boolean",
+    ]
+    columns = tuple(Column(f"c{i}", t, i == 0) for i, t in enumerate(types))
+    layout = TableLayout("t", "t", columns, {c.name: i + 1 for i, c in enumerate(columns)}, ("c0", "c7"), (), 0, "/w")
+    full = dict(
+        zip(
+            [c.name for c in columns],
+            [1, -2, 0.1, 1e300, 19000, 1_700_000_000_000_001, -5, 'h\u00e9"x', "AAEC", "-12.30", True],
+            strict=True,
+        )
+    )
+    rows = [full, {"c0": 2, **{c.name: None for c in columns[1:]}}]
+    images = pa.array([b"ignored", *(orjson.dumps(row) for row in rows)]).slice(1)  # an offset, as a filtered column has
+    assert layout.arrow_from_json(images).equals(layout.to_arrow(rows))
+    assert layout.arrow_from_json(images).schema.equals(layout.arrow_schema(), check_metadata=True)
+    keys = layout.arrow_from_json(pa.array([orjson.dumps({"c0": 1, "c7": "x"})], pa.string()), key_only=True)
+    assert keys.equals(layout.to_arrow([{"c0": 1, "c7": "x"}], key_only=True))
+    assert layout.arrow_from_json(pa.array([], pa.binary())).num_rows == 0
