@@ -257,7 +257,8 @@ class TableLayout:
         lines = json_lines(images)
         table = pj.read_json(
             pa.BufferReader(lines),
-            read_options=pj.ReadOptions(block_size=max(1 << 20, lines.size + 1)),
+            # Blocks of a quarter: the reader parses them on Arrow's threads.
+            read_options=pj.ReadOptions(block_size=max(1 << 18, lines.size // 4 + 1)),
             parse_options=pj.ParseOptions(explicit_schema=read, unexpected_field_behavior="ignore"),
         )
         by_name = {c.name: c for c in self.columns}

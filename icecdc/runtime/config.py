@@ -228,10 +228,11 @@ class IngestConfig(_Strict):
     max_batch_records: int = Field(default=50_000, gt=0)
     # A batch the direct reader polled of at most this many records runs in the driver, with no
     # Spark job (0: always on Spark). A Spark job costs about 1 s a batch whatever its size; the
-    # driver runs the batch on one core. On 2 cores the driver was 1.7-3x faster up to 50,000
-    # records and slower at 200,000 (docs/BENCHMARKS.md); on a cluster of many executors, lower
-    # it to where their parallelism pays for that second.
-    driver_batch_records: int = Field(default=50_000, ge=0)
+    # driver runs the batch in one process. On 2 cores, since the reduce runs over Arrow columns,
+    # the driver was faster at every size measured, 10,000 to 200,000 records (docs/BENCHMARKS.md);
+    # larger batches go to Spark, whose executors hold them instead of the driver. On a cluster of
+    # many executors, lower it to where their parallelism pays for that second.
+    driver_batch_records: int = Field(default=200_000, ge=0)
     # A batch spanning several tables commits to this many at once (1: one after the other).
     commit_threads: int = Field(default=4, ge=1, le=64)
     # How long a micro-batch collects records before it is written (the commit cadence).
