@@ -11,9 +11,11 @@ docs/ingest.md, "One micro-batch").
 
 from __future__ import annotations
 
+import os
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Union
 
 import orjson
@@ -97,11 +99,23 @@ def read_result(rows: Iterable[Mapping[str, Any]], seconds: float, in_driver: bo
     return result
 
 
-def run_in_driver(records: Sequence[pa.RecordBatch], parse: ArrowStage, write: ArrowStage) -> list[dict[str, Any]]:
-    """The job's stages in this process, as one parse task and one write task: the parsed rows
-    ordered as the write stage reads them (``GROUP_ORDER``), so a touched partition gets one file
-    per kind, as it does from one write task on Spark."""
-    parsed = pa.Table.from_batches(list(parse(records)), schema=PARSED).sort_by([(c, "ascending") for c in GROUP_ORDER])
+# Parse tasks of a job in the driver, on threads: one a core, at most four (the Python between
+# Arrow's calls holds the GIL). On 2 cores two took a 200,000-record parse from 1.5 s to 0.8-1.3 s.
+DRIVER_PARSE_TASKS = max(1, min(4, len(os.sched_getaffinity(0))))
+
+
+def run_in_driver(
+    records: Sequence[pa.RecordBatch], parse: ArrowStage, write: ArrowStage, parse_tasks: int = DRIVER_PARSE_TASKS
+) -> list[dict[str, Any]]:
+    """The job's stages in this process: ``parse_tasks`` parse tasks on threads, each over every
+    so many of the record batches, as Spark's parse tasks are (most of a parse runs in Arrow,
+    which lets go of the GIL); then one write task, over the parsed rows ordered as it reads
+    them (``GROUP_ORDER``), so a touched partition gets one file per kind, as it does from one
+    write task on Spark."""
+    shares = [list(records[task::parse_tasks]) for task in range(parse_tasks)]
+    with ThreadPoolExecutor(parse_tasks, thread_name_prefix="icecdc-parse") as tasks:
+        parsed_batches = [batch for out in tasks.map(lambda share: list(parse(share)), shares) for batch in out]
+    parsed = pa.Table.from_batches(parsed_batches, schema=PARSED).sort_by([(c, "ascending") for c in GROUP_ORDER])
     return [row for batch in write(parsed.to_batches()) for row in batch.to_pylist()]
 
 
