@@ -209,6 +209,7 @@ def plan_for(layout: TableLayout, rules: SourceRules, schema: Any) -> Plan | Non
 def _line_breaks(values: pa.Array) -> np.ndarray:
     """Per value, whether it holds a line break (a byte scan: Arrow's substring search is ten
     times slower)."""
+    values = values.cast(pa.binary())  # 32-bit offsets (a large binary column has 64-bit ones)
     broken = np.zeros(len(values), dtype=bool)
     offsets = np.frombuffer(values.buffers()[1], np.int32)[values.offset : values.offset + len(values) + 1]
     data = values.buffers()[2]

@@ -216,8 +216,8 @@ def _unavailable_fields(
     record: dict[str, Any], event: ChangeEvent, layout: TableLayout, rules: SourceRules, headers: Headers, payload: dict[str, Any]
 ) -> dict[str, Any]:
     """The change's unavailable columns and key-change headers, into ``payload`` (the change
-    column's); the record's bytes, for the dead letter it may become. Raises RejectedEvent (``unavailable_values:
-    dead-letter``)."""
+    column's); the record's bytes, for the dead letter it may become. Raises RejectedEvent
+    (``unavailable_values: dead-letter``)."""
     if event.after is None:
         if rules.unavailable_values is UnavailableValues.RESOLVE:
             moved_to = key_from_header(headers(NEW_KEY_HEADER), layout.columns, layout.primary_key)
@@ -393,7 +393,8 @@ def parse_stage(
                         raw_value=record["value"],
                     )
                 out.append(row)
-            for topic, partition, last, count in zip(*(marks.column(i).to_pylist() for i in range(4)), strict=True):
+            mark_columns = ("topic", "partition", "offset_max", "offset_count")
+            for topic, partition, last, count in zip(*(marks.column(name).to_pylist() for name in mark_columns), strict=True):
                 layout = layouts_by_topic.get(topic)
                 out.append(
                     {
