@@ -101,7 +101,8 @@ def read_result(rows: Iterable[Mapping[str, Any]], seconds: float, in_driver: bo
 
 # Parse tasks of a job in the driver, on threads: one a core, at most four (the Python between
 # Arrow's calls holds the GIL). On 2 cores two took a 200,000-record parse from 1.5 s to 0.8-1.3 s.
-DRIVER_PARSE_TASKS = max(1, min(4, len(os.sched_getaffinity(0))))
+_CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # not on macOS
+DRIVER_PARSE_TASKS = max(1, min(4, _CORES))
 
 
 def run_in_driver(
