@@ -12,8 +12,11 @@ unavailable catalog as ``icecdc.domain.transient`` tells it from the chain's cla
 from __future__ import annotations
 
 import functools
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from importlib import resources
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from icecdc.domain.errors import (
@@ -127,6 +130,13 @@ def translated(method: Callable[..., T]) -> Callable[..., T]:
     return wrapper
 
 
+# icecdc's Java classes, compiled once per JVM (its gateway): py4j caches methods by class name,
+# so a second compile of a class (another class loader) would have calls on its instances sent
+# to the first one's methods, which fail ("object is not an instance of declaring class").
+_COMPILED: weakref.WeakKeyDictionary[Any, dict[str, JavaObject]] = weakref.WeakKeyDictionary()
+_COMPILING = threading.Lock()
+
+
 class JavaBridge:
     """The JVM behind one Spark session."""
 
@@ -157,6 +167,30 @@ class JavaBridge:
         shared pool, 53-59 ms with this (docs/BENCHMARKS.md, "Many tables")."""
         concurrent = self.iceberg.relocated.com.google.common.util.concurrent
         return concurrent.MoreExecutors.newDirectExecutorService()
+
+    @property
+    def updates(self) -> JavaObject:
+        """icecdc's own snapshot-update builders (``java/IcecdcUpdates.java``): a table's files
+        and summary in one py4j call each. Compiled on first use, once per JVM (0.4 s)."""
+        with _COMPILING:  # the commit threads of a batch ask at once
+            compiled = _COMPILED.setdefault(self._gateway, {})
+            if "IcecdcUpdates" not in compiled:
+                compiled["IcecdcUpdates"] = self._compiled("IcecdcUpdates")
+            return compiled["IcecdcUpdates"]
+
+    def _compiled(self, class_name: str) -> JavaObject:
+        """An instance of one of icecdc's Java classes (``icecdc/jvm/java``), compiled here by
+        Janino, the compiler Spark ships for its generated code: nothing to build or install,
+        and its classes see Iceberg's, whichever class loader holds them."""
+        source = resources.files("icecdc.jvm").joinpath(f"java/{class_name}.java").read_text(encoding="utf-8")
+        with java_errors():
+            compiler = self.jvm.org.codehaus.janino.SimpleCompiler()
+            compiler.setParentClassLoader(self.iceberg.Table._java_lang_class.getClassLoader())
+            compiler.cook(source)
+            java_class = compiler.getClassLoader().loadClass(class_name)
+            no_types = self._gateway.new_array(self.jvm.java.lang.Class, 0)
+            no_args = self._gateway.new_array(self.jvm.java.lang.Object, 0)
+            return java_class.getConstructor(no_types).newInstance(no_args)
 
     def static_call(self, java_class: JavaObject, method: str) -> JavaObject:
         """Call a no-argument static method through reflection: py4j cannot call a static method

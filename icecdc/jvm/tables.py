@@ -344,9 +344,7 @@ class IcebergTable:
                     return landed
             else:
                 first_before.append(before)
-            update = build()
-            for key, value in tags.items():
-                update = update.set(key, value)
+            update = self.bridge.updates.tagged(build(), orjson.dumps(tags).decode())
             try:
                 update.commit()
             except Exception as error:
@@ -382,28 +380,16 @@ class IcebergTable:
                 ours = replace(ours, interleaved=ours.interleaved + 1)
         return ours
 
-    @functools.cached_property
-    def _parsers(self) -> tuple[JavaObject, JavaObject]:
-        """Iceberg's JSON mapper and ``ContentFileParser``: resolving a class through py4j's
-        ``jvm.org.apache...`` asks the class loader once per name segment (5-7 ms measured), so
-        they are resolved once, not once per file."""
-        iceberg = self.bridge.iceberg
-        return iceberg.util.JsonUtil.mapper(), iceberg.ContentFileParser
-
-    def _content_files(self, descriptions: Sequence[str]) -> list[JavaObject]:
-        """The DataFiles or DeleteFiles that content-file JSON describes, each under the partition
-        spec it names (as of the last refresh). Raises ``MissingPartitionSpec`` when a named spec
-        is gone. Two py4j calls a file: the spec id is read from the JSON here."""
-        mapper, parser = self._parsers
-        specs = self._java.specs()
-        known = {int(spec_id) for spec_id in iterate(specs.keySet())}
-        files = []
+    def _content_files(self, descriptions: Sequence[str]) -> str:
+        """Content-file JSON descriptions as one JSON array, for ``IcecdcUpdates`` to parse in the
+        JVM, each under the partition spec it names (as of the last refresh). Raises
+        ``MissingPartitionSpec`` when a named spec is gone."""
+        known = {int(spec_id) for spec_id in str(self.bridge.updates.specIds(self._java)).split(",")}
         for description in descriptions:
             spec_id = int(orjson.loads(description)["spec-id"])
             if spec_id not in known:
                 raise MissingPartitionSpec(spec_id, str(self.ref))
-            files.append(parser.fromJson(mapper.readTree(description), specs))
-        return files
+        return f"[{','.join(descriptions)}]"
 
     def commit_files(
         self, what: str, data: Sequence[str], deletes: Sequence[str], summary: Mapping[str, str]
@@ -418,12 +404,8 @@ class IcebergTable:
         def build() -> JavaObject:
             # A batch's delta writes a manifest or two: its steps run on the committing thread,
             # not the shared pool (``caller_thread_executor`` says why).
-            delta = self._java.newRowDelta().scanManifestsWith(self.bridge.caller_thread_executor)
-            for file in self._content_files(data):
-                delta = delta.addRows(file)
-            for file in self._content_files(deletes):
-                delta = delta.addDeletes(file)
-            return delta
+            executor = self.bridge.caller_thread_executor
+            return self.bridge.updates.rowDelta(self._java, executor, self._content_files(data), self._content_files(deletes))
 
         return self.commit(what, build, summary)
 
@@ -434,13 +416,6 @@ class IcebergTable:
         when a file's spec is gone."""
 
         def build() -> JavaObject:
-            update = (
-                self._java.newOverwrite()
-                .overwriteByRowFilter(self.bridge.iceberg.expressions.Expressions.alwaysTrue())
-                .scanManifestsWith(self.bridge.caller_thread_executor)
-            )
-            for file in self._content_files(data):
-                update = update.addFile(file)
-            return update
+            return self.bridge.updates.overwriteAll(self._java, self.bridge.caller_thread_executor, self._content_files(data))
 
         return self.commit(what, build, summary)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import io
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -32,13 +33,31 @@ def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) 
 
 
 def write_parquet_with_footer(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> tuple[int, pq.FileMetaData]:
-    """Write a new file; returns its size and its footer (for statistics, without reading it back)."""
+    """Write a new file; returns its size and its footer (for statistics, without reading it back:
+    pyarrow's writer hands over the footer it wrote)."""
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd")
+    footers: list[pq.FileMetaData] = []
+    pq.write_table(table, buffer, compression="zstd", metadata_collector=footers)
     data = buffer.getvalue()
-    with file_io(path, io_properties).new_output(path).create(overwrite=False) as stream:
-        stream.write(data)
-    return len(data), pq.read_metadata(pa.BufferReader(data))
+    local = _local_path(path)
+    if local is not None:
+        # A batch of a connector's many tables writes a thousand files of a few rows: through
+        # Python's own file API each costs 0.2-0.5 ms less than through pyiceberg's stream.
+        if parent := os.path.dirname(local):
+            os.makedirs(parent, exist_ok=True)
+        with open(local, "xb") as out:  # never overwriting, as below
+            out.write(data)
+    else:
+        with file_io(path, io_properties).new_output(path).create(overwrite=False) as stream:
+            stream.write(data)
+    return len(data), footers[0]
+
+
+def _local_path(path: str) -> str | None:
+    """The path on this host's file system of a location without a scheme or with ``file:``."""
+    if path.startswith("file:"):
+        return "/" + path.removeprefix("file:").lstrip("/")
+    return None if "://" in path else path
 
 
 def read_parquet_fields(path: str, field_ids: list[int], io_properties: Mapping[str, str]) -> pa.Table:

@@ -88,6 +88,15 @@ def test_every_package_is_listed_for_the_wheel():
     assert packages == set(PYPROJECT["tool"]["setuptools"]["packages"])
 
 
+def test_every_java_source_is_shipped_in_the_wheel():
+    # Compiled in the JVM at run time (``JavaBridge.updates``): a source the wheel leaves out
+    # fails the first commit of an installed ingester.
+    sources = sorted((ROOT / "icecdc" / "jvm" / "java").glob("*.java"))
+    assert sources
+    shipped = PYPROJECT["tool"]["setuptools"]["package-data"]["icecdc.jvm"]
+    assert all(any(source.match(f"icecdc/jvm/{pattern}") for pattern in shipped) for source in sources)
+
+
 def test_layers_hold_and_decisions_stay_pure():
     # (import-linter puts its working directory first on the import path)
     result = run(str(Path(sys.executable).parent / "lint-imports"), "--config", str(ROOT / "pyproject.toml"), cwd=mirror())
