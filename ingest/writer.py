@@ -467,6 +467,7 @@ class BatchWriter:
         names = [table.name for table in config.tables]
         layouts = self._load_layouts(names, "table {ref} does not exist (icecdc creates it when its config has a schema)")
         bridge = JavaBridge(spark)
+        _ = bridge.updates  # compiled now (0.4 s once per JVM), not in the first batch's commit
         if local_warehouse(config.catalog.properties):
             write_local_files_unchecksummed(bridge)
         self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in names}

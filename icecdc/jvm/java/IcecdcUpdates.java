@@ -1,12 +1,13 @@
 // Compiled in the driver's JVM at run time by Janino, the compiler Spark ships for its own
-// generated code (icecdc/jvm/compiled.py), so icecdc needs no Java build. Janino erases generics:
-// every value taken out of a collection or a JSON tree is cast.
+// generated code (icecdc/jvm/bridge.py, JavaBridge.updates), so icecdc needs no Java build.
+// Janino erases generics: every value taken out of a collection or a JSON tree is cast.
 //
 // Why it exists: each py4j call is a round trip holding Python's GIL, and every Java object it
 // hands back costs another when Python frees it. Building an ingest commit file by file took
-// about 135 round trips for a batch's 24 files (parse the JSON, make the file, add it, and free
-// each), and a batch over 50 tables committed on four threads spent most of its commit time in
-// them. These methods take the whole batch of a table in one call.
+// 136 round trips for a batch's 24 files (parse each file's JSON, make the file, add it), and
+// py4j's finalizer some 5,000 more a batch over 50 tables to free them. These methods take a
+// table's whole batch in one call: 18 round trips a commit (docs/BENCHMARKS.md, "Ingest over
+// 50 tables").
 
 import java.io.IOException;
 import java.util.Iterator;
