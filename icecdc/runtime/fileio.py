@@ -1,5 +1,6 @@
 """Reading and writing Parquet files through pyiceberg's FileIO, so that object stores and their
-credentials work from the same catalog properties the JVM uses, on the driver and on executors."""
+credentials work from the same catalog properties the JVM uses, on the driver and on executors;
+new files on a local path are written with Python's own file API, which is cheaper per file."""
 
 from __future__ import annotations
 
