@@ -495,13 +495,14 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
     """A bounded soak: the ingester and one compactor replica (with maintenance every 10 s) as
     processes, fed 80 rounds of inserts, updates and deletes on a hot day and late changes to
     older days."""
+    interval, retention = 10, 20
     config = coordinated_config(
         stack_config,
         unique,
         maintenance={
-            "interval_seconds": 10,
-            "snapshot_retention_seconds": 20,
-            "manifest_interval_seconds": 10,
+            "interval_seconds": interval,
+            "snapshot_retention_seconds": retention,
+            "manifest_interval_seconds": interval,
             "max_small_manifests": 8,
         },
     )
@@ -540,6 +541,14 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
             180,
             "every partition to settle and lose its delete files",
         )
+
+        def expired() -> bool:
+            events = [MaintenanceEvent.from_json(v) for v in read_all(config, config.maintenance_topic)]
+            return any(e.kind is MaintenanceKind.EXPIRE and e.outcome is MaintenanceOutcome.COMMITTED for e in events)
+
+        # A fast machine may feed and settle the soak before any snapshot is older than the
+        # retention; the rounds after it expire them (a round's other work may take a while).
+        wait_for(expired, retention + 3 * interval + 120, "a snapshot expiry to commit")
     finally:
         stop(ingester)
         stop(compactor)
