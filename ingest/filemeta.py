@@ -5,7 +5,10 @@ DeleteFile with ``ContentFileParser`` in one JVM call, instead of opening every 
 read its footer (about 15 ms a file, the largest cost of a small batch's commit).
 
 The metrics are pyiceberg's, computed from the footer pyarrow just wrote with the table's
-metrics configuration: the same code pyiceberg uses to register the files it writes.
+metrics configuration (its ``write.metadata.metrics.*`` properties, as the layout was loaded):
+the same code pyiceberg uses to register the files it writes. One difference from Iceberg's
+Java writers: pyiceberg has no ``write.metadata.metrics.max-inferred-column-defaults``, so a
+table of more than 100 columns gets bounds for all of them unless its default mode says less.
 """
 
 from __future__ import annotations
@@ -33,14 +36,16 @@ class FileKind(str, enum.Enum):
 # Two entries a table (data files, key-only delete files): a batch of a connector's 50 tables
 # cycled 100 plans through 32 entries and rebuilt one for every file it wrote.
 @functools.lru_cache(maxsize=1024)
-def _statistics_plan(schema_json: str, key_only: tuple[str, ...] | None) -> tuple[Any, Any]:
+def _statistics_plan(
+    schema_json: str, key_only: tuple[str, ...] | None, metrics_properties: tuple[tuple[str, str], ...]
+) -> tuple[Any, Any]:
     from pyiceberg.io.pyarrow import compute_statistics_plan, parquet_path_to_id_mapping
     from pyiceberg.schema import Schema
 
     schema = Schema.model_validate_json(schema_json)
     if key_only is not None:
         schema = schema.select(*key_only)
-    return compute_statistics_plan(schema, {}), parquet_path_to_id_mapping(schema)
+    return compute_statistics_plan(schema, dict(metrics_properties)), parquet_path_to_id_mapping(schema)
 
 
 def _map(values: dict[int, Any], encode: Any = None) -> dict[str, list[Any]]:
@@ -59,7 +64,7 @@ def describe(
     global_delete = kind == FileKind.GLOBAL_DELETE
     if global_delete and layout.global_spec_id is None:
         raise ValueError(f"table {layout.table} has no unpartitioned spec for its global deletes")
-    plan, mapping = _statistics_plan(layout.schema_json, layout.primary_key if deletes else None)
+    plan, mapping = _statistics_plan(layout.schema_json, layout.primary_key if deletes else None, layout.metrics_properties)
     stats = data_file_statistics_from_parquet_metadata(metadata, plan, mapping).to_serialized_dict()
     document: dict[str, Any] = {
         "spec-id": layout.global_spec_id if global_delete else layout.spec_id,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import itertools
 import logging
 import operator
 import uuid
@@ -380,16 +381,17 @@ class IcebergTable:
                 ours = replace(ours, interleaved=ours.interleaved + 1)
         return ours
 
-    def _content_files(self, descriptions: Sequence[str]) -> str:
-        """Content-file JSON descriptions as one JSON array, for ``IcecdcUpdates`` to parse in the
-        JVM, each under the partition spec it names (as of the last refresh). Raises
-        ``MissingPartitionSpec`` when a named spec is gone."""
+    def _content_files(self, *groups: Sequence[str]) -> list[str]:
+        """Each group of content-file JSON descriptions as one JSON array, for ``IcecdcUpdates`` to
+        parse in the JVM, each file under the partition spec it names (as of the last refresh;
+        the table's specs are asked for once for all groups). Raises ``MissingPartitionSpec``
+        when a named spec is gone."""
         known = {int(spec_id) for spec_id in str(self.bridge.updates.specIds(self._java)).split(",")}
-        for description in descriptions:
+        for description in itertools.chain.from_iterable(groups):
             spec_id = int(orjson.loads(description)["spec-id"])
             if spec_id not in known:
                 raise MissingPartitionSpec(spec_id, str(self.ref))
-        return f"[{','.join(descriptions)}]"
+        return [f"[{','.join(group)}]" for group in groups]
 
     def commit_files(
         self, what: str, data: Sequence[str], deletes: Sequence[str], summary: Mapping[str, str]
@@ -405,7 +407,8 @@ class IcebergTable:
             # A batch's delta writes a manifest or two: its steps run on the committing thread,
             # not the shared pool (``caller_thread_executor`` says why).
             executor = self.bridge.caller_thread_executor
-            return self.bridge.updates.rowDelta(self._java, executor, self._content_files(data), self._content_files(deletes))
+            data_files, delete_files = self._content_files(data, deletes)
+            return self.bridge.updates.rowDelta(self._java, executor, data_files, delete_files)
 
         return self.commit(what, build, summary)
 
@@ -416,6 +419,7 @@ class IcebergTable:
         when a file's spec is gone."""
 
         def build() -> JavaObject:
-            return self.bridge.updates.overwriteAll(self._java, self.bridge.caller_thread_executor, self._content_files(data))
+            (data_files,) = self._content_files(data)
+            return self.bridge.updates.overwriteAll(self._java, self.bridge.caller_thread_executor, data_files)
 
         return self.commit(what, build, summary)

@@ -10,6 +10,7 @@ import time
 from contextlib import contextmanager
 
 import orjson
+import pytest
 from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
 
@@ -286,10 +287,26 @@ def test_identity_partitions_of_every_type_hold_their_exact_values(spark, stack_
     assert got == expected
 
 
-def test_file_metrics_described_on_executors_equal_icebergs_own(spark, stack_config, unique):
+@pytest.mark.parametrize(
+    "metrics",
+    [
+        {},
+        {
+            "write.metadata.metrics.default": "counts",
+            "write.metadata.metrics.column.id": "full",
+            "write.metadata.metrics.column.region": "truncate(1)",
+            "write.metadata.metrics.column.amount": "none",
+        },
+    ],
+    ids=["default-modes", "table-modes"],
+)
+def test_file_metrics_described_on_executors_equal_icebergs_own(spark, stack_config, unique, metrics):
     """The files are registered from executor-side descriptions (ingest/filemeta.py), not by
-    reading footers on the driver: their counts and bounds must equal what Iceberg reads."""
+    reading footers on the driver: their counts and bounds must equal what Iceberg reads, with
+    the metrics modes the table's properties set."""
     config = config_for(stack_config, unique)
+    table_config = config.tables[0].model_copy(update={"properties": metrics})
+    config = config.model_copy(update={"tables": [table_config]})
     source = SourceDatabase()
     first = [source.upsert(k, REGIONS[k % 3], 100 * k, k % 2) for k in range(1, 40)]
     second = [source.upsert(k, REGIONS[(k + 1) % 3], 7, 1) for k in range(1, 20)] + [source.delete(k) for k in range(30, 35)]
@@ -312,3 +329,12 @@ def test_file_metrics_described_on_executors_equal_icebergs_own(spark, stack_con
         assert row.null_value_counts == dict(footer.nullValueCounts())
         for registered, read in ((row.lower_bounds, footer.lowerBounds()), (row.upper_bounds, footer.upperBounds())):
             assert {k: bytes(v) for k, v in registered.items()} == {int(k): bytes(read.get(k).array()) for k in read.keySet()}
+    field = {name: int(table.schema().findField(name).fieldId()) for name in ("id", "region", "amount", "updated_at")}
+    for row in rows:
+        bounded = set(row.lower_bounds)
+        if metrics:  # counts by default: bounds for the key in full and the region cut to 1 character
+            assert field["amount"] not in bounded and field["updated_at"] not in bounded
+            assert field["id"] in bounded
+            assert all(len(bytes(v)) <= 1 for k, v in row.upper_bounds.items() if k == field["region"])
+        else:
+            assert field["id"] in bounded
