@@ -2,7 +2,8 @@
 (at users' partition sizes the rows do not fit in Python): it must see a row that differs and a
 row read twice."""
 
-from icecdc.bench.e2e import Workload, differing_rows, generate
+from icecdc.bench.e2e.runner import differing_rows
+from icecdc.bench.e2e.stream import Workload, generate
 
 SCHEMA = "id long, region string, status string, amount decimal(12, 2), updated_at timestamp"
 

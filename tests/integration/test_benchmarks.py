@@ -4,7 +4,7 @@ measurements."""
 import orjson
 import pytest
 
-from icecdc.bench.e2e import METRICS
+from icecdc.bench.e2e.probe import METRICS
 from icecdc.bench.strategies import strategy_names
 from icecdc.demo import postgres_missing
 from tests.processes import icecdc_process

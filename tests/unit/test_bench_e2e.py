@@ -7,25 +7,18 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from icecdc.bench.e2e import (
-    FINAL,
-    WRITING,
-    E2EResults,
-    ProbePoint,
-    ReaderProbe,
-    SnapshotLog,
+from icecdc.bench.e2e.probe import ProbePoint, ReaderProbe
+from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio, portability
+from icecdc.bench.e2e.snapshots import SnapshotLog, amplification_between, settle_to_compacted
+from icecdc.bench.e2e.stream import (
     Workload,
-    amplification_between,
     batch_sizes,
     change_batches,
     generate,
     large_workload,
-    latency_ratio,
     load_chunks,
     new_orders,
-    portability,
     settle_settings,
-    settle_to_compacted,
 )
 from icecdc.bench.portability import (
     AgeSummary,
@@ -189,7 +182,7 @@ def test_the_large_workload_keeps_most_notes_and_writes_every_bucket():
 def test_the_run_makes_the_load_in_chunks_and_the_same_stream_as_in_memory(monkeypatch):
     """At users' sizes the load is made as it is written; the stream is the one ``generate``
     holds in memory, record for record."""
-    monkeypatch.setattr("icecdc.bench.e2e.LOAD_CHUNK_ROWS", 120)
+    monkeypatch.setattr("icecdc.bench.e2e.stream.LOAD_CHUNK_ROWS", 120)
     workload = large_workload(rows=300, changes=50)
     orders = new_orders(workload)
     chunks = list(load_chunks(orders, workload.keys))

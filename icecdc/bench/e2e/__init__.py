@@ -1,0 +1,152 @@
+"""``icecdc bench e2e``: what each maintenance strategy does to reads, to the bill and to the
+writer, over one CDC run.
+
+One event stream (an orders table: a hot current day that moves on, changes soon after a row is
+placed, a share of late changes to any older day, bursty batch sizes) is written by the
+ingester's micro-batch writer into one table per strategy at once
+(``icecdc.bench.strategies``), every micro-batch one Spark job and one commit per table, as the
+ingester does for several tables. The maintenance of each table runs beside it. Every probe
+interval a probe, on a thread of its own while the writer keeps its schedule, measures, per table: file counts (data, small, live
+equality- and position-delete files, bytes, manifests) and query latency (a full count with deletes
+applied, an aggregation, point lookups by key; medians of repeats), and the same for a fully
+compacted copy of the current data as the reference. After the last batch it keeps probing while
+maintenance catches up (the drain: at least ``drain_seconds``, and until the sidecar has answered
+every partition, at most ``drain_max_seconds``), then checks that every table holds exactly the
+stream's final state and reads the rest from each table's snapshot log: bytes ingested, bytes
+maintenance wrote, compaction commits, and for every partition left with equality deletes by its
+last write, how long until a maintenance commit touched it.
+
+Whether the sidecar's table is portable while it is written: every ``age_sample_seconds`` the age
+of its oldest live equality delete (from its metadata), and at every probe a read of it by
+readers that cannot apply equality deletes (pyiceberg's scan, DuckDB's iceberg extension,
+``icecdc.bench.readers``), compared with Spark's read of the same snapshot. The ``large`` workload
+has partitions of users' sizes (a wide text column most updates keep, 16 partitions all written
+every batch), where a rewrite costs what the partition costs: its write amplification over the
+writing phase is reported beside its read ratios.
+
+Here: the command's arguments. The stream's shape is in ``stream``, measuring the tables (probes,
+equality-delete ages) in ``probe``, the run itself in ``runner``, what the snapshot logs say
+afterwards in ``snapshots``, the results and the ratios read from them in ``results``, and their
+tables and plots in ``summaries``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import replace
+
+from icecdc.bench import out_argument, positive_numbers
+from icecdc.bench.e2e.runner import run
+from icecdc.bench.e2e.stream import Workload, large_workload
+from icecdc.bench.e2e.summaries import summary
+from icecdc.domain.errors import UserError
+from icecdc.options import embedded_stack_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    embedded_stack_arguments(parser)
+    parser.add_argument("--minutes", type=float, default=10, help="how long the stream is written (default: 10)")
+    parser.add_argument("--keys", type=int, default=20_000, help="rows in the initial load (default: 20000)")
+    parser.add_argument("--changes", type=int, default=1500, help="changes per micro-batch outside bursts (default: 1500)")
+    parser.add_argument(
+        "--mix",
+        default="0.7,0.2",
+        metavar="UPDATES,INSERTS",
+        help="shares of updates and inserts; deletes are the rest (default: 0.7,0.2)",
+    )
+    parser.add_argument("--batch-seconds", type=float, default=10, help="one micro-batch every this many seconds (default: 10)")
+    parser.add_argument("--probe-seconds", type=float, default=60, help="measure every table this often (default: 60)")
+    parser.add_argument(
+        "--cron-seconds",
+        default="30,120",
+        metavar="K[,K...]",
+        help="periods of the cron strategies, one table each (default: 30,120)",
+    )
+    parser.add_argument(
+        "--drain-seconds",
+        type=float,
+        default=90,
+        help="how long maintenance runs on after the last batch, at least (default: 90)",
+    )
+    parser.add_argument(
+        "--drain-max-seconds",
+        type=float,
+        help="the drain goes on until the sidecar has answered every partition, at most this long "
+        "(default: --drain-seconds + 300)",
+    )
+    parser.add_argument("--lookups", type=int, default=100, help="point lookups per table per probe (default: 100)")
+    parser.add_argument(
+        "--strategies",
+        metavar="S[,S...]",
+        help="only these strategies (icecdc always; fewer tables, more probes while writing); default: all",
+    )
+    parser.add_argument(
+        "--partitioning",
+        choices=("days", "region"),
+        default="days",
+        help="days: region and day, yesterday's partitions settle; region: four partitions written every batch, "
+        "none settles while the stream runs (default: days)",
+    )
+    parser.add_argument("--format-version", type=int, choices=(2, 3), default=2, help="Iceberg format of the tables (default: 2)")
+    parser.add_argument(
+        "--workload",
+        choices=("small", "large"),
+        default="small",
+        help="small: the orders stream of --keys rows, --partitioning; large: users' partition sizes, --rows rows over "
+        "16 partitions (bucket(16, id)) all written every batch, a 400-character note nine updates in ten keep, "
+        "--changes a batch (default: small)",
+    )
+    parser.add_argument(
+        "--rows",
+        type=int,
+        default=20_000_000,
+        help="rows in the large workload's initial load (default: 20000000, about 230 MB a partition; the bench holds "
+        "the model of the rows in memory, about 0.5 KB a row)",
+    )
+    parser.add_argument(
+        "--age-sample-seconds",
+        type=float,
+        default=2.0,
+        help="sample the age of the sidecar table's oldest live equality delete this often (default: 2)",
+    )
+    parser.add_argument(
+        "--hot-read-budget", type=float, help="the sidecar's compactor.hot_read_budget (default: the configuration's default)"
+    )
+    out_argument(parser, "plots")
+
+
+def main(args: argparse.Namespace) -> int:
+    try:
+        updates, inserts = (float(x) for x in args.mix.split(","))
+    except ValueError:
+        raise UserError(f"--mix wants two shares, updates and inserts, like 0.7,0.2; got {args.mix!r}") from None
+    if min(updates, inserts) < 0 or updates + inserts > 1:
+        raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
+    cron_seconds = positive_numbers(args.cron_seconds, "--cron-seconds")
+    if args.workload == "large":
+        workload = replace(large_workload(args.rows, args.changes), updates=updates, inserts=inserts)
+    else:
+        workload = Workload(
+            keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning
+        )
+    strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
+    results = run(
+        args.minutes,
+        args.out,
+        args.state_dir.resolve(),
+        workload=workload,
+        batch_seconds=args.batch_seconds,
+        probe_seconds=args.probe_seconds,
+        cron_seconds=cron_seconds,
+        drain_seconds=args.drain_seconds,
+        drain_max_seconds=args.drain_max_seconds,
+        lookups=args.lookups,
+        strategies=strategies,
+        format_version=args.format_version,
+        hot_read_budget=args.hot_read_budget,
+        age_sample_seconds=args.age_sample_seconds,
+        workload_name=args.workload,
+    )
+    print(summary(results))
+    print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")
+    return 0

@@ -1,0 +1,279 @@
+"""Measuring the e2e bench's tables while they are written: files, query latency against a
+compacted copy, reads by readers that cannot apply equality deletes, and the age of the
+sidecar table's oldest live equality delete."""
+
+from __future__ import annotations
+
+import random
+import statistics
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pyiceberg.manifest import ManifestContent
+
+from icecdc.bench.harness import progress
+from icecdc.bench.portability import (
+    KeyDigest,
+    ReadOutcome,
+    digest_exactness,
+    oldest_equality_delete_age,
+)
+from icecdc.bench.strategies import (
+    ICECDC,
+)
+from icecdc.compactor.sizes import SizeClass, size_class
+from icecdc.domain.files import DataFileContent
+from icecdc.runtime.catalog import pyiceberg_catalog
+from icecdc.runtime.config import CompactorConfig, Config
+from icecdc.workload import OrdersWorkload
+
+COLUMNS = ("id", "region", "status", "amount", "updated_at")
+METRICS = (
+    "count_ms",
+    "aggregate_ms",
+    "lookup_ms",
+    "data_files",
+    "small_files",
+    "equality_delete_files",
+    "position_delete_files",
+    "bytes",
+    "manifests",
+)
+TITLES = {
+    "count_ms": "full count, deletes applied (ms, median)",
+    "aggregate_ms": "aggregation (ms, median)",
+    "lookup_ms": "point lookup by key (ms, median)",
+    "data_files": "live data files",
+    "small_files": "small data files",
+    "equality_delete_files": "live equality-delete files",
+    "position_delete_files": "live position-delete files",
+    "bytes": "live bytes",
+    "manifests": "manifests in the current snapshot",
+}
+REFERENCE = "compacted"
+say = progress("e2e")
+
+
+@dataclass(frozen=True)
+class ProbePoint:
+    """One table measured by one probe: when (seconds into the run), its files, its latencies."""
+
+    t: float
+    t_end: float
+    count_ms: float
+    aggregate_ms: float
+    lookup_ms: float
+    data_files: int
+    small_files: int
+    equality_delete_files: int
+    position_delete_files: int
+    bytes: int
+    manifests: int
+
+
+@dataclass(frozen=True)
+class ReaderProbe:
+    """The sidecar's table read by each reader that cannot apply equality deletes, one snapshot."""
+
+    t: float
+    snapshot_id: int | None
+    outcomes: dict[str, ReadOutcome]  # reader -> exact / wrong / refused, against Spark's read
+    read_ms: dict[str, float]
+
+
+def file_counts(table: Any, settings: CompactorConfig) -> dict[str, int]:
+    """Live files of a pyiceberg table and the manifests listing them (every query that cannot
+    prune a manifest by partition opens it), from its metadata."""
+    counts = dict.fromkeys(
+        ("data_files", "small_files", "equality_delete_files", "position_delete_files", "bytes", "manifests"), 0
+    )
+    current = table.current_snapshot()
+    if current is None:
+        return counts
+    counts["manifests"] = len(current.manifests(table.io))
+    for row in table.inspect.files().select(["content", "file_size_in_bytes"]).to_pylist():
+        size = row["file_size_in_bytes"]
+        counts["bytes"] += size
+        content = DataFileContent(row["content"])
+        if content is DataFileContent.DATA:
+            counts["data_files"] += 1
+            counts["small_files"] += size_class(size, settings) is SizeClass.SMALL
+        elif content is DataFileContent.EQUALITY_DELETES:
+            counts["equality_delete_files"] += 1
+        else:
+            counts["position_delete_files"] += 1
+    return counts
+
+
+def _ms(query: str, spark: Any) -> float:
+    started = time.perf_counter()
+    spark.sql(query).collect()
+    return (time.perf_counter() - started) * 1000
+
+
+def query_latency(spark: Any, names: dict[str, str], keys: list[int], repeats: int) -> dict[str, dict[str, float]]:
+    """Median latency, per table, of a full count (deletes applied), an aggregation and point
+    lookups. The tables take turns, query by query and key by key, so that what else the machine
+    is doing meanwhile (the writer, the strategies' own rewrites) falls on all of them alike."""
+    queries: dict[str, list[str]] = {  # {t}: the table
+        "count_ms": ["SELECT count(*) FROM {t}"] * repeats,
+        "aggregate_ms": ["SELECT region, status, count(*), sum(amount) FROM {t} GROUP BY region, status"] * repeats,
+        "lookup_ms": [f"SELECT * FROM {{t}} WHERE id = {k}" for k in keys],
+    }
+    timings: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in names}
+    for metric, runs in queries.items():
+        for query in runs:
+            for strategy, name in names.items():
+                timings[strategy][metric].append(_ms(query.format(t=name), spark))
+    return {s: {metric: statistics.median(values) for metric, values in t.items()} for s, t in timings.items()}
+
+
+class Probe:
+    """Measures every strategy's table and a compacted copy of the current data."""
+
+    def __init__(
+        self,
+        spark: Any,
+        config: Config,
+        names: dict[str, str],
+        orders: OrdersWorkload,
+        lookups: int,
+        repeats: int,
+        run_id: int,
+        started: float,
+        partition_by: Sequence[str],
+    ) -> None:
+        self._spark = spark
+        self._started = started
+        self._catalog = pyiceberg_catalog(config)
+        self._lookups = lookups
+        self._orders = orders
+        self._repeats = repeats
+        self._settings = config.compactor
+        self._partitioning = ", ".join(partition_by)
+        self.reference = f"{config.catalog.name}.bench.e2e_{REFERENCE}_{run_id}"
+        self._names = {**names, REFERENCE: self.reference}
+        self.series: dict[str, list[ProbePoint]] = {s: [] for s in self._names}
+        self.readers: list[ReaderProbe] = []
+        self._duckdb: Any = None  # opened on the first probe, used by one thread at a time
+        # Iceberg answers count(*) from file metadata when no delete applies: off, so that every
+        # table is counted by reading it, as a count with deletes must be.
+        spark.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
+
+    def __call__(self) -> None:
+        began = time.monotonic() - self._started
+        # Keys of the stream's final state: mid-run some do not exist yet, which costs a lookup
+        # all the same.
+        keys = self._orders.sample_keys(random.Random(len(self.series[REFERENCE])), self._lookups)
+        # Copied from the sidecar's table at this moment: the same rows, each partition in one file.
+        self._spark.sql(
+            f"CREATE OR REPLACE TABLE {self.reference} USING iceberg PARTITIONED BY ({self._partitioning}) "
+            f"TBLPROPERTIES ('format-version' = '2') AS SELECT * FROM {self._names[ICECDC]}"
+        )
+        files = {}
+        for strategy, name in self._names.items():
+            self._spark.sql(f"REFRESH TABLE {name}")
+            files[strategy] = file_counts(self._catalog.load_table(name.split(".", 1)[1]), self._settings)
+        latency = query_latency(self._spark, self._names, keys, self._repeats)
+        self.readers.append(self._read_portably())
+        ended = time.monotonic() - self._started
+        for strategy in self._names:
+            counts, took = files[strategy], latency[strategy]
+            self.series[strategy].append(
+                ProbePoint(
+                    t=round(began, 1),
+                    t_end=round(ended, 1),
+                    count_ms=took["count_ms"],
+                    aggregate_ms=took["aggregate_ms"],
+                    lookup_ms=took["lookup_ms"],
+                    data_files=counts["data_files"],
+                    small_files=counts["small_files"],
+                    equality_delete_files=counts["equality_delete_files"],
+                    position_delete_files=counts["position_delete_files"],
+                    bytes=counts["bytes"],
+                    manifests=counts["manifests"],
+                )
+            )
+        line = ", ".join(
+            f"{s} {p[-1].count_ms:.0f}/{p[-1].lookup_ms:.0f} ms {p[-1].equality_delete_files} eq-del"
+            for s, p in self.series.items()
+        )
+        readers = ", ".join(f"{r} {o.value}" for r, o in self.readers[-1].outcomes.items())
+        say(f"t={began:.0f}-{ended:.0f}s count/lookup: {line}; the sidecar's table read by {readers}")
+
+    def _read_portably(self) -> ReaderProbe:
+        """The sidecar's table read by pyiceberg and DuckDB (its keys), against Spark's read of the
+        same snapshot (Spark applies equality deletes; the final check holds it to the stream)."""
+        from icecdc.bench.readers import duckdb_connection, key_digest, read_duckdb, read_pyiceberg
+
+        name = self._names[ICECDC]
+        began = round(time.monotonic() - self._started, 1)
+        table = self._catalog.load_table(name.split(".", 1)[1])
+        snapshot = table.current_snapshot()
+        if snapshot is None:
+            return ReaderProbe(began, None, {}, {})
+        self._spark.sql(f"REFRESH TABLE {name}")  # Spark's cached table may not know the snapshot yet
+        spark_read = self._spark.sql(
+            f"SELECT count(*), count(DISTINCT id), coalesce(sum(id), 0) FROM {name} VERSION AS OF {snapshot.snapshot_id}"
+        ).first()
+        expected = KeyDigest(int(spark_read[0]), int(spark_read[1]), int(spark_read[2]))
+        if self._duckdb is None:
+            self._duckdb = duckdb_connection()
+        outcomes, took = {}, {}
+        for read in (lambda: read_pyiceberg(table, ("id",)), lambda: read_duckdb(table, ("id",), self._duckdb)):
+            started = time.perf_counter()
+            result = read()
+            took[result.reader.value] = (time.perf_counter() - started) * 1000
+            outcomes[result.reader.value] = digest_exactness(expected, key_digest(result))
+        return ReaderProbe(began, snapshot.snapshot_id, outcomes, took)
+
+
+def equality_delete_age(table: Any, now_ms: int) -> float | None:
+    """``portability.oldest_equality_delete_age`` of a pyiceberg table: the snapshot that added
+    each live equality-delete file, from the current snapshot's delete manifests (data manifests
+    are not opened), and the commit times of the snapshots still listed."""
+    current = table.current_snapshot()
+    if current is None:
+        return None
+    added_by = [
+        entry.snapshot_id
+        for manifest in current.manifests(table.io)
+        if manifest.content is ManifestContent.DELETES
+        for entry in manifest.fetch_manifest_entry(table.io)
+        if entry.data_file.content is DataFileContent.EQUALITY_DELETES
+    ]
+    return oldest_equality_delete_age(added_by, {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}, now_ms)
+
+
+class AgeSampler:
+    """Samples the age of a table's oldest live equality delete every ``every_seconds``, on a
+    thread of its own, from ``start`` to ``stop``."""
+
+    def __init__(self, config: Config, name: str, every_seconds: float, started: float) -> None:
+        self._catalog = pyiceberg_catalog(config)
+        self._identifier = name.split(".", 1)[1]
+        self._every, self._started = every_seconds, started
+        self.samples: list[tuple[float, float | None]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="age-sampler", daemon=True)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._every):
+            try:
+                table = self._catalog.load_table(self._identifier)
+                age = equality_delete_age(table, int(time.time() * 1000))
+            except Exception as exc:  # noqa: BLE001 - a lost sample is said, the run goes on
+                say(f"age sample failed: {type(exc).__name__}: {str(exc)[:200]}")
+                continue
+            self.samples.append((round(time.monotonic() - self._started, 1), age))
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()

@@ -1,0 +1,108 @@
+"""The e2e bench's stream: the shape of its CDC stream (an orders table, small or of users'
+partition sizes), its batches as a pure function of that shape, and the settle windows scaled
+to its clock."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from icecdc.workload import ORDERS_PARTITIONING, OrdersWorkload
+
+
+@dataclass(frozen=True)
+class Workload:
+    """The stream's shape; the batches are a pure function of it."""
+
+    keys: int = 20_000
+    changes: int = 1_500  # per micro-batch outside bursts
+    updates: float = 0.7
+    inserts: float = 0.2  # deletes: the rest
+    late_share: float = 0.002  # a few late changes a batch: each old day reopens now and then
+    batches_per_day: int = 6
+    burst_share: float = 0.25
+    burst_factor: float = 4.0
+    seed: int = 17
+    # ``days``: region and day, so yesterday's partitions settle as the day moves on; ``region``:
+    # four partitions the writer writes every batch, which never settle while it runs;
+    # ``buckets``: 16 partitions by key, all written every batch (the large workload's).
+    partitioning: str = "days"
+    # The large workload's wide text column: characters per row (0: none) and the share of
+    # updates that keep it.
+    note_chars: int = 0
+    note_keep: float = 0.9
+
+    @property
+    def partition_by(self) -> list[str]:
+        return PARTITIONINGS[self.partitioning]
+
+
+# The default stream: 20,000 keys, 1,500 changes a batch, partitioned by region and day.
+SMALL_WORKLOAD = Workload()
+PARTITIONINGS = {"days": ORDERS_PARTITIONING, "region": ["region"], "buckets": ["bucket(16, id)"]}
+# The initial load is written in commits of at most this many rows (one Spark job each).
+LOAD_CHUNK_ROWS = 200_000
+
+
+def large_workload(rows: int, changes: int = 1_500) -> Workload:
+    """Users' partition sizes: ``rows`` (20M: about 230 MB a partition, 190 bytes a row as written) over 16 partitions written
+    every batch, a 400-character text column nine updates in ten keep, the small workloads'
+    change rate; no late changes (every partition is hot anyway)."""
+    return Workload(keys=rows, changes=changes, late_share=0.0, partitioning="buckets", note_chars=400, note_keep=0.9)
+
+
+def batch_sizes(batches: int, workload: Workload) -> list[int]:
+    """Changes per micro-batch: ``burst_factor`` times the base in a ``burst_share`` of them."""
+    draw = random.Random(workload.seed)
+    return [
+        round(workload.changes * (workload.burst_factor if draw.random() < workload.burst_share else 1)) for _ in range(batches)
+    ]
+
+
+def new_orders(workload: Workload) -> OrdersWorkload:
+    """The model of the stream's rows, before its initial load."""
+    return OrdersWorkload(
+        seed=workload.seed,
+        today=0,
+        recent_keys=workload.changes * 2,
+        late_share=workload.late_share,
+        note_chars=workload.note_chars,
+        note_keep=workload.note_keep,
+    )
+
+
+def load_chunks(orders: OrdersWorkload, rows: int) -> Iterator[list[tuple[bytes, bytes]]]:
+    """The initial load, made as it is written, ``LOAD_CHUNK_ROWS`` records at a time: at users'
+    partition sizes its records do not fit in memory at once."""
+    for start in range(0, rows, LOAD_CHUNK_ROWS):
+        yield [c.record for c in orders.load(min(LOAD_CHUNK_ROWS, rows - start))]
+
+
+def change_batches(orders: OrdersWorkload, batches: int, workload: Workload) -> list[list[tuple[bytes, bytes]]]:
+    """``batches`` micro-batches of changes after the initial load; ``orders`` then holds the
+    state they leave."""
+    out = []
+    for number, size in enumerate(batch_sizes(batches, workload), 1):
+        orders.today = number // workload.batches_per_day
+        out.append([c.record for c in orders.changes(size, workload.updates, workload.inserts)])
+    return out
+
+
+def generate(batches: int, workload: Workload) -> tuple[list[list[tuple[bytes, bytes]]], OrdersWorkload]:
+    """The initial load and ``batches`` micro-batches of changes, all in memory, and the state
+    they leave (the run itself makes the load as it writes it)."""
+    orders = new_orders(workload)
+    load = [record for chunk in load_chunks(orders, workload.keys) for record in chunk]
+    return [load, *change_batches(orders, batches, workload)], orders
+
+
+def settle_settings(batch_seconds: float) -> dict[str, float]:
+    """Settle windows scaled to the benchmark's clock: a partition written every batch is hot,
+    one left alone for a few batches has settled (15-60 s for the default 10 s batches)."""
+    return {
+        "cadence_multiple": 3,
+        "min_seconds": 1.5 * batch_seconds,
+        "initial_seconds": 3 * batch_seconds,
+        "max_seconds": 6 * batch_seconds,
+    }

@@ -1,0 +1,217 @@
+"""The e2e bench's results as markdown tables and plots."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from icecdc.bench.e2e.probe import METRICS, REFERENCE, TITLES
+from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio
+from icecdc.bench.portability import (
+    ReadOutcome,
+)
+from icecdc.bench.report import markdown_table, pyplot
+from icecdc.bench.strategies import (
+    ICECDC,
+)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def _share(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def portability_summary(results: E2EResults) -> str:
+    """The sidecar table's portability: its oldest live equality delete and the readers' probes."""
+    p = results.portability
+    if p is None:
+        return ""
+    rows = [
+        [
+            phase,
+            f"{_seconds(ages.p50_seconds)} / {_seconds(ages.p95_seconds)} / {_seconds(ages.max_seconds)}",
+            _share(ages.none_share),
+            ages.samples,
+            *(_share(exact.get(r)) for r in ("pyiceberg", "duckdb")),
+            sum(1 for probe in results.readers if (probe.t <= results.writes_ended_t) == (phase == "writing")),
+        ]
+        for phase, ages, exact in (
+            ("writing", p.oldest_equality_delete_writing, p.exact_writing),
+            ("after", p.oldest_equality_delete_after, p.exact_after),
+        )
+    ]
+    sidecar = results.strategies.get(ICECDC)
+    amplification = sidecar.writing_amplification if sidecar is not None else None
+    return (
+        f"\nThe sidecar's table, portable? The age of its oldest live equality delete, sampled every "
+        f"{results.age_sample_seconds:g}s (a sample with none counts as 0 s), and reads by readers that cannot apply "
+        f"equality deletes, each compared with Spark's read of the same snapshot. Write amplification while writing "
+        f"((sidecar + writer bytes) / writer bytes, between the first and the last batch): "
+        f"{'-' if amplification is None else f'{amplification:.2f}'}.\n\n"
+        + markdown_table(
+            [
+                "phase",
+                "oldest eq delete p50 / p95 / max s",
+                "samples with none live",
+                "samples",
+                "pyiceberg exact",
+                "DuckDB exact",
+                "reader probes",
+            ],
+            rows,
+        )
+        + "\n"
+    )
+
+
+def _ratios(results: E2EResults, strategy: str, metric: str) -> str:
+    return " / ".join(
+        "-" if (r := latency_ratio(results, strategy, metric, phase)) is None else f"{r:.2f}x" for phase in (WRITING, FINAL)
+    )
+
+
+def summary(results: E2EResults) -> str:
+    rows = []
+    for strategy, m in results.strategies.items():
+        settled = m.settle_to_compacted
+        last = m.series[-1]
+        rows.append(
+            [
+                strategy,
+                *(_ratios(results, strategy, k) for k in ("count_ms", "aggregate_ms", "lookup_ms")),
+                last.data_files,
+                last.equality_delete_files,
+                last.position_delete_files,
+                last.manifests,
+                f"{m.rewritten_bytes / 1e6:.1f}",
+                f"{m.write_amplification:.2f}",
+                "-" if m.writing_amplification is None else f"{m.writing_amplification:.2f}",
+                m.compaction_commits,
+                f"{m.maintenance.conflicts}/{m.maintenance.runs}",
+                f"{m.writer_commit_p50 * 1000:.0f} / {m.writer_commit_p99 * 1000:.0f}",
+                len(m.writer_failures),
+                f"{settled.compacted}/{settled.settled_partitions}",
+                "-" if settled.median_seconds is None else f"{settled.median_seconds:.0f}",
+                m.settled_partitions_with_equality_deletes,
+            ]
+        )
+    reference = results.reference[-1]
+    ingested = next(iter(results.strategies.values())).ingested_bytes
+    return (
+        (
+            ""
+            if results.load_compacted_seconds is None
+            else f"The initial load compacted by the sidecar in {results.load_compacted_seconds:.0f}s before the stream; "
+        )
+        + f"{results.batches} micro-batches, one every {results.batch_seconds:g}s, then {results.drained_seconds:.0f}s "
+        f"of drain; workload {results.workload_name}; {results.workload.keys:,} starting keys"
+        + (f" with a {results.workload.note_chars}-character note" if results.workload.note_chars else "")
+        + f"; partitioned by {', '.join(results.workload.partition_by)}; "
+        f"format v{results.format_version}; hot read budget {results.hot_read_budget or 'default'}; probes every {results.probe_seconds:g}s; "
+        f"{results.machine}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
+        f"Latency columns: each query's latency over the compacted copy's in the same probe, the median over the "
+        f"probes wholly in the second half of the writes / in the final probe, after the drain (final copy: "
+        f"{reference.count_ms:.0f} ms count, {reference.aggregate_ms:.0f} ms aggregation, {reference.lookup_ms:.0f} ms "
+        f"lookup, {reference.data_files} files, {reference.manifests} manifests).\n\n"
+        + markdown_table(
+            [
+                "strategy",
+                "count vs compacted, writing / final",
+                "aggregation vs compacted",
+                "lookup vs compacted",
+                "data files at end",
+                "eq-delete files at end",
+                "pos-delete files at end",
+                "manifests at end",
+                "MB rewritten",
+                "write amplification",
+                "(maintenance + writer) / writer while writing",
+                "compaction commits",
+                "conflicts / attempts",
+                "writer commit p50 / p99 ms",
+                "writer failures",
+                "settled partitions compacted",
+                "last write to compacted, median s",
+                "settled partitions with eq deletes",
+            ],
+            rows,
+        )
+        + "\n"
+        + portability_summary(results)
+    )
+
+
+def plot(results: E2EResults, path: Path) -> None:
+    """``path``: every metric on one page; beside it one PNG per metric (``e2e-<metric>.png``)."""
+    plt = pyplot()
+    lines = {**{s: r.series for s, r in results.strategies.items()}, REFERENCE: results.reference}
+
+    def draw(ax: Any, metric: str) -> None:
+        for strategy, series in lines.items():
+            ax.plot(
+                [p.t for p in series],
+                [getattr(p, metric) for p in series],
+                marker=".",
+                label=strategy,
+                linestyle="--" if strategy == REFERENCE else "-",
+            )
+        ax.axvline(results.writes_ended_t, color="grey", linestyle=":", linewidth=1)  # the last batch
+        ax.set_title(TITLES[metric], fontsize=9)
+        ax.set_xlabel("seconds into the run", fontsize=8)
+        ax.grid(alpha=0.3)
+
+    fig, axes = plt.subplots(3, 3, figsize=(15, 10))
+    for ax, metric in zip(axes.flat, METRICS, strict=True):
+        draw(ax, metric)
+    axes.flat[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    for metric in METRICS:
+        fig, ax = plt.subplots(figsize=(7, 4))
+        draw(ax, metric)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path.with_name(f"e2e-{metric}.png"), dpi=100)
+        plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for strategy, result in results.strategies.items():
+        ax.plot(
+            [t for t, _ in result.commit_seconds],
+            [s * 1000 for _, s in result.commit_seconds],
+            marker=".",
+            linestyle="",
+            label=strategy,
+        )
+    ax.set_title("writer commit latency (ms)", fontsize=9)
+    ax.set_xlabel("seconds into the run", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path.with_name("e2e-writer_commit_ms.png"), dpi=100)
+    plt.close(fig)
+    plot_portability(results, path.with_name("e2e-portability.png"))
+
+
+def plot_portability(results: E2EResults, path: Path) -> None:
+    """The sidecar table's oldest live equality delete over the run (0: none live), and each
+    reader probe's outcome at its time."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    ax.plot([t for t, _ in results.equality_delete_ages], [a or 0.0 for _, a in results.equality_delete_ages], label="age (s)")
+    for offset, reader in enumerate(sorted({r for p in results.readers for r in p.outcomes})):
+        for outcome, marker in ((ReadOutcome.EXACT, "o"), (ReadOutcome.REFUSED, "x"), (ReadOutcome.WRONG, "s")):
+            times = [p.t for p in results.readers if p.outcomes.get(reader) is outcome]
+            if times:
+                ax.plot(times, [-1.0 - offset] * len(times), marker=marker, linestyle="", label=f"{reader} {outcome.value}")
+    ax.axvline(results.writes_ended_t, color="grey", linestyle=":", linewidth=1)
+    ax.set_title("oldest live equality delete in the sidecar's table (s); reader probes below 0", fontsize=9)
+    ax.set_xlabel("seconds into the run", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
