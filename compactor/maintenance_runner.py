@@ -1,14 +1,20 @@
 """Running one kind of maintenance on one table, on the replica that holds the table's
-maintenance slot: check cheaply that it would do anything (a run stops the table's compactions
-on every replica until it ends, so an idle one must not be announced), confirm the lease,
-announce it, wait for the compactions already under way, wait for the writer's quiet window,
-run it, and report a maintenance event, metrics and a log line.
+maintenance slot: check cheaply that it would do anything (a run that commits stops the table's
+compactions on every replica until it ends, so an idle one must not be announced), confirm the
+lease, announce it, wait for the compactions already under way and for the writer's quiet window
+(a run that commits), run it, and report a maintenance event, metrics and a log line.
+
+A run that does not commit (orphan removal) waits for nothing and holds nothing back: the sidecar
+begins it in its loop and runs it beside the loop (``start``), so the daily listing of a large
+table's location does not hold the portability conversions (it took 16-20 s on bench e2e's 2 GB
+table, and equality deletes lived that long).
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Protocol
 
 from icecdc.compactor.compaction_runner import Leases
@@ -66,6 +72,9 @@ class MaintenanceRunner:
         self._publisher = publisher
         self._serve = serve  # serves the group protocol and reads events for up to the given seconds
         self._clock = clock
+        # Runs beside the loop (``start``): one at a time, on a thread of their own.
+        self._beside = ThreadPoolExecutor(1, thread_name_prefix="icecdc-maintenance")
+        self._in_flight: dict[tuple[str, MaintenanceKind], Future[MaintenanceEvent | None]] = {}
 
     def due(self, tables: Iterable[str], owns: Callable[[str], bool], now: float) -> list[tuple[str, MaintenanceKind]]:
         """(table, kind) pairs due now on the tables whose maintenance slot this replica holds."""
@@ -75,29 +84,91 @@ class MaintenanceRunner:
         """Run one kind of maintenance on a table; None when a check found nothing to do (not
         worth an event, a lease check or a quiet window)."""
         started = self._clock()
-        started_ms = int(started * 1000)
         self._schedule.done(table, kind, started)
-        result: MaintenanceResult | None = None
-        reason: str | None = None
         try:
-            maintenance = self._maintenance(table)
-            if not maintenance.worth_running(kind, started_ms, self._settings):
+            maintenance = self._begin(table, kind, started)
+            if maintenance is None:
                 return None
-            what = f"{kind.value} on {table}"
-            self._leases.confirm(maintenance_slot(table, self._leases.ownership.slots), what)
-            self._publisher.maintenance(
-                MaintenanceEvent(
-                    table=table,
-                    kind=kind,
-                    outcome=MaintenanceOutcome.STARTED,
-                    replica=self._replica,
-                    started_ms=started_ms,
-                    finished_ms=started_ms,
-                )
+        except CatalogOutage:
+            raise
+        except Exception as exc:  # noqa: BLE001 - a failed run, reported and logged by _failed; the loop goes on
+            return self._failed(table, kind, started, exc)
+        return self._run(table, kind, started, maintenance)
+
+    def start(self, table: str, kind: MaintenanceKind) -> bool:
+        """Begin a run of a kind that does not commit (``MaintenanceKind.commits``) here (its
+        check, lease and started event, which use this thread's Kafka clients) and run it beside
+        the loop, on a thread of its own; ``finished`` hands over its event. Returns whether it
+        started (not when the check found nothing to do, or the last run of it is still going:
+        then it is due again an interval later). A catalog outage in the run makes it due again
+        rather than stopping the sidecar: the loop meets the outage on its own calls."""
+        if kind.commits:
+            raise ValueError(f"{kind.value} commits: it runs in the loop (run)")
+        started = self._clock()
+        self._schedule.done(table, kind, started)
+        if (table, kind) in self._in_flight:
+            return False
+        try:
+            maintenance = self._begin(table, kind, started)
+        except CatalogOutage:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as in run
+            self._failed(table, kind, started, exc)
+            return False
+        if maintenance is None:
+            return False
+
+        def beside() -> MaintenanceEvent | None:
+            try:
+                return self._run(table, kind, started, maintenance)
+            except CatalogOutage as exc:
+                self._schedule.due_again(table, kind)
+                return self._report(table, kind, int(started * 1000), MaintenanceOutcome.FAILED, str(exc), None)
+
+        self._in_flight[table, kind] = self._beside.submit(beside)
+        return True
+
+    def finished(self) -> list[MaintenanceEvent]:
+        """The events of the runs beside the loop that ended since the last call."""
+        done = [key for key, future in self._in_flight.items() if future.done()]
+        events = [self._in_flight.pop(key).result() for key in done]
+        return [event for event in events if event is not None]
+
+    @property
+    def running_beside(self) -> bool:
+        return bool(self._in_flight)
+
+    def close(self) -> None:
+        """Wait for the runs beside the loop (the session they run on stops after this)."""
+        self._beside.shutdown(wait=True)
+
+    def _begin(self, table: str, kind: MaintenanceKind, started: float) -> Maintenance | None:
+        """The cheap check, the lease and the started event; None when there is nothing to do."""
+        maintenance = self._maintenance(table)
+        if not maintenance.worth_running(kind, int(started * 1000), self._settings):
+            return None
+        what = f"{kind.value} on {table}"
+        self._leases.confirm(maintenance_slot(table, self._leases.ownership.slots), what)
+        started_ms = int(started * 1000)
+        self._publisher.maintenance(
+            MaintenanceEvent(
+                table=table,
+                kind=kind,
+                outcome=MaintenanceOutcome.STARTED,
+                replica=self._replica,
+                started_ms=started_ms,
+                finished_ms=started_ms,
             )
+        )
+        if kind.commits:
             self._wait_for_compactions(table, what)
-            now_ms = int(self._clock() * 1000)
             self._gate.wait_for_quiet(table)  # expiry and manifest rewrites commit metadata too
+        return maintenance
+
+    def _run(self, table: str, kind: MaintenanceKind, started: float, maintenance: Maintenance) -> MaintenanceEvent:
+        result: MaintenanceResult
+        try:
+            now_ms = int(self._clock() * 1000)
             if kind is EXPIRE:
                 starts = [r.starting_snapshot_id for r in self._activity.running_compactions(table, self._clock())]
                 result = maintenance.expire(now_ms, self._settings, starts)
@@ -108,15 +179,20 @@ class MaintenanceRunner:
             outcome = MaintenanceOutcome.COMMITTED if result.committed else MaintenanceOutcome.NOTHING_TO_DO
         except CatalogOutage:
             raise
-        except (LeaseLost, CommitConflict) as exc:
+        except Exception as exc:  # noqa: BLE001 - as in run
+            return self._failed(table, kind, started, exc)
+        return self._report(table, kind, int(started * 1000), outcome, None, result)
+
+    def _failed(self, table: str, kind: MaintenanceKind, started: float, exc: Exception) -> MaintenanceEvent:
+        if isinstance(exc, (LeaseLost, CommitConflict)):
             # It did nothing (its lease moved, or a concurrent commit changed what it worked on):
             # due again at once, on whichever replica holds the slot now.
             self._schedule.due_again(table, kind)
-            outcome, reason = MaintenanceOutcome.FAILED, str(exc)
-        except Exception as exc:
+            reason = str(exc)
+        else:
             log.exception("%s on %s failed", kind.value, table)
-            outcome, reason = MaintenanceOutcome.FAILED, f"{type(exc).__name__}: {exc}"
-        return self._report(table, kind, started_ms, outcome, reason, result)
+            reason = f"{type(exc).__name__}: {exc}"
+        return self._report(table, kind, int(started * 1000), MaintenanceOutcome.FAILED, reason, None)
 
     def _wait_for_compactions(self, table: str, what: str) -> None:
         """Wait until no compaction of ``table`` is in flight on any replica. Once the run's

@@ -1,6 +1,8 @@
 """``icecdc compact``: the sidecar loop. Each turn it serves the group protocol, reads events,
 reconciles with table metadata when due, and does one piece of work that ``turns`` picks: a
 maintenance run due on a table it maintains, or a compaction of the best due partition it owns.
+A maintenance run that commits nothing (orphan removal) is only begun in the loop and runs
+beside it (``MaintenanceRunner.start``).
 Everything else lives in one class each: the event feed (``feed``), the group (``membership``),
 metadata reads (``reconcile``), the runners (``compaction_runner``, ``maintenance_runner``), the
 status (``status``); ``create_sidecar`` wires them to Kafka, the catalog and Spark.
@@ -136,6 +138,7 @@ class CompactorSidecar:
         for table in self.tracker.take_unlisted():
             self.reconciler.reconcile(table)
         events: list[CompactionEvent] = []
+        self.stats.maintenance.extend(self.maintenance.finished())
         while True:  # a maintenance check that finds nothing to do hands the turn on (it is no longer due)
             now = self._clock()
             due = self.maintenance.due(
@@ -155,6 +158,10 @@ class CompactorSidecar:
             ahead = turns.convert_first(step, coming, holding, now, margin, per_job, self._converted_ahead)
             self._converted_ahead, step = ahead is not step, ahead
             self._maintenance_deferred = bool(due) and isinstance(step, turns.Compact)
+            if isinstance(step, turns.Maintain) and not step.kind.commits:
+                # Begun here and run beside the loop: the turn goes on.
+                self.maintenance.start(step.table, step.kind)
+                continue
             if isinstance(step, turns.Maintain):
                 began = self._clock()
                 done = self.maintenance.run(step.table, step.kind)
@@ -196,7 +203,7 @@ class CompactorSidecar:
         waiting = any(self.membership.owns(s.table, s.path) for s in self.tracker.waiting(now))
         # Asked from another thread while a job runs: its partition is neither due nor waiting,
         # and what lands meanwhile is answered after it.
-        waiting = waiting or any(p.compacting for p in self.tracker)
+        waiting = waiting or any(p.compacting for p in self.tracker) or self.maintenance.running_beside
         return turns.idle(
             joined=self.membership.joined,
             quiet_seconds=self._quiet.quiet_seconds(now),
@@ -225,6 +232,8 @@ class CompactorSidecar:
         return self.stats
 
     def close(self) -> None:
+        self.maintenance.close()  # a run beside the loop reports its end through the publisher
+        self.stats.maintenance.extend(self.maintenance.finished())
         self.status.write(force=True)
         self.feed.close()
         self.membership.close()

@@ -163,11 +163,12 @@ UNTIMED_MAINTENANCE_SECONDS = 60.0
 
 def holding_seconds(step: Step, pace: RewritePace, maintenance_seconds: Mapping[tuple[str, MaintenanceKind], float]) -> float:
     """How long ``step`` is expected to hold the loop: a compaction, its estimated cost at this
-    replica's pace; a maintenance run, its last run on the table (``maintenance_seconds``), or
-    ``UNTIMED_MAINTENANCE_SECONDS`` if it has none."""
+    replica's pace; a maintenance run that commits, its last run on the table
+    (``maintenance_seconds``), or ``UNTIMED_MAINTENANCE_SECONDS`` if it has none; one that does
+    not, nothing (it runs beside the loop: ``MaintenanceRunner.start``)."""
     if isinstance(step, Compact):
         return pace.seconds_for(step.candidates)
-    if isinstance(step, Maintain):
+    if isinstance(step, Maintain) and step.kind.commits:
         return maintenance_seconds.get((step.table, step.kind), UNTIMED_MAINTENANCE_SECONDS)
     return 0.0
 

@@ -44,6 +44,8 @@ class TableActivity:
             running.pop(key, None)
 
     def on_maintenance(self, event: MaintenanceEvent) -> None:
+        if not event.kind.commits:  # it holds no compaction back
+            return
         if event.outcome is MaintenanceOutcome.STARTED:
             self.maintenance[event.table] = (event.replica, event.started_ms / 1000)
         elif self.maintenance.get(event.table, ("", 0.0))[0] == event.replica:

@@ -54,6 +54,14 @@ class MaintenanceKind(str, enum.Enum):
     ORPHANS = "remove-orphans"
     MANIFESTS = "rewrite-manifests"
 
+    @property
+    def commits(self) -> bool:
+        """Whether a run commits to the table. One that does not (orphan removal: it spares every
+        file younger than ``orphan_age_seconds``, at least an hour, so the files of a batch or a
+        compaction in flight) holds no compaction back and waits for no quiet window; the sidecar
+        runs it beside its loop (docs/coordinator.md, "Maintenance")."""
+        return self is not MaintenanceKind.ORPHANS
+
 
 class MaintenanceOutcome(str, enum.Enum):
     STARTED = "started"

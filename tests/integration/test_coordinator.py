@@ -566,3 +566,7 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
         maintenance
     )
     assert not [e for e in maintenance if e.outcome is MaintenanceOutcome.FAILED], maintenance
+    # The orphan listing (first due one interval after start) ran beside the loop and ended.
+    assert any(e.kind is MaintenanceKind.ORPHANS and e.outcome is not MaintenanceOutcome.STARTED for e in maintenance), (
+        maintenance
+    )

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import orjson
@@ -24,13 +27,15 @@ from icecdc.compactor.rewrite import CompactionResult
 from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
-from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, MaintenanceResult, MaintenanceSchedule
+from icecdc.coordinator.maintenance import EXPIRE, MANIFESTS, ORPHANS, MaintenanceResult, MaintenanceSchedule
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.domain.errors import CatalogOutage, CommitConflict, CompareAndSetLost
 from icecdc.domain.events import (
     CommitEvent,
     CompactionCounts,
     CompactionEvent,
+    CompactionKind,
+    CompactionOutcome,
     MaintenanceEvent,
     MaintenanceKind,
     MaintenanceOutcome,
@@ -320,6 +325,7 @@ def test_a_committed_compaction_of_a_settled_partition_reports_how_long_after_se
 class FakeMaintenance:
     def __init__(self, worth: bool = True, error: Exception | None = None) -> None:
         self.worth, self.error, self.ran = worth, error, []
+        self.listed = threading.Event()  # lets an orphan listing end
 
     def worth_running(self, kind, now_ms, settings) -> bool:
         return self.worth
@@ -335,11 +341,18 @@ class FakeMaintenance:
         return MaintenanceResult(MANIFESTS, False)
 
     def remove_orphans(self, now_ms, settings) -> MaintenanceResult:
-        raise AssertionError("not due in these tests")
+        self.ran.append(("orphans", []))
+        if not self.listed.wait(30):
+            raise AssertionError("the listing was never let go")
+        return MaintenanceResult(ORPHANS, True, cutoff_ms=5, files_deleted=3)
+
+
+def never_served(seconds: float) -> None:
+    raise AssertionError("waited for the compactions in flight")
 
 
 def maintenance_runner(
-    maintenance: FakeMaintenance, leases: FakeLeases | None = None
+    maintenance: FakeMaintenance, leases: FakeLeases | None = None, serve: Callable[[float], None] = lambda seconds: None
 ) -> tuple[MaintenanceRunner, Published, MaintenanceSchedule]:
     published = Published()
     settings = MaintenanceConfig()
@@ -355,7 +368,7 @@ def maintenance_runner(
             gate=FakeGate(),
             maintenance=lambda table: maintenance,
             publisher=published,
-            serve=lambda seconds: None,
+            serve=serve,
             clock=Clock(),
         ),
         published,
@@ -385,6 +398,37 @@ def test_maintenance_that_did_nothing_is_due_again_at_once(error):
     event = run.run("db.t", EXPIRE)
     assert event is not None and event.outcome is MaintenanceOutcome.FAILED
     assert EXPIRE in schedule.due("db.t", 1000.0)
+
+
+def test_orphan_removal_is_begun_in_the_loop_and_runs_beside_it():
+    maintenance = FakeMaintenance()
+    run, published, schedule = maintenance_runner(maintenance, serve=never_served)
+    in_flight = CompactionEvent(
+        table="db.t",
+        partition={},
+        partition_path="p",
+        kind=CompactionKind.CONVERT,
+        outcome=CompactionOutcome.STARTED,
+        replica="r2",
+        started_ms=999_000,
+        finished_ms=999_000,
+    )
+    run._activity.on_compaction(in_flight)
+    # Started with a compaction in flight on another replica: nothing waits for it.
+    assert run.start("db.t", ORPHANS) and run.running_beside
+    assert [e.outcome for e in published] == [MaintenanceOutcome.STARTED]
+    assert run.finished() == [] and ORPHANS not in schedule.due("db.t", 1.0)
+    assert not run.start("db.t", ORPHANS)  # its last run still going: not a second one
+    maintenance.listed.set()
+    for _ in range(3000):  # bounded: the fake listing ends as soon as it is let go
+        if events := run.finished():
+            break
+        time.sleep(0.01)
+    assert [(e.kind, e.outcome, e.files_deleted) for e in events] == [(ORPHANS, MaintenanceOutcome.COMMITTED, 3)]
+    assert not run.running_beside and maintenance.ran == [("orphans", [])]
+    with pytest.raises(ValueError, match="commits"):
+        run.start("db.t", EXPIRE)
+    run.close()
 
 
 # ---- the turn ----
@@ -440,19 +484,33 @@ def test_coming_conversions_go_ahead_of_a_rewrite_that_would_hold_them_past_thei
 
 def test_coming_conversions_go_ahead_of_a_maintenance_run_as_long_as_its_last():
     coming = [dataclasses.replace(job_candidate("a", 10, hot=True, work=Work.CONVERT), due_by=112.0, reason="r")]
-    orphans = turns.Maintain("db.t", MaintenanceKind.ORPHANS)
-    never_timed = turns.holding_seconds(orphans, turns.RewritePace(), {})
+    merge = turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
+    never_timed = turns.holding_seconds(merge, turns.RewritePace(), {})
     assert never_timed == turns.UNTIMED_MAINTENANCE_SECONDS
-    converted = turns.convert_first(orphans, coming, never_timed, 100.0, 5.0)
+    converted = turns.convert_first(merge, coming, never_timed, 100.0, 5.0)
     assert (
         isinstance(converted, turns.Compact)
-        and "ahead of a remove-orphans expected to take 60.0s" in converted.candidates[0].reason
+        and "ahead of a rewrite-manifests expected to take 60.0s" in converted.candidates[0].reason
     )
     # Only conversions coming due within it: a target of days converts nothing early.
     far = [dataclasses.replace(coming[0], due_by=100.0 + 86_400)]
-    assert turns.convert_first(orphans, far, never_timed, 100.0, 43_200.0) == orphans
-    quick = turns.holding_seconds(orphans, turns.RewritePace(), {("db.t", MaintenanceKind.ORPHANS): 0.2})
-    assert turns.convert_first(orphans, coming, quick, 100.0, 5.0) == orphans
+    assert turns.convert_first(merge, far, never_timed, 100.0, 43_200.0) == merge
+    quick = turns.holding_seconds(merge, turns.RewritePace(), {("db.t", MaintenanceKind.MANIFESTS): 0.2})
+    assert turns.convert_first(merge, coming, quick, 100.0, 5.0) == merge
+
+
+def test_orphan_removal_holds_neither_the_loop_nor_the_compactions():
+    """It commits nothing and spares every file younger than an hour: it runs beside the loop,
+    so no conversion goes ahead of it, and its started event pauses no compaction."""
+    orphans = turns.Maintain("db.t", MaintenanceKind.ORPHANS)
+    assert turns.holding_seconds(orphans, turns.RewritePace(), {("db.t", MaintenanceKind.ORPHANS): 20.0}) == 0.0
+    assert not MaintenanceKind.ORPHANS.commits and MaintenanceKind.EXPIRE.commits and MaintenanceKind.MANIFESTS.commits
+    activity = TableActivity(max_seconds=600)
+    started = MaintenanceEvent("db.t", MaintenanceKind.ORPHANS, MaintenanceOutcome.STARTED, "r1", 1_000, 1_000)
+    activity.on_maintenance(started)
+    assert not activity.maintenance_running("db.t", 2.0)
+    activity.on_maintenance(dataclasses.replace(started, kind=MaintenanceKind.EXPIRE))
+    assert activity.maintenance_running("db.t", 2.0)
 
 
 def test_the_rewrite_pace_is_what_this_replicas_jobs_measured():
