@@ -100,8 +100,9 @@ class MaintenanceRunner:
         check, lease and started event, which use this thread's Kafka clients) and run it beside
         the loop, on a thread of its own; ``finished`` hands over its event. Returns whether it
         started (not when the check found nothing to do, or the last run of it is still going:
-        then it is due again an interval later). A catalog outage in the run makes it due again
-        rather than stopping the sidecar: the loop meets the outage on its own calls."""
+        then it is due again an interval later). A catalog that stays out past the retries fails
+        the run, reported as such; it is due again an interval later, as a run the outage cut
+        off in the loop is (the loop meets the outage on its own calls and waits there)."""
         if kind.commits:
             raise ValueError(f"{kind.value} commits: it runs in the loop (run)")
         started = self._clock()
@@ -122,7 +123,6 @@ class MaintenanceRunner:
             try:
                 return self._run(table, kind, started, maintenance)
             except CatalogOutage as exc:
-                self._schedule.due_again(table, kind)
                 return self._report(table, kind, int(started * 1000), MaintenanceOutcome.FAILED, str(exc), None)
 
         self._in_flight[table, kind] = self._beside.submit(beside)
