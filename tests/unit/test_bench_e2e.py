@@ -146,8 +146,11 @@ def test_portability_splits_samples_and_probes_at_the_last_batch():
         ReaderProbe(90.0, 2, {"pyiceberg": exact, "duckdb": exact}, {}),
         ReaderProbe(130.0, 3, {"pyiceberg": exact, "duckdb": exact}, {}),
     ]
+    results.reference = [ProbePoint(45.0, 60.0, *[0] * 9)]  # a probe from 45 to 60 s: the sample at 50 in it
     report = portability(results)
     assert report.oldest_equality_delete_writing.samples == 2 and report.oldest_equality_delete_writing.none_share == 0.5
+    outside = report.oldest_equality_delete_outside_probes
+    assert outside is not None and outside.samples == 1 and outside.none_share == 1.0
     assert report.oldest_equality_delete_after.none_share == 1.0
     assert report.exact_writing == {"duckdb": 1.0, "pyiceberg": 0.5}
     assert report.exact_after == {"duckdb": 1.0, "pyiceberg": 1.0}

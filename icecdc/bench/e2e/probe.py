@@ -16,15 +16,8 @@ from typing import Any
 from pyiceberg.manifest import ManifestContent
 
 from icecdc.bench.harness import progress
-from icecdc.bench.portability import (
-    KeyDigest,
-    ReadOutcome,
-    digest_exactness,
-    oldest_equality_delete_age,
-)
-from icecdc.bench.strategies import (
-    ICECDC,
-)
+from icecdc.bench.portability import KeyDigest, ReadOutcome, digest_exactness, oldest_equality_delete_age
+from icecdc.bench.strategies import ICECDC
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.files import DataFileContent
 from icecdc.runtime.catalog import pyiceberg_catalog

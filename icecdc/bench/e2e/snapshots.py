@@ -8,9 +8,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from icecdc.bench.portability import (
-    write_amplification,
-)
+from icecdc.bench.portability import write_amplification
 from icecdc.domain.files import DataFileContent
 from icecdc.domain.summary import COMPACTOR
 

@@ -7,13 +7,9 @@ from typing import Any
 
 from icecdc.bench.e2e.probe import METRICS, REFERENCE, TITLES
 from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio
-from icecdc.bench.portability import (
-    ReadOutcome,
-)
+from icecdc.bench.portability import AgeSummary, ReadOutcome
 from icecdc.bench.report import markdown_table, pyplot
-from icecdc.bench.strategies import (
-    ICECDC,
-)
+from icecdc.bench.strategies import ICECDC
 
 
 def _seconds(value: float | None) -> str:
@@ -29,12 +25,18 @@ def portability_summary(results: E2EResults) -> str:
     p = results.portability
     if p is None:
         return ""
-    rows = [
-        [
+
+    def ages_row(phase: str, ages: AgeSummary) -> list[object]:
+        return [
             phase,
             f"{_seconds(ages.p50_seconds)} / {_seconds(ages.p95_seconds)} / {_seconds(ages.max_seconds)}",
             _share(ages.none_share),
             ages.samples,
+        ]
+
+    rows = [
+        [
+            *ages_row(phase, ages),
             *(_share(exact.get(r)) for r in ("pyiceberg", "duckdb")),
             sum(1 for probe in results.readers if (probe.t <= results.writes_ended_t) == (phase == "writing")),
         ]
@@ -43,6 +45,8 @@ def portability_summary(results: E2EResults) -> str:
             ("after", p.oldest_equality_delete_after, p.exact_after),
         )
     ]
+    if p.oldest_equality_delete_outside_probes is not None:
+        rows.insert(1, [*ages_row("writing, outside the probes", p.oldest_equality_delete_outside_probes), "-", "-", 0])
     sidecar = results.strategies.get(ICECDC)
     amplification = sidecar.writing_amplification if sidecar is not None else None
     return (
