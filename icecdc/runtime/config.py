@@ -234,6 +234,9 @@ class IngestConfig(_Strict):
     # many executors, lower it to where their parallelism pays for that second.
     driver_batch_records: int = Field(default=200_000, ge=0)
     # A batch spanning several tables commits to this many at once (1: one after the other).
+    # Eight took a 50-table batch 1.15x faster than four on 2 cores (five runs; the driver's heap
+    # peaked higher, not measured at a 2 GB driver): a source of many tables may set 8
+    # (docs/BENCHMARKS.md, "Ingest over 50 tables: four commit threads against eight").
     commit_threads: int = Field(default=4, ge=1, le=64)
     # How long a micro-batch collects records before it is written (the commit cadence).
     trigger_seconds: float = Field(default=5.0, gt=0)
