@@ -236,7 +236,7 @@ class IngestConfig(_Strict):
     # A batch spanning several tables commits to this many at once (1: one after the other).
     # Eight took a 50-table batch 1.15x faster than four on 2 cores (five runs; the driver's heap
     # peaked higher, not measured at a 2 GB driver): a source of many tables may set 8
-    # (docs/BENCHMARKS.md, "Ingest over 50 tables: four commit threads against eight").
+    # (docs/BENCHMARKS.md, "Ingest over 50 tables: four commit threads against eight, and where a file's time goes").
     commit_threads: int = Field(default=4, ge=1, le=64)
     # How long a micro-batch collects records before it is written (the commit cadence).
     trigger_seconds: float = Field(default=5.0, gt=0)
