@@ -42,9 +42,9 @@ from icecdc.domain.events import CompactionEvent, CompactionOutcome, Maintenance
 from icecdc.domain.idle import CatalogWaits, IdleClock
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import IcebergTable
+from icecdc.jvm.tables import IcebergTable, write_local_files_in_process
 from icecdc.runtime import kafka
-from icecdc.runtime.catalog import catalog_check
+from icecdc.runtime.catalog import catalog_check, local_warehouse
 from icecdc.runtime.config import Config
 from icecdc.runtime.health import Health, serving
 from icecdc.runtime.outages import CatalogRetry
@@ -263,6 +263,8 @@ def create_sidecar(
     gate = CommitGate(coordination, feed.writer, feed.poll, clock=clock)
     status = StatusWriter(config, replica, tracker, membership.owns, clock)
     bridge = JavaBridge(spark)
+    if local_warehouse(config.catalog.properties):
+        write_local_files_in_process(bridge)
     tables: dict[str, IcebergTable] = {}
     key_index = KeyIndex(settings.key_index_max_bytes) if settings.key_index_max_bytes else None
 

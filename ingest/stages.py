@@ -44,12 +44,12 @@ from icecdc.ingest.debezium import (
 )
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.fastparse import FAST_COLUMNS, FastParser, change_columns, key_text
-from icecdc.ingest.filemeta import FileKind, describe
+from icecdc.ingest.filemeta import FileKind, describe, parquet_footer
 from icecdc.ingest.plan import erased_by_truncate
 from icecdc.ingest.prefixes import CUT_PREFIX
 from icecdc.ingest.reduce import GLOBAL_PARTITION, plain_rows, reduce_plain_keys
 from icecdc.ingest.unavailable import unavailable_detail
-from icecdc.runtime.fileio import write_parquet_with_footer
+from icecdc.runtime.fileio import write_new_parquet
 
 _DDL_TYPES = {
     pa.string(): "string",
@@ -532,13 +532,13 @@ def write_file(
     partition_path = "" if kind == FileKind.GLOBAL_DELETE else layout.partition_path(partition)
     name = f"{batch_tag}-{uuid.uuid4().hex}-{kind.value}.parquet"
     path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
-    size, footer = write_parquet_with_footer(arrow, path, io_properties)
+    data = write_new_parquet(arrow, path, io_properties)
     return {
         "table": layout.table,
         "op": kind,
         "path": path,
         "partition": orjson.dumps(partition).decode(),
         "record_count": arrow.num_rows,
-        "file_size": size,
-        "description": describe(layout, kind, path, partition, size, footer),
+        "file_size": len(data),
+        "description": describe(layout, kind, path, partition, len(data), arrow.num_rows, parquet_footer(data)),
     }

@@ -44,9 +44,9 @@ from icecdc.ingest.prefixes import SchemaPrefixes
 from icecdc.ingest.publish import CommitEventPublisher, DeadLetterTopic
 from icecdc.ingest.unavailable import Key, unavailable_detail
 from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, write_local_files_unchecksummed
+from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, write_local_files_in_process
 from icecdc.runtime import failpoints
-from icecdc.runtime.catalog import load_metadata_table, metadata_call, pyiceberg_catalog
+from icecdc.runtime.catalog import load_metadata_table, local_warehouse, metadata_call, pyiceberg_catalog
 from icecdc.runtime.config import Config
 from icecdc.runtime.outages import CatalogRetry
 
@@ -436,11 +436,6 @@ class BatchRunner:
             )
 
 
-def local_warehouse(catalog_properties: Mapping[str, str]) -> bool:
-    """Whether the catalog's warehouse is a path on this host's file system."""
-    return catalog_properties.get("warehouse", "").startswith(("/", "file:"))
-
-
 def _unresolvable_detail(row: unavailable.UnresolvedRow) -> str:
     why = "the row has no earlier version to take them from (neither in the batch nor in the table)"
     return unavailable_detail(row.key, row.image.unresolved, why)
@@ -469,7 +464,7 @@ class BatchWriter:
         bridge = JavaBridge(spark)
         _ = bridge.updates  # compiled now (0.4 s once per JVM), not in the first batch's commit
         if local_warehouse(config.catalog.properties):
-            write_local_files_unchecksummed(bridge)
+            write_local_files_in_process(bridge)
         self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in names}
         rules = {table.name: table.source_rules for table in config.tables}
         for name, layout in layouts.items():

@@ -218,9 +218,10 @@ def run(
     shape: str = "generator",
     prefix_cuts: Sequence[bool] = (True,),
     jobs: Sequence[str] = ("driver",),
+    driver_memory: str = "6g",
 ) -> ShapeResults:
     results = ShapeResults(machine(), batches)
-    with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": "6g"}}) as stack:
+    with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": driver_memory}}) as stack:
         for size in changes:
             for cut in prefix_cuts:  # side by side, size by size
                 for job in jobs:
@@ -368,6 +369,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="where the writer runs a batch's job (ingest.driver_batch_records): in the driver, on Spark, "
         "or both side by side at each point (default: driver)",
     )
+    parser.add_argument(
+        "--driver-memory",
+        default="6g",
+        help="the driver JVM's heap (spark.driver.memory; the deployment examples give it 2g) (default: 6g)",
+    )
     out_argument(parser)
 
 
@@ -378,7 +384,17 @@ def main(args: argparse.Namespace) -> int:
     cuts = {"on": (True,), "off": (False,), "both": (False, True)}[args.prefix_cut]
     jobs = ("driver", "spark") if args.job == "both" else (args.job,)
     results = run(
-        changes, tables, args.fan_out_changes, args.batches, args.out, args.state_dir.resolve(), threads, args.shape, cuts, jobs
+        changes,
+        tables,
+        args.fan_out_changes,
+        args.batches,
+        args.out,
+        args.state_dir.resolve(),
+        threads,
+        args.shape,
+        cuts,
+        jobs,
+        args.driver_memory,
     )
     print_results(args.out, "ingest-shape", summary(results))
     return 0

@@ -173,14 +173,10 @@ class TableLayout:
     partition: tuple[PartitionTerm, ...]
     spec_id: int
     data_location: str  # where data and delete files are written
-    schema_json: str = ""  # the table schema, as pyiceberg serialises it (for file statistics)
     format_version: int = 2  # 3: position deletes are deletion vectors
     # A partition spec of the table without fields, where global equality deletes (applying to
     # every partition) are registered; None when the table has none yet, or is unpartitioned.
     global_spec_id: int | None = None
-    # The table's ``write.metadata.metrics.*`` properties: which column metrics (none, counts,
-    # truncate(N), full) the files the ingester writes register, as Iceberg's own writers do.
-    metrics_properties: tuple[tuple[str, str], ...] = ()
 
     @property
     def key_field_ids(self) -> list[int]:
@@ -331,16 +327,6 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         partition=partition,
         spec_id=spec.spec_id,
         data_location=location,
-        schema_json=schema.model_dump_json(),
         format_version=int(table.metadata.format_version),
         global_spec_id=unpartitioned[0] if unpartitioned else None,
-        metrics_properties=metrics_properties(table.properties),
     )
-
-
-METRICS_PROPERTY_PREFIX = "write.metadata.metrics."
-
-
-def metrics_properties(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """A table's column-metrics properties, sorted (a layout's, and a cache key)."""
-    return tuple(sorted((k, v) for k, v in properties.items() if k.startswith(METRICS_PROPERTY_PREFIX)))

@@ -172,11 +172,19 @@ class JavaBridge:
     def updates(self) -> JavaObject:
         """icecdc's own snapshot-update builders (``java/IcecdcUpdates.java``): a table's files
         and summary in one py4j call each. Compiled on first use, once per JVM (0.4 s)."""
+        return self._compiled_once("IcecdcUpdates")
+
+    @property
+    def local_files(self) -> JavaObject:
+        """What icecdc changes in Hadoop's local file system (``java/IcecdcLocalFiles.java``)."""
+        return self._compiled_once("IcecdcLocalFiles")
+
+    def _compiled_once(self, class_name: str) -> JavaObject:
         with _COMPILING:  # the commit threads of a batch ask at once
             compiled = _COMPILED.setdefault(self._gateway, {})
-            if "IcecdcUpdates" not in compiled:
-                compiled["IcecdcUpdates"] = self._compiled("IcecdcUpdates")
-            return compiled["IcecdcUpdates"]
+            if class_name not in compiled:
+                compiled[class_name] = self._compiled(class_name)
+            return compiled[class_name]
 
     def _compiled(self, class_name: str) -> JavaObject:
         """An instance of one of icecdc's Java classes (``icecdc/jvm/java``), compiled here by

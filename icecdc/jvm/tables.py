@@ -73,17 +73,19 @@ class CommittedSnapshot:
     interleaved: int = 0
 
 
-def write_local_files_unchecksummed(bridge: JavaBridge) -> None:
-    """Hadoop's local file system (the one a warehouse on a local path goes through) writes each
-    file's .crc beside it; without Hadoop's native library (pyspark ships none) creating a file
-    forks `chmod`, once for the file and once for its checksum. An ingest commit writes four
-    metadata files, so this halves the forks of each (measured: 11-20 ms a metadata file with
-    checksums, 5-6 ms without). The instance is the JVM's cached one (Hadoop caches file
-    systems by scheme): files are still read and their checksums verified where one exists."""
+def write_local_files_in_process(bridge: JavaBridge) -> None:
+    """Hadoop's local file system (the one a warehouse on a local path goes through), without
+    Hadoop's native library (pyspark ships none), forks `chmod` for each file it creates, and
+    writes each file's .crc beside it, forking again. An ingest commit writes four metadata
+    files. Here the JVM's cached instance (Hadoop caches file systems by scheme) stops writing
+    checksums (files are still read and their checksums verified where one exists: measured,
+    11-20 ms a metadata file with checksums, 5-6 ms without) and sets permissions with a system
+    call in process (``java/IcecdcLocalFiles.java``)."""
     with java_errors():
-        jvm = bridge.jvm
-        local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(bridge.spark._jsc.hadoopConfiguration())
-        local.setWriteChecksum(False)
+        conf = bridge.spark._jsc.hadoopConfiguration()
+        bridge.jvm.org.apache.hadoop.fs.FileSystem.getLocal(conf).setWriteChecksum(False)
+        if bridge.local_files.install(conf):
+            log.info("Hadoop's local file system sets permissions in process (no chmod process a file)")
 
 
 class JavaSummary(Mapping[str, str]):

@@ -9,7 +9,7 @@ only: it cannot scan tables that carry equality deletes.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, TypeVar
 from urllib.parse import quote
@@ -122,6 +122,11 @@ def metadata_call(retry: CatalogRetry | None, what: str, function: Callable[[], 
             return function()
 
     return retry.call(what, attempt) if retry is not None else attempt()
+
+
+def local_warehouse(catalog_properties: Mapping[str, str]) -> bool:
+    """Whether the catalog's warehouse is a path on this host's file system."""
+    return catalog_properties.get("warehouse", "").startswith(("/", "file:"))
 
 
 def pyiceberg_catalog(config: Config) -> Catalog:

@@ -30,15 +30,13 @@ def file_io(path: str, io_properties: Mapping[str, str]) -> Any:
 
 def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> int:
     """Write a new file (never overwriting one); returns its size."""
-    return write_parquet_with_footer(table, path, io_properties)[0]
+    return len(write_new_parquet(table, path, io_properties))
 
 
-def write_parquet_with_footer(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> tuple[int, pq.FileMetaData]:
-    """Write a new file; returns its size and its footer (for statistics, without reading it back:
-    pyarrow's writer hands over the footer it wrote)."""
+def write_new_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> bytes:
+    """Write a new file (never overwriting one); returns its bytes, which end with its footer."""
     buffer = io.BytesIO()
-    footers: list[pq.FileMetaData] = []
-    pq.write_table(table, buffer, compression="zstd", metadata_collector=footers)
+    pq.write_table(table, buffer, compression="zstd")
     data = buffer.getvalue()
     local = _local_path(path)
     if local is not None:
@@ -51,7 +49,7 @@ def write_parquet_with_footer(table: pa.Table, path: str, io_properties: Mapping
     else:
         with file_io(path, io_properties).new_output(path).create(overwrite=False) as stream:
             stream.write(data)
-    return len(data), footers[0]
+    return data
 
 
 def _local_path(path: str) -> str | None:

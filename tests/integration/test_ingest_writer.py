@@ -6,6 +6,8 @@ schema-change redos, spec recovery, several tables, failures) are unit tests wit
 
 from __future__ import annotations
 
+import os
+import stat
 import time
 from contextlib import contextmanager
 
@@ -338,3 +340,28 @@ def test_file_metrics_described_on_executors_equal_icebergs_own(spark, stack_con
             assert all(len(bytes(v)) <= 1 for k, v in row.upper_bounds.items() if k == field["region"])
         else:
             assert field["id"] in bounded
+
+
+def test_a_local_warehouse_sets_permissions_in_process_as_hadoop_would(spark, stack_config, unique, tmp_path):
+    """A writer on a local warehouse puts icecdc's raw local file system under the JVM's cached
+    one (java/IcecdcLocalFiles.java): files it creates and permissions it sets end with the
+    modes Hadoop gives them, without a checksum file; and the table's commits still land."""
+    config = config_for(stack_config, unique)
+    source = SourceDatabase()
+    with batch_writer(spark, config) as write:
+        write(records_to_dataframe(spark, kafka_records(config.tables[0].topic, [source.upsert(1, REGIONS[0], 5, 1)])), 0)
+    assert spark.table(qualified(config)).count() == 1
+    jvm = JavaBridge(spark).jvm
+    local = jvm.org.apache.hadoop.fs.FileSystem.getLocal(spark._jsc.hadoopConfiguration())
+    assert local.getRawFileSystem().getClass().getName().endswith("$InProcessChmod")
+    created = tmp_path / "created"
+    local.create(jvm.org.apache.hadoop.fs.Path(str(created)), False).close()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(created.stat().st_mode) == 0o666 & ~umask
+    assert not (tmp_path / ".created.crc").exists()
+    for symbolic, mode in (("-rw-r-----", 0o640), ("-rwx------", 0o700), ("-r--r--r--", 0o444)):
+        local.setPermission(
+            jvm.org.apache.hadoop.fs.Path(str(created)), jvm.org.apache.hadoop.fs.permission.FsPermission.valueOf(symbolic)
+        )
+        assert stat.S_IMODE(created.stat().st_mode) == mode

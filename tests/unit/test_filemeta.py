@@ -1,24 +1,22 @@
-"""The content-file JSON the ingester registers its files with: column metrics as the table's
-``write.metadata.metrics.*`` properties ask, read from the footer pyarrow wrote."""
+"""The content-file JSON the ingester registers its files with: what the writer knows (spec,
+partition, size, record count, equality ids) and the footer pyarrow wrote, from which the JVM
+computes the column metrics with Iceberg's own code (the integration test
+``test_file_metrics_described_on_executors_equal_icebergs_own`` checks them against Iceberg's
+reader, with the table's metrics modes)."""
 
 from __future__ import annotations
 
+import base64
+import io
 from dataclasses import replace
 
 import orjson
+import pyarrow.parquet as pq
 import pytest
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField, StringType
 
-from icecdc.domain.layout import Column, PartitionTerm, TableLayout, metrics_properties
-from icecdc.ingest.filemeta import FileKind, describe
-from icecdc.runtime.fileio import write_parquet_with_footer
-
-SCHEMA = Schema(
-    NestedField(1, "id", LongType(), required=True),
-    NestedField(2, "region", StringType()),
-    NestedField(3, "note", StringType()),
-)
+from icecdc.domain.layout import Column, PartitionTerm, TableLayout
+from icecdc.ingest.filemeta import FOOTER_FIELD, FileKind, describe, parquet_footer
+from icecdc.runtime.fileio import write_new_parquet
 
 
 @pytest.fixture
@@ -32,63 +30,49 @@ def layout(tmp_path):
         (PartitionTerm("region", "region", "identity", "string", 1000),),
         0,
         str(tmp_path),
-        schema_json=SCHEMA.model_dump_json(),
+        global_spec_id=4,
     )
 
 
-def described(layout: TableLayout, kind: FileKind, path: str) -> dict:
+def written(layout: TableLayout, kind: FileKind, path: str) -> tuple[bytes, dict]:
     rows = [{"id": 7, "region": "eu", "note": "x" * 40}, {"id": 3, "region": "eu", "note": "short"}]
     arrow = layout.to_arrow(rows, key_only=kind != FileKind.DATA)
-    size, footer = write_parquet_with_footer(arrow, path, {})
-    return orjson.loads(describe(layout, kind, path, ("eu",), size, footer))
+    data = write_new_parquet(arrow, path, {})
+    return data, orjson.loads(describe(layout, kind, path, ("eu",), len(data), arrow.num_rows, parquet_footer(data)))
 
 
-def test_without_metrics_properties_every_column_gets_bounds_truncated_to_16(layout, tmp_path):
-    document = described(layout, FileKind.DATA, f"{tmp_path}/a.parquet")
-    assert document["lower-bounds"]["keys"] == [1, 2, 3]
-    note_upper = bytes.fromhex(document["upper-bounds"]["values"][2])
-    assert len(note_upper) == 16  # truncate(16): "x" * 15 then one byte up
-    assert document["record-count"] == 2
+def test_the_footer_is_the_files_own_as_parquet_frames_it(layout, tmp_path):
+    data, document = written(layout, FileKind.DATA, f"{tmp_path}/a.parquet")
+    footer = base64.b64decode(document[FOOTER_FIELD])
+    assert data.endswith(footer + len(footer).to_bytes(4, "little") + b"PAR1")
+    # Framed on its own, the footer reads as the file's metadata: two rows, the fields' ids.
+    alone = pq.read_metadata(io.BytesIO(b"PAR1" + footer + len(footer).to_bytes(4, "little") + b"PAR1"))
+    assert alone.num_rows == 2
+    assert alone.schema.to_arrow_schema().field("id").metadata[b"PARQUET:field_id"] == b"1"
 
 
-def test_the_tables_metrics_modes_decide_which_columns_get_which_metrics(layout, tmp_path):
-    modes = {
-        "write.metadata.metrics.default": "counts",
-        "write.metadata.metrics.column.id": "full",
-        "write.metadata.metrics.column.note": "none",
-        "write.format.default": "parquet",  # not a metrics property: left out
-    }
-    layout = replace(layout, metrics_properties=metrics_properties(modes))
-    assert [k for k, _ in layout.metrics_properties] == [
-        "write.metadata.metrics.column.id",
-        "write.metadata.metrics.column.note",
-        "write.metadata.metrics.default",
-    ]
-    document = described(layout, FileKind.DATA, f"{tmp_path}/b.parquet")
-    assert document["lower-bounds"]["keys"] == [1]  # id full; region counts only; note none
-    assert document["upper-bounds"]["keys"] == [1]
-    assert document["value-counts"]["keys"] == [1, 2]  # note: no metrics at all
-    assert document["null-value-counts"]["keys"] == [1, 2]
+def test_a_data_file_names_its_spec_partition_size_and_rows_and_leaves_metrics_to_the_jvm(layout, tmp_path):
+    data, document = written(layout, FileKind.DATA, f"{tmp_path}/a.parquet")
+    assert document["spec-id"] == 0 and document["content"] == "DATA"
+    assert document["file-size-in-bytes"] == len(data) and document["record-count"] == 2
+    assert document["partition"] == layout.partition_json(("eu",))
+    assert "equality-ids" not in document
+    assert not {"lower-bounds", "upper-bounds", "value-counts"} & set(document)
 
 
-def test_equality_deletes_follow_the_key_columns_modes(layout, tmp_path):
-    layout = replace(layout, metrics_properties=metrics_properties({"write.metadata.metrics.default": "none"}))
-    document = described(layout, FileKind.DELETE, f"{tmp_path}/c.parquet")
-    assert document["content"] == "EQUALITY_DELETES"
-    assert document["equality-ids"] == [1]
-    assert document["lower-bounds"]["keys"] == []
-    assert document["record-count"] == 2
+def test_equality_deletes_name_the_key_and_global_ones_the_unpartitioned_spec(layout, tmp_path):
+    _, partitioned = written(layout, FileKind.DELETE, f"{tmp_path}/c.parquet")
+    assert partitioned["content"] == "EQUALITY_DELETES" and partitioned["equality-ids"] == [1]
+    assert partitioned["spec-id"] == 0 and "partition" in partitioned
+    _, everywhere = written(layout, FileKind.GLOBAL_DELETE, f"{tmp_path}/d.parquet")
+    assert everywhere["spec-id"] == 4 and "partition" not in everywhere
+    with pytest.raises(ValueError, match="no unpartitioned spec"):
+        written(replace(layout, global_spec_id=None), FileKind.GLOBAL_DELETE, f"{tmp_path}/e.parquet")
 
 
-def test_a_tables_layout_carries_its_metrics_properties(tmp_path):
-    from pyiceberg.catalog.sql import SqlCatalog
-
-    from icecdc.domain.layout import layout_from_pyiceberg
-
-    catalog = SqlCatalog("t", uri=f"sqlite:///{tmp_path}/catalog.db", warehouse=f"file://{tmp_path}")
-    catalog.create_namespace("db")
-    table = catalog.create_table(
-        "db.t", SCHEMA, properties={"write.metadata.metrics.column.note": "none", "commit.retry.num-retries": "9"}
-    )
-    layout = layout_from_pyiceberg("db.t", "t", ("id",), table)
-    assert layout.metrics_properties == (("write.metadata.metrics.column.note", "none"),)
+@pytest.mark.parametrize(
+    "data", [b"", b"PAR1", b"PAR1 not a footer", b"PAR1" + b"\x00" * 4 + (99).to_bytes(4, "little") + b"PAR1"]
+)
+def test_bytes_that_are_no_whole_parquet_file_have_no_footer(data):
+    with pytest.raises(ValueError, match="not a whole Parquet file"):
+        parquet_footer(data)

@@ -157,7 +157,7 @@ def test_a_java_summary_is_a_mapping_of_its_entries():
     ("warehouse", "local"), [("/var/lake", True), ("file:/var/lake", True), ("s3://bucket/lake", False), ("", False)]
 )
 def test_a_warehouse_on_a_local_path_is_local(warehouse, local):
-    from icecdc.ingest.writer import local_warehouse
+    from icecdc.runtime.catalog import local_warehouse
 
     assert local_warehouse({"warehouse": warehouse} if warehouse else {}) is local
 

@@ -8,24 +8,101 @@
 // py4j's finalizer some 5,000 more a batch over 50 tables to free them. These methods take a
 // table's whole batch in one call: 18 round trips a commit (docs/BENCHMARKS.md, "Ingest over
 // 50 tables").
+//
+// A file's description (ingest/filemeta.py) carries its Parquet footer, not its metrics: they
+// are computed here, by Iceberg's own code with the table's metrics configuration, so they are
+// exactly what Iceberg's writers register.
 
+import java.io.ByteArrayInputStream;
 import java.io.IOException;
+import java.util.Base64;
+import java.util.Collections;
 import java.util.Iterator;
+import java.util.List;
 import java.util.Map;
 import java.util.concurrent.ExecutorService;
 
 import org.apache.iceberg.ContentFileParser;
 import org.apache.iceberg.DataFile;
+import org.apache.iceberg.DataFiles;
 import org.apache.iceberg.DeleteFile;
+import org.apache.iceberg.FileMetadata;
+import org.apache.iceberg.Metrics;
+import org.apache.iceberg.MetricsConfig;
 import org.apache.iceberg.OverwriteFiles;
+import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.RowDelta;
 import org.apache.iceberg.SnapshotUpdate;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.expressions.Expressions;
+import org.apache.iceberg.parquet.ParquetUtil;
 import org.apache.iceberg.shaded.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.iceberg.shaded.org.apache.parquet.format.converter.ParquetMetadataConverter;
+import org.apache.iceberg.shaded.org.apache.parquet.hadoop.metadata.ParquetMetadata;
 import org.apache.iceberg.util.JsonUtil;
 
 public class IcecdcUpdates {
+
+    /** The description's field with the file's footer, base64 (ingest/filemeta.py, FOOTER_FIELD). */
+    static final String FOOTER = "icecdc-parquet-footer";
+
+    /** The footer's metrics and split offsets in a copy of ``file`` (as parsed from its
+     *  description, without metrics); a description without a footer is taken as it is. */
+    private DataFile withMetrics(DataFile file, JsonNode description, Map specs, MetricsConfig metrics)
+            throws IOException {
+        ParquetMetadata footer = footer(description);
+        if (footer == null) {
+            return file;
+        }
+        return DataFiles.builder((PartitionSpec) specs.get(Integer.valueOf(file.specId())))
+            .copy(file)
+            .withMetrics(metrics(footer, metrics))
+            .withSplitOffsets(ParquetUtil.getSplitOffsets(footer))
+            .build();
+    }
+
+    private DeleteFile withMetrics(DeleteFile file, JsonNode description, Map specs, MetricsConfig metrics)
+            throws IOException {
+        ParquetMetadata footer = footer(description);
+        if (footer == null) {
+            return file;
+        }
+        // The builder's copy leaves the equality field ids out: they are given again.
+        List ids = file.equalityFieldIds();
+        int[] equalityIds = new int[ids.size()];
+        for (int i = 0; i < equalityIds.length; i++) {
+            equalityIds[i] = ((Integer) ids.get(i)).intValue();
+        }
+        return FileMetadata.deleteFileBuilder((PartitionSpec) specs.get(Integer.valueOf(file.specId())))
+            .copy(file)
+            .ofEqualityDeletes(equalityIds)
+            .withMetrics(metrics(footer, metrics))
+            .withSplitOffsets(ParquetUtil.getSplitOffsets(footer))
+            .build();
+    }
+
+    private static ParquetMetadata footer(JsonNode description) throws IOException {
+        JsonNode encoded = description.get(FOOTER);
+        if (encoded == null) {
+            return null;
+        }
+        byte[] bytes = Base64.getDecoder().decode(encoded.asText());
+        // A converter a footer: commits run on several threads, and the converter keeps caches.
+        return new ParquetMetadataConverter().readParquetMetadata(new ByteArrayInputStream(bytes), ParquetMetadataConverter.NO_FILTER);
+    }
+
+    private static Metrics metrics(ParquetMetadata footer, MetricsConfig config) {
+        // No field metrics from a writer: every metric comes from the footer's statistics.
+        return ParquetUtil.footerMetrics(footer, Collections.emptyList().stream(), config);
+    }
+
+    private DataFile dataFile(JsonNode description, Map specs, MetricsConfig metrics) throws IOException {
+        return withMetrics((DataFile) ContentFileParser.fromJson(description, specs), description, specs, metrics);
+    }
+
+    private DeleteFile deleteFile(JsonNode description, Map specs, MetricsConfig metrics) throws IOException {
+        return withMetrics((DeleteFile) ContentFileParser.fromJson(description, specs), description, specs, metrics);
+    }
 
     /** The table's partition spec ids, comma-separated. */
     public String specIds(Table table) {
@@ -45,14 +122,15 @@ public class IcecdcUpdates {
     public RowDelta rowDelta(Table table, ExecutorService executor, String dataFiles, String deleteFiles)
             throws IOException {
         Map specs = table.specs();
+        MetricsConfig metrics = MetricsConfig.forTable(table);
         RowDelta delta = (RowDelta) table.newRowDelta().scanManifestsWith(executor);
         JsonNode data = JsonUtil.mapper().readTree(dataFiles);
         for (int i = 0; i < data.size(); i++) {
-            delta = delta.addRows((DataFile) ContentFileParser.fromJson((JsonNode) data.get(i), specs));
+            delta = delta.addRows(dataFile((JsonNode) data.get(i), specs, metrics));
         }
         JsonNode deletes = JsonUtil.mapper().readTree(deleteFiles);
         for (int i = 0; i < deletes.size(); i++) {
-            delta = delta.addDeletes((DeleteFile) ContentFileParser.fromJson((JsonNode) deletes.get(i), specs));
+            delta = delta.addDeletes(deleteFile((JsonNode) deletes.get(i), specs, metrics));
         }
         return delta;
     }
@@ -60,11 +138,12 @@ public class IcecdcUpdates {
     /** An overwrite removing every file of the table and adding the data files of a JSON array. */
     public OverwriteFiles overwriteAll(Table table, ExecutorService executor, String dataFiles) throws IOException {
         Map specs = table.specs();
+        MetricsConfig metrics = MetricsConfig.forTable(table);
         OverwriteFiles overwrite =
             (OverwriteFiles) table.newOverwrite().overwriteByRowFilter(Expressions.alwaysTrue()).scanManifestsWith(executor);
         JsonNode data = JsonUtil.mapper().readTree(dataFiles);
         for (int i = 0; i < data.size(); i++) {
-            overwrite = overwrite.addFile((DataFile) ContentFileParser.fromJson((JsonNode) data.get(i), specs));
+            overwrite = overwrite.addFile(dataFile((JsonNode) data.get(i), specs, metrics));
         }
         return overwrite;
     }
