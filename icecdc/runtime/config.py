@@ -236,9 +236,10 @@ class IngestConfig(_Strict):
     # A batch spanning several tables commits to this many at once (1: one after the other).
     # Eight took a 50-table batch 1.06x-1.15x faster than four on 2 cores (the medians of the
     # per-run ratios in four sets of five runs, faster in 16 of the 20; at a 2 GB driver heap,
-    # two runs, 1.20x and 1.45x, the heap peaking at 1.1 GB): a source of many tables may set 8. The default stays four: only such sources gain,
-    # and each thread is one more concurrent client of the catalog (docs/BENCHMARKS.md, "Ingest
-    # over 50 tables: Hadoop's chmod in process, metrics in the JVM").
+    # two runs, 1.20x and 1.45x, the heap peaking at 1.1 GB): a source of many tables may set 8.
+    # The default stays four: only such sources gain, and each thread is one more concurrent
+    # client of the catalog (docs/BENCHMARKS.md, "Ingest over 50 tables: Hadoop's chmod in
+    # process, metrics in the JVM").
     commit_threads: int = Field(default=4, ge=1, le=64)
     # How long a micro-batch collects records before it is written (the commit cadence).
     trigger_seconds: float = Field(default=5.0, gt=0)

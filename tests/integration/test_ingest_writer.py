@@ -6,10 +6,12 @@ schema-change redos, spec recovery, several tables, failures) are unit tests wit
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 import stat
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import orjson
 import pytest
@@ -17,6 +19,7 @@ from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
 
 from icecdc.domain.events import CommitEvent
+from icecdc.ingest.filemeta import FOOTER_FIELD, FileKind, describe, parquet_footer
 from icecdc.ingest.prefixes import CUT_PREFIX, SchemaPrefixes
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.records import PolledRecords, records_to_dataframe
@@ -365,3 +368,25 @@ def test_a_local_warehouse_sets_permissions_in_process_as_hadoop_would(spark, st
             jvm.org.apache.hadoop.fs.Path(str(created)), jvm.org.apache.hadoop.fs.permission.FsPermission.valueOf(symbolic)
         )
         assert stat.S_IMODE(created.stat().st_mode) == mode
+
+
+def test_a_file_description_without_its_footer_is_refused_and_nothing_commits(spark, stack_config, unique):
+    """The JVM computes a file's metrics from the footer its description carries; a description
+    without one would register a file with no bounds or counts, so the commit is refused."""
+    config = config_for(stack_config, unique)
+    source = SourceDatabase()
+    with batch_writer(spark, config) as write:
+        write(records_to_dataframe(spark, kafka_records(config.tables[0].topic, [source.upsert(1, REGIONS[0], 5, 1)])), 0)
+        layout = write.layouts[config.tables[0].name]
+    name = qualified(config)
+    before = spark.sql(f"SELECT count(*) FROM {name}.snapshots").first()[0]
+    registered = spark.sql(f"SELECT file_path, partition FROM {name}.files WHERE content = 0").first()
+    data = Path(registered.file_path.removeprefix("file:")).read_bytes()
+    # Spark shows a day partition as a date; the layout's partition key holds days since 1970.
+    partition = tuple((v - dt.date(1970, 1, 1)).days if isinstance(v, dt.date) else v for v in registered.partition)
+    whole = describe(layout, FileKind.DATA, registered.file_path, partition, len(data), 1, parquet_footer(data))
+    without = {k: v for k, v in orjson.loads(whole).items() if k != FOOTER_FIELD}
+    handle = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+    with pytest.raises(Exception, match="has no icecdc-parquet-footer"):
+        handle.commit_files("no footer", [orjson.dumps(without).decode()], [], {})
+    assert spark.sql(f"SELECT count(*) FROM {name}.snapshots").first()[0] == before

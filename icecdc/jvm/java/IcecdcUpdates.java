@@ -47,13 +47,10 @@ public class IcecdcUpdates {
     static final String FOOTER = "icecdc-parquet-footer";
 
     /** The footer's metrics and split offsets in a copy of ``file`` (as parsed from its
-     *  description, without metrics); a description without a footer is taken as it is. */
+     *  description, without metrics). */
     private DataFile withMetrics(DataFile file, JsonNode description, Map specs, MetricsConfig metrics)
             throws IOException {
         ParquetMetadata footer = footer(description);
-        if (footer == null) {
-            return file;
-        }
         return DataFiles.builder((PartitionSpec) specs.get(Integer.valueOf(file.specId())))
             .copy(file)
             .withMetrics(metrics(footer, metrics))
@@ -64,9 +61,6 @@ public class IcecdcUpdates {
     private DeleteFile withMetrics(DeleteFile file, JsonNode description, Map specs, MetricsConfig metrics)
             throws IOException {
         ParquetMetadata footer = footer(description);
-        if (footer == null) {
-            return file;
-        }
         // The builder's copy leaves the equality field ids out: they are given again.
         List ids = file.equalityFieldIds();
         int[] equalityIds = new int[ids.size()];
@@ -84,7 +78,8 @@ public class IcecdcUpdates {
     private static ParquetMetadata footer(JsonNode description) throws IOException {
         JsonNode encoded = description.get(FOOTER);
         if (encoded == null) {
-            return null;
+            // Registered without it, the file would have no metrics: no pruning, no bounds.
+            throw new IllegalArgumentException("the description of " + description.get("file-path") + " has no " + FOOTER);
         }
         byte[] bytes = Base64.getDecoder().decode(encoded.asText());
         // A converter a footer: commits run on several threads, and the converter keeps caches.
