@@ -532,7 +532,12 @@ def write_file(
     partition_path = "" if kind == FileKind.GLOBAL_DELETE else layout.partition_path(partition)
     name = f"{batch_tag}-{uuid.uuid4().hex}-{kind.value}.parquet"
     path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
-    data = write_new_parquet(arrow, path, io_properties)
+    # No dictionary pages: a batch's file holds one partition's changes of one batch (tens to
+    # thousands of rows) until the compactor rewrites it with the table's own writer settings.
+    # Plain columns under zstd were both faster to write and smaller at 17 to 5,000 rows (a
+    # dictionary page costs a compression of its own per column): docs/BENCHMARKS.md, "Ingest
+    # over 50 tables: where the CPU goes".
+    data = write_new_parquet(arrow, path, io_properties, use_dictionary=False)
     return {
         "table": layout.table,
         "op": kind,

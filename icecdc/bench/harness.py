@@ -5,6 +5,7 @@ ingester's own writer fed like a source, progress lines, and the plot set-up."""
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
 import sys
 import threading
@@ -84,6 +85,15 @@ def rss_kib(field_name: str, pid: int | str = "self") -> int:
             if line.startswith(field_name + ":"):
                 return int(line.split()[1])
     return 0
+
+
+def cpu_seconds(pid: int | str = "self") -> float:
+    """A process's CPU time so far, user and system, over all its threads (Linux's /proc: the
+    JVM's includes its garbage collector and compilers); 0 when unknown."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return 0.0
 
 
 class WorkerMemory:

@@ -20,7 +20,7 @@ A batch is timed from the records in the driver's memory, as the direct reader h
 poll, to its commit: on Spark the DataFrame made of them (the cut done there), then the writer.
 For each point, the median of ``batches`` batches after one warm-up: seconds per batch (and the
 part of it spent making the DataFrame, in the Spark job and in the commits), records per second,
-and memory: the JVM
+CPU time (the driver's Python process, every thread, and the driver's JVM), and memory: the JVM
 heap's peak (in ``local`` mode the driver and the executors share that JVM), the peak summed
 resident memory of Spark's Python workers (where records are parsed), and the growth of the
 driver's Python process. The tables start empty: the writer never reads a table (``bench
@@ -47,6 +47,7 @@ from icecdc.bench.harness import (
     WorkerMemory,
     bench_stack,
     clone,
+    cpu_seconds,
     last_stage_id,
     progress,
     rss_kib,
@@ -83,6 +84,11 @@ class ShapePoint:
     commit_seconds: list[float] = field(default_factory=list)  # the commits of every table
     offsets_seconds: list[float] = field(default_factory=list)  # the committed offsets read at the start
     commits_wall_seconds: list[float] = field(default_factory=list)  # the commits, side by side, start to end
+    # CPU time of the batch: the driver's Python process (every thread) and the driver's JVM
+    # (in ``local`` mode, Spark's executors too; GC and JIT included). Over 2 cores, their sum
+    # past twice the batch's seconds is impossible, near it the batch is CPU-bound.
+    python_cpu_seconds: list[float] = field(default_factory=list)
+    jvm_cpu_seconds: list[float] = field(default_factory=list)
     heap_peak_mib: float = 0.0
     workers_peak_mib: float = 0.0
     driver_growth_mib: float = 0.0
@@ -160,12 +166,14 @@ def measure(
             before = last_stage_id(stack.spark)
             with WorkerMemory(jvm_pid) as workers:
                 polled = feed.polled_by_topic(by_topic)
+                python_cpu, jvm_cpu = cpu_seconds(), cpu_seconds(jvm_pid)
                 started = time.perf_counter()
                 if job == "spark":  # made here to be timed; the writer takes the same frame
                     polled.frame(feed.writer.prefixes)
                 framed = time.perf_counter()
                 result = feed.writer(polled, number)
                 seconds = time.perf_counter() - started
+                python_cpu, jvm_cpu = cpu_seconds() - python_cpu, cpu_seconds(jvm_pid) - jvm_cpu
             if result.job_in_driver != (job == "driver"):
                 raise RuntimeError(f"batch {number}: the job ran {'in the driver' if result.job_in_driver else 'on Spark'}")
             point.stages = stages_since(stack.spark, before)
@@ -178,6 +186,8 @@ def measure(
                 point.commit_seconds.append(sum(result.commit_seconds.values()))
                 point.offsets_seconds.append(result.offsets_seconds)
                 point.commits_wall_seconds.append(result.commits_wall_seconds)
+                point.python_cpu_seconds.append(python_cpu)
+                point.jvm_cpu_seconds.append(jvm_cpu)
                 point.heap_peak_mib = max(point.heap_peak_mib, bridge.heap_peak_bytes() / 2**20)
                 point.workers_peak_mib = max(point.workers_peak_mib, workers.peak_kib / 1024)
                 point.driver_growth_mib = max(point.driver_growth_mib, max(0, rss_kib("VmHWM") - driver_before) / 1024)
@@ -249,6 +259,7 @@ def _rows(points: list[ShapePoint]) -> list[list[Any]]:
             f"{statistics.median(p.offsets_seconds):.3f}",
             f"{statistics.median(p.commits_wall_seconds):.2f}",
             f"{statistics.median(p.commit_seconds):.2f}",
+            f"{statistics.median(p.python_cpu_seconds):.2f} / {statistics.median(p.jvm_cpu_seconds):.2f}",
             p.shape,
             f"{p.records_per_second:,.0f}",
             f"{p.mb_per_second:.1f}",
@@ -274,6 +285,7 @@ def summary(results: ShapeResults) -> str:
         "offsets read s",
         "commits s (wall)",
         "commit s (sum over tables)",
+        "CPU s: driver Python / JVM",
         "messages",
         "records/s",
         "MB/s of values",

@@ -74,14 +74,18 @@ def read_topic(config: Config, topic: str, expected: int, timeout: float = 30.0)
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(history=flavoured_history)
 def test_random_histories_end_in_the_state_they_imply(spark, stack_config, history):
+    """Two tables, each sent the history, in the same batches: each commits its own files and
+    offsets, side by side on the commit threads."""
     unique = f"p{time.monotonic_ns()}"
     config = config_for(stack_config, unique)
-    topic = config.tables[0].topic
+    second = TableConfig.model_validate(orders_table(f"it.orders_b_{unique}", f"orders-b-{unique}"))
+    config = config.model_copy(update={"tables": [*config.tables, second]})
+    topics = [table.topic for table in config.tables]
     source = SourceDatabase()
     with batch_writer(spark, config) as write:
         offset = 0
         for number, pairs in enumerate(flavoured_batches(source, history)):
-            records = kafka_records(topic, pairs, offset)
+            records = [record for topic in topics for record in kafka_records(topic, pairs, offset)]
             # In turns: the direct reader's batch run in the driver; the same on Spark, its
             # known wrapper prefixes cut in the driver; Spark's Kafka source's, cut on the JVM.
             path = number % 3
@@ -89,10 +93,11 @@ def test_random_histories_end_in_the_state_they_imply(spark, stack_config, histo
             batch = PolledRecords(spark, records) if path < 2 else records_to_dataframe(spark, records)
             assert write(batch, number).job_in_driver == (path == 0)
             offset += len(pairs)
-    name = qualified(config)
-    assert table_rows(spark, name) == source.expected_rows()
-    contents = {r.content for r in spark.sql(f"SELECT content FROM {name}.files").collect()}
-    assert 1 not in contents  # never position deletes
+    for index in range(len(topics)):
+        name = qualified(config, index)
+        assert table_rows(spark, name) == source.expected_rows(), name
+        contents = {r.content for r in spark.sql(f"SELECT content FROM {name}.files").collect()}
+        assert 1 not in contents  # never position deletes
 
 
 def test_the_jvm_cuts_known_prefixes_as_the_direct_reader_does(spark):

@@ -26,3 +26,13 @@ def test_an_existing_file_is_never_overwritten(tmp_path):
     with pytest.raises(FileExistsError):
         write_new_parquet(ROWS, str(path), {})
     assert path.read_bytes() == b"committed"
+
+
+@pytest.mark.parametrize("use_dictionary", [True, False])
+def test_a_file_is_written_with_or_without_dictionary_pages_and_reads_the_same(tmp_path, use_dictionary):
+    path = tmp_path / "f.parquet"
+    write_new_parquet(ROWS, str(path), {}, use_dictionary=use_dictionary)
+    columns = pq.ParquetFile(path).metadata.row_group(0)
+    assert [columns.column(i).has_dictionary_page for i in range(columns.num_columns)] == [use_dictionary] * 2
+    assert [columns.column(i).compression for i in range(columns.num_columns)] == ["ZSTD"] * 2
+    assert pq.read_table(path).equals(ROWS)

@@ -16,6 +16,7 @@ import pytest
 
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.ingest.filemeta import FOOTER_FIELD, FileKind, describe, parquet_footer
+from icecdc.ingest.stages import write_file
 from icecdc.runtime.fileio import write_new_parquet
 
 
@@ -76,3 +77,13 @@ def test_equality_deletes_name_the_key_and_global_ones_the_unpartitioned_spec(la
 def test_bytes_that_are_no_whole_parquet_file_have_no_footer(data):
     with pytest.raises(ValueError, match="not a whole Parquet file"):
         parquet_footer(data)
+
+
+def test_a_batch_s_file_is_written_plain_under_zstd_and_described_as_written(layout):
+    rows = [{"id": i, "region": "eu", "note": "same note"} for i in range(50)]
+    fact = write_file(layout, FileKind.DATA, ("eu",), layout.to_arrow(rows), {}, "test-0")
+    columns = pq.ParquetFile(fact["path"]).metadata.row_group(0)
+    assert not any(columns.column(i).has_dictionary_page for i in range(columns.num_columns))
+    assert {columns.column(i).compression for i in range(columns.num_columns)} == {"ZSTD"}
+    assert fact["record_count"] == 50 and pq.read_table(fact["path"]).num_rows == 50
+    assert orjson.loads(fact["description"])["file-size-in-bytes"] == fact["file_size"]
