@@ -1,6 +1,8 @@
 """Every ``icecdc bench`` harness on a short run with small data: smoke tests of the harness, not
 measurements."""
 
+import os
+
 import orjson
 import pytest
 
@@ -216,6 +218,10 @@ def test_ingest_shape_benchmark_harness(tmp_path):
         assert len(point["seconds"]) == 1 and point["heap_peak_mib"] > 0
         assert point["job"] == "driver" or point["workers_peak_mib"] > 0  # a job in the driver starts no Python worker
         assert point["shape"] == "connector" and point["value_bytes"] > 300 * 2000  # about 3 KB a message
+        # CPU time of the batch, the driver's Python and its JVM: some, and no more than the cores allow.
+        (python_cpu,), (jvm_cpu,), (seconds,) = point["python_cpu_seconds"], point["jvm_cpu_seconds"], point["seconds"]
+        assert python_cpu >= 0 and jvm_cpu >= 0 and python_cpu + jvm_cpu > 0
+        assert python_cpu + jvm_cpu <= (os.cpu_count() or 1) * seconds + 0.05  # /proc counts in 10 ms ticks
     assert (out / "ingest-shape.png").stat().st_size > 0 and "records/s" in (out / "ingest-shape.md").read_text()
 
 
