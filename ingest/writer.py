@@ -30,6 +30,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Protocol
 
+from icecdc.domain import summary as summary_keys
 from icecdc.domain.errors import MissingPartitionSpec, NoSuchTable
 from icecdc.domain.events import CommitEvent
 from icecdc.domain.layout import TableLayout, layout_from_pyiceberg
@@ -60,7 +61,7 @@ log = logging.getLogger(__name__)
 class Table(Protocol):
     """What a batch reads from and commits to one table (``jvm.tables.IcebergTable``)."""
 
-    def summaries_newest_first(self) -> Iterable[Mapping[str, str]]: ...
+    def summaries_back_to(self, key: str) -> Sequence[Mapping[str, str]]: ...
     def commit_files(
         self, what: str, data: Sequence[str], deletes: Sequence[str], summary: Mapping[str, str]
     ) -> CommittedSnapshot: ...
@@ -153,8 +154,14 @@ class BatchRunner:
         self._pending_moves: dict[str, unavailable.PendingMoves] = defaultdict(unavailable.PendingMoves)
 
     def committed_offsets(self) -> dict[str, offset_log.Offsets]:
-        """table -> its committed offsets, read from the table (the source of truth)."""
-        return {name: offset_log.committed_offsets(table.summaries_newest_first()) for name, table in self.tables.items()}
+        """table -> its committed offsets, read from the table (the source of truth), the tables
+        side by side on the commit threads: each read refreshes its table, a catalog query and
+        often the metadata file its last commit wrote."""
+
+        def read(table: Table) -> offset_log.Offsets:
+            return offset_log.committed_offsets(table.summaries_back_to(summary_keys.OFFSETS))
+
+        return dict(zip(self.tables, self._commit_pool.map(read, self.tables.values()), strict=True))
 
     def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[Position, int]:
         """(topic, partition) -> next offset to read, each topic as committed by its own table."""

@@ -31,6 +31,7 @@ each table must hold exactly the rows the changes imply.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 from collections.abc import Sequence
@@ -164,7 +165,10 @@ def measure(
             rss_peak_reset()
             driver_before = rss_kib("VmRSS")
             before = last_stage_id(stack.spark)
-            with WorkerMemory(jvm_pid) as workers:
+            # No sampler beside a job in the driver: it starts no Python worker, and the walk of
+            # /proc (5-6 ms every 50 ms, on a thread of this process) took its GIL from the job.
+            workers = WorkerMemory(jvm_pid)
+            with workers if job == "spark" else contextlib.nullcontext():
                 polled = feed.polled_by_topic(by_topic)
                 python_cpu, jvm_cpu = cpu_seconds(), cpu_seconds(jvm_pid)
                 started = time.perf_counter()

@@ -18,7 +18,7 @@ import logging
 import operator
 import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import orjson
@@ -88,33 +88,6 @@ def write_local_files_in_process(bridge: JavaBridge) -> None:
             log.info("Hadoop's local file system sets permissions in process (no chmod process a file)")
 
 
-class JavaSummary(Mapping[str, str]):
-    """A snapshot's summary read key by key: a lookup is one py4j call where copying the whole
-    map (``string_map``) costs three a property (the offsets read of a batch spanning 50 tables
-    asks for one key of each)."""
-
-    def __init__(self, java_map: JavaObject) -> None:
-        self._java = java_map
-
-    def __getitem__(self, key: str) -> str:
-        with java_errors():
-            value = self._java.get(key)
-        if value is None:
-            raise KeyError(key)
-        return str(value)
-
-    def _copy(self) -> dict[str, str]:
-        with java_errors():
-            return string_map(self._java)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._copy())
-
-    def __len__(self) -> int:
-        with java_errors():
-            return int(self._java.size())
-
-
 class IcebergTable:
     """The live ``org.apache.iceberg.Table`` of one table, behind typed methods."""
 
@@ -170,16 +143,15 @@ class IcebergTable:
             parent = snapshot.parentId()
             snapshot = self._java.snapshot(parent) if parent is not None else None
 
-    def summaries_newest_first(self) -> Iterator[Mapping[str, str]]:
-        """Refresh, then the snapshot summaries of the current snapshot and its ancestors, each
-        read key by key (``JavaSummary``)."""
-        self.refresh()
-        return self._summaries()
-
-    def _summaries(self) -> Iterator[Mapping[str, str]]:
-        with java_errors():
-            for snapshot in self._java_history():
-                yield JavaSummary(snapshot.summary())
+    def summaries_back_to(self, key: str) -> list[dict[str, str]]:
+        """Refresh, then the snapshot summaries of the current snapshot and its ancestors, newest
+        first, down to the first that has ``key`` (all of them when none has): a batch's offsets
+        read in one round trip a table (``IcecdcUpdates.refreshedSummariesBackTo``)."""
+        found = self.call(
+            f"reading {self.ref}'s snapshot summaries", lambda: self.bridge.updates.refreshedSummariesBackTo(self._java, key)
+        )
+        summaries: list[dict[str, str]] = orjson.loads(found)
+        return summaries
 
     def snapshots(self) -> list[Snapshot]:
         """Every snapshot the metadata keeps, ancestors of the current one or not."""
@@ -333,12 +305,10 @@ class IcebergTable:
         ``rewrites.PartitionRewrite.commit``)."""
         commit_id = uuid.uuid4().hex
         tags = {**summary, summary_keys.COMMIT_ID: commit_id}
-        first_before: list[int | None] = []
+        first_before: list[int] = []  # the current snapshot's id (-1: none) as the first attempt began
 
         def attempt() -> CommittedSnapshot:
-            self._java.refresh()
-            current = self._java.currentSnapshot()
-            before = None if current is None else int(current.snapshotId())
+            before = int(self.bridge.updates.refreshedSnapshotId(self._java))
             if first_before:
                 # An earlier attempt ended without an answer: it may have landed.
                 landed = self._find(commit_id, stop_at=first_before[0])
@@ -363,25 +333,21 @@ class IcebergTable:
 
         return self.call(what, attempt)
 
-    def _find(self, commit_id: str, stop_at: int | None) -> CommittedSnapshot | None:
-        """Our snapshot in the history since ``stop_at``, with how many others landed after it
-        started."""
-        ours: CommittedSnapshot | None = None
-        for snapshot in self._java_history():
-            if ours is None and snapshot.summary().get(summary_keys.COMMIT_ID) == commit_id:
-                parent = snapshot.parentId()
-                ours = CommittedSnapshot(
-                    int(snapshot.snapshotId()),
-                    None if parent is None else int(parent),
-                    int(snapshot.sequenceNumber()),
-                    int(snapshot.timestampMillis()),
-                    str(snapshot.operation()),
-                )
-            elif snapshot.snapshotId() == stop_at:
-                break
-            elif ours is not None:
-                ours = replace(ours, interleaved=ours.interleaved + 1)
-        return ours
+    def _find(self, commit_id: str, stop_at: int) -> CommittedSnapshot | None:
+        """Our snapshot in the history (as of the last refresh) since snapshot ``stop_at`` (-1:
+        the whole history), with how many others landed after it started."""
+        found = self.bridge.updates.findTagged(self._java, summary_keys.COMMIT_ID, commit_id, stop_at)
+        if found is None:
+            return None
+        snapshot_id, parent, sequence_number, timestamp_ms, operation, interleaved = str(found).split(",")
+        return CommittedSnapshot(
+            int(snapshot_id),
+            None if parent == "-1" else int(parent),
+            int(sequence_number),
+            int(timestamp_ms),
+            operation,
+            int(interleaved),
+        )
 
     def _content_files(self, *groups: Sequence[str]) -> list[str]:
         """Each group of content-file JSON descriptions as one JSON array, for ``IcecdcUpdates`` to

@@ -18,6 +18,7 @@ import pytest
 from confluent_kafka import TopicPartition
 from hypothesis import HealthCheck, given, settings
 
+from icecdc.domain import summary as summary_keys
 from icecdc.domain.events import CommitEvent
 from icecdc.ingest.filemeta import FOOTER_FIELD, FileKind, describe, parquet_footer
 from icecdc.ingest.prefixes import CUT_PREFIX, SchemaPrefixes
@@ -25,7 +26,7 @@ from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.records import PolledRecords, records_to_dataframe
 from icecdc.ingest.writer import BatchWriter
 from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import IcebergTable
+from icecdc.jvm.tables import CommittedSnapshot, IcebergTable
 from icecdc.runtime import kafka
 from icecdc.runtime.catalog import ensure_tables
 from icecdc.runtime.config import Config, TableConfig
@@ -395,3 +396,37 @@ def test_a_file_description_without_its_footer_is_refused_and_nothing_commits(sp
     with pytest.raises(Exception, match="has no icecdc-parquet-footer"):
         handle.commit_files("no footer", [orjson.dumps(without).decode()], [], {})
     assert spark.sql(f"SELECT count(*) FROM {name}.snapshots").first()[0] == before
+
+
+def test_a_commit_finds_itself_and_counts_the_commits_that_landed_while_it_was_made(spark, stack_config, unique):
+    """The adapter finds a commit's snapshot by its commit id in the JVM, in one py4j call
+    (``IcecdcUpdates.findTagged``), counting the commits by others it was applied on top of; the
+    offsets read takes the summaries back to the newest that has offsets, in one call too."""
+    config = config_for(stack_config, unique)
+    source = SourceDatabase()
+    with batch_writer(spark, config) as write:
+        write(records_to_dataframe(spark, kafka_records(config.tables[0].topic, [source.upsert(1, REGIONS[0], 5, 1)])), 0)
+    ref = config.table_ref(config.tables[0])
+    ours, theirs = IcebergTable(JavaBridge(spark), ref), IcebergTable(JavaBridge(spark), ref)
+
+    def build_while_two_others_land():
+        for n in range(2):
+            theirs.commit(f"theirs {n}", theirs._java.newAppend, {"who": f"theirs {n}"})  # no files: a snapshot all the same
+        return ours._java.newAppend()
+
+    landed = ours.commit("ours", build_while_two_others_land, {"who": "ours"})
+    ours.refresh()
+    newest, their_second, their_first, ingested = list(ours.history())
+    assert landed == CommittedSnapshot(
+        newest.snapshot_id, their_second.snapshot_id, newest.sequence_number, newest.timestamp_ms, newest.operation, interleaved=2
+    )
+    assert (newest.summary["who"], their_second.summary["who"], their_first.summary["who"]) == ("ours", "theirs 1", "theirs 0")
+
+    # From the first snapshot on, every older one counts; a commit older than where the walk stops is not looked for.
+    assert ours._find(newest.summary[summary_keys.COMMIT_ID], stop_at=-1).interleaved == 3
+    assert ours._find(their_first.summary[summary_keys.COMMIT_ID], stop_at=their_second.snapshot_id) is None
+
+    back_to_offsets = ours.summaries_back_to(summary_keys.OFFSETS)
+    assert [s.get("who") for s in back_to_offsets] == ["ours", "theirs 1", "theirs 0", None]
+    assert back_to_offsets[-1] == dict(ingested.summary)
+    assert ours.summaries_back_to("no snapshot has this") == [dict(s.summary) for s in ours.history()]

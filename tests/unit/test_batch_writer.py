@@ -163,9 +163,9 @@ class FakeTable:
         self.fail: Exception | None = None
         self.before_commit = lambda: None
 
-    def summaries_newest_first(self):
+    def summaries_back_to(self, key):
         self.log.append(("read offsets", self.name))
-        return iter(list(self.summaries))
+        return list(self.summaries)
 
     def _commit(self, kind: str, data, deletes, tags) -> CommittedSnapshot:
         self.before_commit()
@@ -436,8 +436,9 @@ def test_a_failing_table_commit_is_raised_after_every_other_table_committed_and_
     writer = Writer(pool, "db.orders", "db.refunds", "db.returns")
     refunds, returns = writer.tables["db.refunds"], writer.tables["db.returns"]
     refunds.fail = RuntimeError("the catalog said no")
-    # The last table's commit starts only once the refunds commit has failed.
-    returns.before_commit = lambda: pool.futures[1].exception(timeout=30)
+    # The last table's commit starts only once the refunds commit has failed: the pool's futures
+    # are the three tables' offset reads, then their commits.
+    returns.before_commit = lambda: pool.futures[3 + 1].exception(timeout=30)
     batch = records("orders", "upsert") + records("refunds", "upsert") + records("returns", "upsert")
     with pytest.raises(RuntimeError, match="the catalog said no"):
         writer.runner.run(batch, 0)

@@ -164,7 +164,7 @@ class ModelTable:
         self.summaries: list[dict[str, str]] = []
         self.lookups: list[set[tuple]] = []
 
-    def summaries_newest_first(self):
+    def summaries_back_to(self, key):
         return list(reversed(self.summaries))
 
     def commit_files(self, what, data, deletes, summary) -> CommittedSnapshot:

@@ -6,8 +6,8 @@
 // hands back costs another when Python frees it. Building an ingest commit file by file took
 // 136 round trips for a batch's 24 files (parse each file's JSON, make the file, add it), and
 // py4j's finalizer some 5,000 more a batch over 50 tables to free them. These methods take a
-// table's whole batch in one call: 18 round trips a commit (docs/BENCHMARKS.md, "Ingest over
-// 50 tables").
+// table's whole batch in one call, and find the commit in the history in another: six round trips
+// a commit, where there were 18 (docs/BENCHMARKS.md, "Ingest over 50 tables").
 //
 // A file's description (ingest/filemeta.py) carries its Parquet footer, not its metrics: they
 // are computed here, by Iceberg's own code with the table's metrics configuration, so they are
@@ -15,6 +15,7 @@
 
 import java.io.ByteArrayInputStream;
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.Base64;
 import java.util.Collections;
 import java.util.Iterator;
@@ -32,6 +33,7 @@ import org.apache.iceberg.MetricsConfig;
 import org.apache.iceberg.OverwriteFiles;
 import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.RowDelta;
+import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.SnapshotUpdate;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.expressions.Expressions;
@@ -141,6 +143,60 @@ public class IcecdcUpdates {
             overwrite = overwrite.addFile(dataFile((JsonNode) data.get(i), specs, metrics));
         }
         return overwrite;
+    }
+
+    /** The table refreshed, then its current snapshot's id; -1 when it has none (Iceberg's ids
+     *  are positive). */
+    public long refreshedSnapshotId(Table table) {
+        table.refresh();
+        Snapshot current = table.currentSnapshot();
+        return current == null ? -1L : current.snapshotId();
+    }
+
+    private static Snapshot parent(Table table, Snapshot snapshot) {
+        Long parentId = snapshot.parentId();
+        return parentId == null ? null : table.snapshot(parentId.longValue());
+    }
+
+    /** The table refreshed, then the summaries of its current snapshot and its ancestors, newest
+     *  first, down to the first one that has ``key``, as a JSON array of objects: a batch's offsets
+     *  read in one round trip a table. */
+    public String refreshedSummariesBackTo(Table table, String key) throws IOException {
+        table.refresh();
+        List summaries = new ArrayList();
+        for (Snapshot snapshot = table.currentSnapshot(); snapshot != null; snapshot = parent(table, snapshot)) {
+            summaries.add(snapshot.summary());
+            if (snapshot.summary().containsKey(key)) {
+                break;
+            }
+        }
+        return JsonUtil.mapper().writeValueAsString(summaries);
+    }
+
+    /** The snapshot whose summary maps ``key`` to ``value`` (a commit's id), looked for from the
+     *  current snapshot (as of the last refresh) back to snapshot ``stopAt`` (-1: the whole
+     *  history), as "id,parent,sequence number,timestamp ms,operation,interleaved" (parent -1 when
+     *  none), where interleaved counts the snapshots after ``stopAt`` and before it: commits by
+     *  others that it had to be applied on top of. Null when it is not there. One round trip
+     *  where walking the history from Python took a dozen. */
+    public String findTagged(Table table, String key, String value, long stopAt) {
+        Snapshot found = null;
+        int interleaved = 0;
+        for (Snapshot snapshot = table.currentSnapshot(); snapshot != null; snapshot = parent(table, snapshot)) {
+            if (found == null && value.equals(snapshot.summary().get(key))) {
+                found = snapshot;
+            } else if (snapshot.snapshotId() == stopAt) {
+                break;
+            } else if (found != null) {
+                interleaved++;
+            }
+        }
+        if (found == null) {
+            return null;
+        }
+        Long parentId = found.parentId();
+        return found.snapshotId() + "," + (parentId == null ? -1L : parentId.longValue()) + "," + found.sequenceNumber()
+            + "," + found.timestampMillis() + "," + found.operation() + "," + interleaved;
     }
 
     /** ``update`` with every property of a JSON object of strings set in its snapshot summary. */
