@@ -422,7 +422,7 @@ def test_a_commit_finds_itself_and_counts_the_commits_that_landed_while_it_was_m
     )
     assert (newest.summary["who"], their_second.summary["who"], their_first.summary["who"]) == ("ours", "theirs 1", "theirs 0")
 
-    # From the first snapshot on, every older one counts; a commit older than where the walk stops is not looked for.
+    # With no stop (-1) every older snapshot counts; a commit older than where the walk stops is not looked for.
     assert ours._find(newest.summary[summary_keys.COMMIT_ID], stop_at=-1).interleaved == 3
     assert ours._find(their_first.summary[summary_keys.COMMIT_ID], stop_at=their_second.snapshot_id) is None
 
