@@ -440,6 +440,10 @@ def reduce_and_write_stage(
                 pieces[table, partition, kind].append(arrow)
             for (partition, kind), records in _reduce_by_key(layout, of_table.filter(pc.invert(plain)), passed).items():
                 pieces[table, partition, kind].append(layout.to_arrow(records, key_only=kind is not FileKind.DATA))
+        # One file after the other, on this thread. Writing a 50-table batch's 1,200 small files
+        # on two threads in the driver (Arrow and the kernel let go of the GIL) did not make the
+        # batch faster, whether beside the reduce or after it (docs/BENCHMARKS.md, "Ingest over 50
+        # tables: a batch's files on two threads").
         facts = [
             write_file(
                 layouts_by_table[table], kind, tuple(orjson.loads(partition)), pa.concat_tables(arrows), io_properties, batch_tag
