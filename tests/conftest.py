@@ -13,6 +13,7 @@ import pytest
 
 from icecdc.runtime.broker import EmbeddedBroker, free_port
 from icecdc.runtime.config import Config, embedded_config
+from tests.jvm_archive import archive_options, ensure_archive
 from tests.processes import SESSION_JVM_OPTIONS, with_jvm_options
 
 # Files whose tests share nothing (each bench smoke test runs a whole ``icecdc bench`` in its own
@@ -22,8 +23,15 @@ INDEPENDENT_TEST_FILES = frozenset({"tests/integration/test_benchmarks.py"})
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """The Spark JVMs this run starts get the tests' options (tests/processes.py says why)."""
-    os.environ["SPARK_SUBMIT_OPTS"] = with_jvm_options(os.environ.get("SPARK_SUBMIT_OPTS"), SESSION_JVM_OPTIONS)
+    """The Spark JVMs this run starts get the tests' options (tests/processes.py says why) and
+    the class archive (tests/jvm_archive.py), which the first process makes before the workers
+    start, unless the run is unit tests alone."""
+    unit_tests_alone = bool(config.args) and all(a.startswith("tests/unit") for a in config.args)
+    if not hasattr(config, "workerinput") and not unit_tests_alone:
+        ensure_archive()
+    os.environ["SPARK_SUBMIT_OPTS"] = with_jvm_options(
+        os.environ.get("SPARK_SUBMIT_OPTS"), SESSION_JVM_OPTIONS + archive_options()
+    )
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

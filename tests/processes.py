@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from icecdc.runtime.config import Config
+from tests.jvm_archive import archive_options
 
 
 def write_config(config: Config, path: Path) -> Path:
@@ -43,7 +44,7 @@ def with_jvm_options(java_options: str | None, options: tuple[str, ...]) -> str:
 def command_env(failpoint: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a command a test starts: this process's, without a failpoint of its own."""
     env = {k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}
-    env["SPARK_SUBMIT_OPTS"] = with_jvm_options(env.get("SPARK_SUBMIT_OPTS"), COMMAND_JVM_OPTIONS)
+    env["SPARK_SUBMIT_OPTS"] = with_jvm_options(env.get("SPARK_SUBMIT_OPTS"), COMMAND_JVM_OPTIONS + archive_options())
     if failpoint:
         env["ICECDC_FAILPOINT"] = failpoint
     return {**env, **(extra or {})}
