@@ -1,12 +1,12 @@
 """A class-data sharing archive (JDK CDS) of the classes a Spark driver loads, for the tests' JVMs.
 
-The suite starts some hundred Spark JVMs (each worker's session, every ``icecdc`` command a test
+The suite starts many Spark JVMs (each worker's session, every ``icecdc`` command a test
 runs, a bench's compactor processes), and each spent about 12 s before its first query, most of
 it loading and verifying Spark's and Scala's classes. A JVM started with a dynamic archive maps
 them from it instead: 7.3 s against 12.5 s to a first Iceberg query, three starts each
 (docs/BENCHMARKS.md, "Tests: the suite's time"). The archive is made once per virtualenv by
-a short Spark session that exits with ``-XX:ArchiveClassesAtExit`` (about 20 s, before the
-test workers start) and read by every later JVM. A JVM that cannot use it (another JDK, another
+a short Spark session that exits with ``-XX:ArchiveClassesAtExit`` (about a minute, before
+the test workers start) and read by every later JVM. A JVM that cannot use it (another JDK, another
 class path) runs as it would without it: the JVM checks the archive's header and class path, and
 its complaint is silenced so that no command's output changes. For tests alone: deployments
 and benchmarks start their JVMs as users do.
@@ -58,7 +58,7 @@ def ensure_archive() -> Path | None:
     partial = path.with_suffix(f".{os.getpid()}.partial")
     env = {k: v for k, v in os.environ.items() if k != "SPARK_SUBMIT_OPTS"}
     env["SPARK_SUBMIT_OPTS"] = f"-XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:ArchiveClassesAtExit={partial}"
-    print(f"making the tests' JVM class archive {path} (once per virtualenv, about 20 s)", file=sys.stderr, flush=True)
+    print(f"making the tests' JVM class archive {path} (once per virtualenv, about a minute)", file=sys.stderr, flush=True)
     try:
         run = subprocess.run(
             [sys.executable, "-m", "tests.jvm_archive"], env=env, capture_output=True, text=True, timeout=300, check=False
