@@ -14,7 +14,7 @@ import pytest
 from icecdc.runtime.broker import EmbeddedBroker, free_port
 from icecdc.runtime.config import Config, embedded_config
 from tests.jvm_archive import archive_options, ensure_archive
-from tests.processes import SESSION_JVM_OPTIONS, with_jvm_options
+from tests.processes import TEST_JVM_OPTIONS, with_jvm_options
 
 # Files whose tests share nothing (each bench smoke test runs a whole ``icecdc bench`` in its own
 # process): under ``--dist loadfile`` each of their tests is a unit of its own. Kept together,
@@ -29,9 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     unit_tests_alone = bool(config.args) and all(a.startswith("tests/unit") for a in config.args)
     if not hasattr(config, "workerinput") and not unit_tests_alone:
         ensure_archive()
-    os.environ["SPARK_SUBMIT_OPTS"] = with_jvm_options(
-        os.environ.get("SPARK_SUBMIT_OPTS"), SESSION_JVM_OPTIONS + archive_options()
-    )
+    os.environ["SPARK_SUBMIT_OPTS"] = with_jvm_options(os.environ.get("SPARK_SUBMIT_OPTS"), TEST_JVM_OPTIONS + archive_options())
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:

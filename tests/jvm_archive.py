@@ -56,10 +56,10 @@ def ensure_archive() -> Path | None:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(f".{os.getpid()}.partial")
-    from tests.processes import COMMAND_JVM_OPTIONS  # here: tests.processes imports this module
+    from tests.processes import TEST_JVM_OPTIONS  # here: tests.processes imports this module
 
     env = {k: v for k, v in os.environ.items() if k != "SPARK_SUBMIT_OPTS"}
-    env["SPARK_SUBMIT_OPTS"] = " ".join([*COMMAND_JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={partial}"])
+    env["SPARK_SUBMIT_OPTS"] = " ".join([*TEST_JVM_OPTIONS, f"-XX:ArchiveClassesAtExit={partial}"])
     print(f"making the tests' JVM class archive {path} (once per virtualenv, about a minute)", file=sys.stderr, flush=True)
     try:
         run = subprocess.run(

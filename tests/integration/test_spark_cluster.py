@@ -25,7 +25,7 @@ from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, orders_table, table_rows
 from tests.integration.test_ingest_process import produce
 from tests.integration.test_ingest_writer import read_topic
-from tests.processes import COMMAND_JVM_OPTIONS, command_env, icecdc_process, with_jvm_options, write_config
+from tests.processes import TEST_JVM_OPTIONS, command_env, icecdc_process, with_jvm_options, write_config
 
 # Minutes on 2 cores: `make test-all` runs it, `make test` does not.
 pytestmark = pytest.mark.slow
@@ -67,7 +67,7 @@ def standalone_cluster(directory: Path) -> Iterator[str]:
         "SPARK_HOME": str(spark_home),
         "SPARK_LOG_DIR": str(directory / "logs"),
         "SPARK_NO_DAEMONIZE": "1",
-        "SPARK_DAEMON_JAVA_OPTS": with_jvm_options(os.environ.get("SPARK_DAEMON_JAVA_OPTS"), COMMAND_JVM_OPTIONS),
+        "SPARK_DAEMON_JAVA_OPTS": with_jvm_options(os.environ.get("SPARK_DAEMON_JAVA_OPTS"), TEST_JVM_OPTIONS),
     }
     launcher = str(spark_home / "bin" / "spark-class")
     master_port, ui_port = free_port(), free_port()
