@@ -11,8 +11,8 @@ the runtime layer does not import ingest or compactor code.
 
 from __future__ import annotations
 
-import pandas  # noqa: F401 - imported for the forked workers
-import pyarrow
+# Imported for the forked workers, not used here.
+import pandas  # noqa: F401
 import pyarrow.compute
 import pyarrow.parquet  # noqa: F401
 from pyspark import daemon
