@@ -97,6 +97,21 @@ def _cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_portable_snapshot(args: argparse.Namespace) -> int:
+    from icecdc import readers
+
+    config = load_config(args.config)
+    unknown = [t for t in args.table if t not in {c.name for c in config.tables}]
+    if unknown:
+        raise UserError(f"not a configured table: {', '.join(unknown)}")
+    found = readers.portable_snapshots(config, args.table or None)
+    if args.json:
+        print(json.dumps({table: readers.to_dict(p) for table, p in found.items()}, indent=2))
+    else:
+        print("\n".join(readers.describe(table, p) for table, p in found.items()))
+    return 0
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from icecdc.demo import DemoSource, run_demo
 
@@ -166,6 +181,16 @@ def build_parser() -> argparse.ArgumentParser:
     status = add("status", _cmd_status, "show every partition's state, files, deletes and estimated read cost")
     _config_arg(status)
     status.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    portable = add(
+        "portable-snapshot",
+        _cmd_portable_snapshot,
+        "print each table's newest snapshot with no live equality delete, the one readers that cannot apply "
+        "them (pyiceberg, Polars, DuckDB by snapshot id) read exactly, and how far it is behind the current one",
+    )
+    _config_arg(portable)
+    portable.add_argument("--table", action="append", default=[], help="a configured table (repeatable; default: all)")
+    portable.add_argument("--json", action="store_true", help="print JSON instead of one line a table")
 
     generate = add(
         "generate", _cmd_generate, "send a synthetic Debezium change feed for an orders table (demos without a database)"

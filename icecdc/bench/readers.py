@@ -71,11 +71,17 @@ def duckdb_connection() -> Any:
     return connection
 
 
-def read_pyiceberg(table: Table, columns: Sequence[str] = ("*",)) -> Read:
-    """pyiceberg's own scan of the loaded snapshot; a refusal when it raises on what it cannot
-    apply (equality deletes: ``ValueError``/``NotImplementedError`` in 0.12)."""
-    snapshot = table.current_snapshot()
-    snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+def _snapshot_id(table: Table, snapshot_id: int | None) -> int | None:
+    if snapshot_id is not None:
+        return snapshot_id
+    current = table.current_snapshot()
+    return current.snapshot_id if current is not None else None
+
+
+def read_pyiceberg(table: Table, columns: Sequence[str] = ("*",), snapshot_id: int | None = None) -> Read:
+    """pyiceberg's own scan of the loaded snapshot (or of ``snapshot_id``); a refusal when it
+    raises on what it cannot apply (equality deletes: ``ValueError``/``NotImplementedError`` in 0.12)."""
+    snapshot_id = _snapshot_id(table, snapshot_id)
     try:
         rows = table.scan(selected_fields=tuple(columns), snapshot_id=snapshot_id).to_arrow()
     except (ValueError, NotImplementedError) as error:
@@ -83,19 +89,21 @@ def read_pyiceberg(table: Table, columns: Sequence[str] = ("*",)) -> Read:
     return Read(Reader.PYICEBERG, snapshot_id, rows)
 
 
-def read_duckdb(table: Table, columns: Sequence[str] = ("*",), connection: Any = None) -> Read:
+def read_duckdb(table: Table, columns: Sequence[str] = ("*",), connection: Any = None, snapshot_id: int | None = None) -> Read:
     """DuckDB's ``iceberg_scan`` of the metadata file the table was loaded from (the same snapshot
-    pyiceberg reads); a refusal when DuckDB raises on the table (its own error, not I/O)."""
+    pyiceberg reads, or ``snapshot_id`` of its history); a refusal when DuckDB raises on the table
+    (its own error, not I/O)."""
     import duckdb
 
-    snapshot = table.current_snapshot()
-    snapshot_id = snapshot.snapshot_id if snapshot is not None else None
+    chosen = snapshot_id
+    snapshot_id = _snapshot_id(table, snapshot_id)
     own = connection is None
     connection = duckdb_connection() if own else connection
     try:
         location = table.metadata_location.replace("'", "''")
         selected = ", ".join(c if c == "*" else f'"{c}"' for c in columns)
-        rows = connection.execute(f"SELECT {selected} FROM iceberg_scan('{location}')").to_arrow_table()
+        at = "" if chosen is None else f", snapshot_from_id = {int(chosen)}"
+        rows = connection.execute(f"SELECT {selected} FROM iceberg_scan('{location}'{at})").to_arrow_table()
     except (duckdb.NotImplementedException, duckdb.InvalidInputException) as error:
         return Read(Reader.DUCKDB, snapshot_id, None, Refused(f"{type(error).__name__}: {error}"))
     finally:
@@ -104,9 +112,9 @@ def read_duckdb(table: Table, columns: Sequence[str] = ("*",), connection: Any =
     return Read(Reader.DUCKDB, snapshot_id, rows)
 
 
-def read_all(table: Table, columns: Sequence[str] = ("*",), connection: Any = None) -> list[Read]:
-    """Both readers, on the same snapshot."""
-    return [read_pyiceberg(table, columns), read_duckdb(table, columns, connection)]
+def read_all(table: Table, columns: Sequence[str] = ("*",), connection: Any = None, snapshot_id: int | None = None) -> list[Read]:
+    """Both readers, on the same snapshot (the loaded one, or ``snapshot_id``)."""
+    return [read_pyiceberg(table, columns, snapshot_id), read_duckdb(table, columns, connection, snapshot_id)]
 
 
 def key_digest(read: Read, key: str = "id") -> KeyDigest | None:

@@ -10,10 +10,13 @@ import time
 from typing import Any
 
 import pytest
+from pyiceberg.table.snapshots import ancestors_of
 
 from icecdc.bench.portability import ReadOutcome, exactness
 from icecdc.bench.readers import Reader, duckdb_connection, read_all, read_pyiceberg
 from icecdc.compactor.sidecar import create_sidecar
+from icecdc.domain import summary
+from icecdc.readers import portable_snapshot, portable_snapshots
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, orders_table
@@ -34,11 +37,62 @@ def with_format(config: Config, format_version: int) -> Config:
 def probe(config: Config, source: SourceDatabase, connection: Any) -> dict[Reader, ReadOutcome]:
     """Both readers on the table's current snapshot, against the model's rows."""
     table = pyiceberg_catalog(config).load_table(config.table_ref(config.tables[0]).identifier)
-    expected = source.expected_rows()
+    return outcomes(read_all(table, COLUMNS, connection), source.expected_rows())
+
+
+def outcomes(reads, expected) -> dict[Reader, ReadOutcome]:
     return {
         read.reader: exactness(expected, None if read.rows is None else [tuple(r.values()) for r in read.rows.to_pylist()])
-        for read in read_all(table, COLUMNS, connection)
+        for read in reads
     }
+
+
+def batch_snapshot(table, snapshot_id: int) -> int | None:
+    """The newest snapshot the writer committed at or before ``snapshot_id`` in its history: a
+    compactor's commit holds the rows of the batch before it."""
+    for snapshot in ancestors_of(table.snapshot_by_id(snapshot_id), table.metadata):
+        if snapshot.summary.additional_properties.get(summary.WRITER) == summary.INGEST_WRITER:
+            return snapshot.snapshot_id
+    return None
+
+
+class PortableProbes:
+    """Reads of the newest portable snapshot (``icecdc.readers.portable_snapshot``), each against
+    the model's rows as of the batch it holds (recorded after every batch by ``batch_written``)."""
+
+    def __init__(self, config: Config, source: SourceDatabase, connection: Any) -> None:
+        self.config, self.source, self.connection = config, source, connection
+        self.model_at: dict[int, list] = {}  # the writer's snapshot -> the model's rows then
+        self.reads: list[dict[Reader, ReadOutcome]] = []
+
+    def _table(self):
+        return pyiceberg_catalog(self.config).load_table(self.config.table_ref(self.config.tables[0]).identifier)
+
+    def batch_written(self) -> int:
+        table = self._table()
+        written = batch_snapshot(table, table.current_snapshot().snapshot_id)
+        assert written is not None, "the writer committed"
+        self.model_at[written] = self.source.expected_rows()
+        return written
+
+    def read(self) -> int | None:
+        """Both readers on the newest portable snapshot; the writer's snapshot whose rows it holds
+        (None when no snapshot is portable yet)."""
+        table = self._table()
+        portable = portable_snapshot(table)
+        if portable is None:
+            return None
+        holds = batch_snapshot(table, portable.snapshot_id)
+        assert holds in self.model_at, f"{portable} holds a batch the test did not write"
+        self.reads.append(outcomes(read_all(table, COLUMNS, self.connection, portable.snapshot_id), self.model_at[holds]))
+        return holds
+
+    def until_holds(self, written: int, seconds: float) -> None:
+        """Read the newest portable snapshot until it holds the batch ``written``, for at most ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while self.read() != written:
+            assert time.monotonic() < deadline, f"no portable snapshot held batch {written} within {seconds:.0f}s"
+            time.sleep(0.5)
 
 
 def live_equality_deletes(spark, config: Config) -> int:
@@ -83,11 +137,17 @@ def test_readers_read_exactly_while_writing_and_once_the_sidecar_is_idle(spark, 
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
         source = stream.source
+        portable = PortableProbes(config, source, connection)
         stream([source.upsert(k, REGIONS[k % 3], k, 0) for k in range(1, 60)])
+        portable.batch_written()
         with running(create_sidecar(config, spark), drain_seconds) as sidecar:
             for n in range(1, 5):
                 stream(moving_changes(source, n))
+                written = portable.batch_written()
                 probes.append(probe(config, source, connection))
+                # Readers that choose their snapshot: exact on every read, and the batch is in
+                # one within the bound the sidecar drains in.
+                portable.until_holds(written, drain_seconds)
             deadline = time.monotonic() + drain_seconds
             while time.monotonic() < deadline and not (sidecar.idle(2.0) and live_equality_deletes(spark, config) == 0):
                 time.sleep(0.5)
@@ -95,5 +155,7 @@ def test_readers_read_exactly_while_writing_and_once_the_sidecar_is_idle(spark, 
     # DuckDB applies equality deletes, so it is exact throughout.
     assert all(ReadOutcome.WRONG not in p.values() for p in probes), probes
     assert all(p[Reader.DUCKDB] is ReadOutcome.EXACT for p in probes), probes
+    assert portable.reads and all(set(p.values()) == {ReadOutcome.EXACT} for p in portable.reads), portable.reads
     assert live_equality_deletes(spark, config) == 0
     assert probe(config, source, connection) == {Reader.PYICEBERG: ReadOutcome.EXACT, Reader.DUCKDB: ReadOutcome.EXACT}
+    assert portable_snapshots(config)[config.tables[0].name].is_current  # `icecdc portable-snapshot`'s answer

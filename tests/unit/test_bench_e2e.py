@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import orjson
 import pytest
 
-from icecdc.bench.e2e.probe import ProbePoint, ReaderProbe
+from icecdc.bench.e2e.probe import ProbePoint, ReaderProbe, on_portable
 from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio, portability
 from icecdc.bench.e2e.snapshots import SnapshotLog, amplification_between, settle_to_compacted
 from icecdc.bench.e2e.stream import (
@@ -20,6 +20,7 @@ from icecdc.bench.e2e.stream import (
     new_orders,
     settle_settings,
 )
+from icecdc.bench.e2e.summaries import portability_summary
 from icecdc.bench.portability import (
     AgeSummary,
     KeyDigest,
@@ -145,6 +146,7 @@ def test_portability_splits_samples_and_probes_at_the_last_batch():
         ReaderProbe(40.0, 1, {"pyiceberg": refused, "duckdb": exact}, {}),
         ReaderProbe(90.0, 2, {"pyiceberg": exact, "duckdb": exact}, {}),
         ReaderProbe(130.0, 3, {"pyiceberg": exact, "duckdb": exact}, {}),
+        ReaderProbe(95.0, 4, {"pyiceberg": refused, on_portable("pyiceberg"): exact}, {}, portable_seconds_behind=3.5),
     ]
     results.reference = [ProbePoint(45.0, 60.0, *[0] * 9)]  # a probe from 45 to 60 s: the sample at 50 in it
     report = portability(results)
@@ -152,8 +154,11 @@ def test_portability_splits_samples_and_probes_at_the_last_batch():
     outside = report.oldest_equality_delete_outside_probes
     assert outside is not None and outside.samples == 1 and outside.none_share == 1.0
     assert report.oldest_equality_delete_after.none_share == 1.0
-    assert report.exact_writing == {"duckdb": 1.0, "pyiceberg": 0.5}
-    assert report.exact_after == {"duckdb": 1.0, "pyiceberg": 1.0}
+    assert report.exact_writing == {"duckdb": 1.0, "pyiceberg": 1 / 3, on_portable("pyiceberg"): 1.0}
+    assert report.exact_after == {"duckdb": 1.0, "pyiceberg": 1.0, on_portable("pyiceberg"): None}
+    results.portability = report
+    writing = next(line for line in portability_summary(results).splitlines() if line.startswith("| writing |"))
+    assert "| 33% | 100% | 100% | - | 3.5 / 3.5 | 3 |" in writing, writing
 
 
 def test_write_amplification_over_the_writing_phase_only():

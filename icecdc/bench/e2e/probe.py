@@ -9,7 +9,7 @@ import statistics
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,6 +76,14 @@ class ReaderProbe:
     snapshot_id: int | None
     outcomes: dict[str, ReadOutcome]  # reader -> exact / wrong / refused, against Spark's read
     read_ms: dict[str, float]
+    # The newest snapshot with no live equality delete (``icecdc.readers``), read by the same
+    # readers under ``on_portable(reader)``: how far behind the current one it was.
+    portable_seconds_behind: float | None = None
+
+
+def on_portable(reader: str) -> str:
+    """The name a reader's outcome on the newest portable snapshot is kept under."""
+    return f"{reader} on the portable snapshot"
 
 
 def file_counts(table: Any, settings: CompactorConfig) -> dict[str, int]:
@@ -201,7 +209,7 @@ class Probe:
     def _read_portably(self) -> ReaderProbe:
         """The sidecar's table read by pyiceberg and DuckDB (its keys), against Spark's read of the
         same snapshot (Spark applies equality deletes; the final check holds it to the stream)."""
-        from icecdc.bench.readers import duckdb_connection, key_digest, read_duckdb, read_pyiceberg
+        from icecdc.readers import portable_snapshot
 
         name = self._names[ICECDC]
         began = round(time.monotonic() - self._started, 1)
@@ -210,19 +218,38 @@ class Probe:
         if snapshot is None:
             return ReaderProbe(began, None, {}, {})
         self._spark.sql(f"REFRESH TABLE {name}")  # Spark's cached table may not know the snapshot yet
+        outcomes, took = self._read_snapshot(table, name, snapshot.snapshot_id, lambda reader: reader)
+        portable = portable_snapshot(table)
+        if portable is None:
+            return ReaderProbe(began, snapshot.snapshot_id, outcomes, took)
+        if portable.is_current:  # the same snapshot: its reads stand for both
+            on_it = {on_portable(r): o for r, o in outcomes.items()}, {on_portable(r): ms for r, ms in took.items()}
+        else:
+            on_it = self._read_snapshot(table, name, portable.snapshot_id, on_portable)
+        return ReaderProbe(began, snapshot.snapshot_id, outcomes | on_it[0], took | on_it[1], portable.seconds_behind)
+
+    def _read_snapshot(
+        self, table: Any, name: str, snapshot_id: int, named: Callable[[str], str]
+    ) -> tuple[dict[str, ReadOutcome], dict[str, float]]:
+        """Each reader's outcome on one snapshot against Spark's read of it, and its time (ms)."""
+        from icecdc.bench.readers import duckdb_connection, key_digest, read_duckdb, read_pyiceberg
+
         spark_read = self._spark.sql(
-            f"SELECT count(*), count(DISTINCT id), coalesce(sum(id), 0) FROM {name} VERSION AS OF {snapshot.snapshot_id}"
+            f"SELECT count(*), count(DISTINCT id), coalesce(sum(id), 0) FROM {name} VERSION AS OF {snapshot_id}"
         ).first()
         expected = KeyDigest(int(spark_read[0]), int(spark_read[1]), int(spark_read[2]))
         if self._duckdb is None:
             self._duckdb = duckdb_connection()
         outcomes, took = {}, {}
-        for read in (lambda: read_pyiceberg(table, ("id",)), lambda: read_duckdb(table, ("id",), self._duckdb)):
+        for read in (
+            lambda: read_pyiceberg(table, ("id",), snapshot_id),
+            lambda: read_duckdb(table, ("id",), self._duckdb, snapshot_id),
+        ):
             started = time.perf_counter()
             result = read()
-            took[result.reader.value] = (time.perf_counter() - started) * 1000
-            outcomes[result.reader.value] = digest_exactness(expected, key_digest(result))
-        return ReaderProbe(began, snapshot.snapshot_id, outcomes, took)
+            took[named(result.reader.value)] = (time.perf_counter() - started) * 1000
+            outcomes[named(result.reader.value)] = digest_exactness(expected, key_digest(result))
+        return outcomes, took
 
 
 def equality_delete_age(table: Any, now_ms: int) -> float | None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import statistics
 from pathlib import Path
 from typing import Any
 
-from icecdc.bench.e2e.probe import METRICS, REFERENCE, TITLES
+from icecdc.bench.e2e.probe import METRICS, REFERENCE, TITLES, on_portable
 from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio
 from icecdc.bench.portability import AgeSummary, ReadOutcome
 from icecdc.bench.report import markdown_table, pyplot
@@ -34,10 +35,23 @@ def portability_summary(results: E2EResults) -> str:
             ages.samples,
         ]
 
+    readers = ("pyiceberg", "duckdb", on_portable("pyiceberg"), on_portable("duckdb"))
+
+    def behind(phase: str) -> str:
+        seconds = [
+            r.portable_seconds_behind
+            for r in results.readers
+            if r.portable_seconds_behind is not None and (r.t <= results.writes_ended_t) == (phase == "writing")
+        ]
+        if not seconds:
+            return "-"
+        return f"{statistics.median(seconds):.1f} / {max(seconds):.1f}"
+
     rows = [
         [
             *ages_row(phase, ages),
-            *(_share(exact.get(r)) for r in ("pyiceberg", "duckdb")),
+            *(_share(exact.get(r)) for r in readers),
+            behind(phase),
             sum(1 for probe in results.readers if (probe.t <= results.writes_ended_t) == (phase == "writing")),
         ]
         for phase, ages, exact in (
@@ -46,13 +60,15 @@ def portability_summary(results: E2EResults) -> str:
         )
     ]
     if p.oldest_equality_delete_outside_probes is not None:
-        rows.insert(1, [*ages_row("writing, outside the probes", p.oldest_equality_delete_outside_probes), "-", "-", 0])
+        outside = ages_row("writing, outside the probes", p.oldest_equality_delete_outside_probes)
+        rows.insert(1, [*outside, *(["-"] * (len(readers) + 1)), 0])
     sidecar = results.strategies.get(ICECDC)
     amplification = sidecar.writing_amplification if sidecar is not None else None
     return (
         f"\nThe sidecar's table, portable? The age of its oldest live equality delete, sampled every "
         f"{results.age_sample_seconds:g}s (a sample with none counts as 0 s), and reads by readers that cannot apply "
-        f"equality deletes, each compared with Spark's read of the same snapshot. Write amplification while writing "
+        f"equality deletes, each compared with Spark's read of the same snapshot: the current one, and the newest one "
+        f"with no live equality delete (`icecdc portable-snapshot`). Write amplification while writing "
         f"((sidecar + writer bytes) / writer bytes, between the first and the last batch): "
         f"{'-' if amplification is None else f'{amplification:.2f}'}.\n\n"
         + markdown_table(
@@ -63,6 +79,9 @@ def portability_summary(results: E2EResults) -> str:
                 "samples",
                 "pyiceberg exact",
                 "DuckDB exact",
+                "pyiceberg exact on the newest portable snapshot",
+                "DuckDB exact on it",
+                "it behind the current one, median / max s",
                 "reader probes",
             ],
             rows,

@@ -1,0 +1,66 @@
+"""Which snapshot a reader that cannot apply equality deletes (pyiceberg, Polars, Snowflake,
+Databricks) reads exactly: the newest one in the current snapshot's history that holds no
+equality delete. Pure: an adapter hands the snapshots' summaries here (``icecdc.readers``).
+
+While the writer writes, the current snapshot usually holds its last batch's equality deletes
+until the sidecar converts them (``compactor.portable_within_seconds``). The snapshot the
+conversion committed holds none, and the same rows as the batch before it, so a reader that can
+choose its snapshot (pyiceberg's ``snapshot_id``, DuckDB's ``snapshot_from_id``, Spark's
+``VERSION AS OF``) reads exactly, a few seconds behind the table, without a commit or a ref
+being kept for it.
+
+The count comes from Iceberg's own snapshot summary (``total-equality-deletes``: equality-delete
+rows live in the snapshot, carried forward from the previous snapshot's total by every commit
+Iceberg's libraries make). A summary without it (a writer that does not keep totals, or any
+snapshot after one) says nothing, so that snapshot is not taken for portable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+TOTAL_EQUALITY_DELETES: Final = "total-equality-deletes"
+
+
+def holds_no_equality_delete(summary: Mapping[str, str]) -> bool:
+    """Whether a snapshot's summary says no equality-delete row is live in it."""
+    return summary.get(TOTAL_EQUALITY_DELETES) == "0"
+
+
+@dataclass(frozen=True)
+class SnapshotFacts:
+    """What the choice needs of one snapshot."""
+
+    snapshot_id: int
+    timestamp_ms: int
+    summary: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class PortableSnapshot:
+    """The newest portable snapshot, and how far it is behind the current one: the commits after
+    it, and the time between its commit and the current snapshot's (both 0 when it is current)."""
+
+    snapshot_id: int
+    current_snapshot_id: int
+    commits_behind: int
+    seconds_behind: float
+
+    @property
+    def is_current(self) -> bool:
+        return self.commits_behind == 0
+
+
+def newest_portable(history: Iterable[SnapshotFacts]) -> PortableSnapshot | None:
+    """The first snapshot of ``history`` (the current snapshot, then its parent, and so on) that
+    holds no equality delete; None when none does. Stops at the first it finds, so a lazy
+    ``history`` is read no further than needed."""
+    current: SnapshotFacts | None = None
+    for behind, snapshot in enumerate(history):
+        current = current or snapshot
+        if holds_no_equality_delete(snapshot.summary):
+            seconds = max(0, current.timestamp_ms - snapshot.timestamp_ms) / 1000
+            return PortableSnapshot(snapshot.snapshot_id, current.snapshot_id, behind, seconds)
+    return None
