@@ -1,12 +1,13 @@
 """For readers of icecdc's tables that cannot apply equality deletes: the newest snapshot they
 read exactly (``icecdc.domain.portable``), from the table's metadata through pyiceberg, and
 ``icecdc portable-snapshot``, which prints it for engines that take a snapshot id (DuckDB's
-``iceberg_scan(..., snapshot_from_id => ...)``, pyiceberg's ``scan(snapshot_id=...)``, Spark's
+``iceberg_scan(..., snapshot_from_id = ...)``, pyiceberg's ``scan(snapshot_id=...)``, Spark's
 ``VERSION AS OF``). Reading the table commits nothing; no ref is kept for it.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -54,11 +55,4 @@ def describe(table: str, portable: PortableSnapshot | None) -> str:
 
 
 def to_dict(portable: PortableSnapshot | None) -> dict[str, Any] | None:
-    if portable is None:
-        return None
-    return {
-        "snapshot_id": portable.snapshot_id,
-        "current_snapshot_id": portable.current_snapshot_id,
-        "commits_behind": portable.commits_behind,
-        "seconds_behind": portable.seconds_behind,
-    }
+    return None if portable is None else dataclasses.asdict(portable)

@@ -100,3 +100,11 @@ def test_lists_of_positive_numbers_are_checked(text):
 
     with pytest.raises(UserError, match="--sizes"):
         bench.positive_numbers(text, "--sizes")
+
+
+def test_portable_snapshot_names_a_table_the_config_does_not_have(capsys, monkeypatch):
+    # Refused before any catalog is opened: exit 2 and the name, as for every user error.
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        monkeypatch.setenv(name, "unused")
+    assert cli.main(["portable-snapshot", "--config", str(ROOT / "docker" / "icecdc.yaml"), "--table", "nope"]) == 2
+    assert "not a configured table: nope" in capsys.readouterr().err
