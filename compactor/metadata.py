@@ -15,7 +15,7 @@ from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata
 from icecdc.domain import summary
 from icecdc.domain.files import DataFileContent
 from icecdc.domain.layout import PartitionKey, TableLayout, layout_from_pyiceberg
-from icecdc.domain.tableref import TableRef
+from icecdc.domain.tableref import MAIN_BRANCH, TableRef
 from icecdc.runtime.catalog import load_metadata_table
 from icecdc.runtime.config import CompactorConfig, TableConfig
 
@@ -131,13 +131,24 @@ class ManifestCache:
         return list(kept.values())
 
 
+def head_snapshot(table: Any, branch: str) -> Any:
+    """The head of ``branch`` in a pyiceberg table; main's current snapshot while the branch does
+    not exist yet, where the ingester's first commit to it starts from (as ``IcebergTable`` reads
+    it through Java)."""
+    return table.snapshot_by_name(branch) or table.current_snapshot()
+
+
 def read_partitions(
-    table: Any, layout: TableLayout, settings: CompactorConfig, cache: ManifestCache | None = None
+    table: Any,
+    layout: TableLayout,
+    settings: CompactorConfig,
+    cache: ManifestCache | None = None,
+    branch: str = MAIN_BRANCH,
 ) -> dict[str, PartitionMetadata]:
     """Every partition of the table's current spec that has live files, by partition path, and
-    the table's global deletes (under GLOBAL_DELETES_PATH). One pass over the current snapshot's
-    manifests (the ones ``cache`` has not seen), entries only: no file statistics decoded."""
-    snapshot = table.current_snapshot()
+    the table's global deletes (under GLOBAL_DELETES_PATH). One pass over the manifests of the
+    head of ``branch`` (the ones ``cache`` has not seen), entries only: no file statistics decoded."""
+    snapshot = head_snapshot(table, branch)
     if snapshot is None:
         return {}
     totals: dict[str, PartitionTally] = {}
@@ -197,6 +208,6 @@ def load_table_partitions(
     if table is None:
         return None
     layout = layout_from_pyiceberg(table_config.name, table_config.topic, table_config.primary_key, table)
-    snapshot = table.current_snapshot()
+    snapshot = head_snapshot(table, ref.branch)
     sequence_number = (snapshot.sequence_number or 0) if snapshot is not None else 0
-    return TableMetadata(layout, sequence_number, read_partitions(table, layout, settings, cache))
+    return TableMetadata(layout, sequence_number, read_partitions(table, layout, settings, cache, ref.branch))

@@ -77,3 +77,15 @@ def compaction_finished(table: str, kind: CompactionKind, outcome: CompactionOut
 
 def writer_committed(event: CommitEvent) -> None:
     WRITER_BYTES.labels(event.table).inc(sum(p.data_bytes for p in event.partitions))
+
+
+MAIN_MOVES = Counter(
+    "icecdc_compactor_main_moves_total",
+    "Times a staged table's main was moved to its staging branch's newest portable snapshot",
+    ["table"],
+)
+MAIN_BEHIND = Gauge(
+    "icecdc_compactor_main_behind_seconds",
+    "How far a staged table's main is behind its staging branch's head, by commit time (0: at the head)",
+    ["table"],
+)

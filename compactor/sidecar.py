@@ -5,7 +5,7 @@ A maintenance run that commits nothing (orphan removal) is only begun in the loo
 beside it (``MaintenanceRunner.start``).
 Everything else lives in one class each: the event feed (``feed``), the group (``membership``),
 metadata reads (``reconcile``), the runners (``compaction_runner``, ``maintenance_runner``), the
-status (``status``); ``create_sidecar`` wires them to Kafka, the catalog and Spark.
+mains of staged tables (``staging``), the status (``status``); ``create_sidecar`` wires them to Kafka, the catalog and Spark.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from icecdc.compactor.policy import Candidate, conversion_margin
 from icecdc.compactor.publish import EventPublisher
 from icecdc.compactor.reconcile import Reconciler
 from icecdc.compactor.rewrite import CompactionJob
+from icecdc.compactor.staging import StagedTables
 from icecdc.compactor.status import StatusWriter
 from icecdc.compactor.tracker import PartitionTracker
 from icecdc.coordinator.activity import TableActivity
@@ -91,6 +92,7 @@ class CompactorSidecar:
         status: StatusWriter,
         publisher: EventPublisher,
         health: Health,
+        staging: StagedTables,
         clock: Callable[[], float] = time.time,
         catalog_waits: Callable[[], CatalogWaits] = CatalogWaits,
     ) -> None:
@@ -106,6 +108,7 @@ class CompactorSidecar:
         self.status = status
         self.publisher = publisher
         self.health = health
+        self.staging = staging
         self._clock = clock
         self._catalog_waits = catalog_waits
         self._quiet = IdleClock(clock(), catalog_waits())
@@ -172,6 +175,8 @@ class CompactorSidecar:
             elif isinstance(step, turns.Compact):
                 events = self._compact(step.candidates)
             break
+        committed = next((e.table for e in events if e.outcome is CompactionOutcome.COMMITTED), None)
+        self.staging.follow(committed_to=committed)
         self.stats.commit_events, self.stats.bad_commit_events = self.feed.commit_events, self.feed.bad_commit_events
         self.status.write()
         return events
@@ -204,6 +209,7 @@ class CompactorSidecar:
         # Asked from another thread while a job runs: its partition is neither due nor waiting,
         # and what lands meanwhile is answered after it.
         waiting = waiting or any(p.compacting for p in self.tracker) or self.maintenance.running_beside
+        waiting = waiting or self.staging.pending
         return turns.idle(
             joined=self.membership.joined,
             quiet_seconds=self._quiet.quiet_seconds(now),
@@ -327,6 +333,7 @@ def create_sidecar(
         status=status,
         publisher=publisher,
         health=health,
+        staging=StagedTables([t.name for t in config.tables if t.staging_branch], table, membership.owns_maintenance, clock),
         clock=clock,
         catalog_waits=retry.waits,
     )

@@ -139,7 +139,11 @@ class TableMaintenance:
             cutoff = now_ms - int(settings.snapshot_retention_seconds * 1000)
             return anything_to_expire(self.table.snapshot_times_ms().values(), cutoff, settings.retain_last)
         if kind is MANIFESTS:
-            return any(manifests_to_merge(self.small_manifests(), settings.max_small_manifests))
+            # Iceberg's manifest rewrites (the core operation and the Spark action) commit to main
+            # only; on a staged table main is the compactor's to move, and the writer's own commits
+            # merge the staging branch's manifests (``commit.manifest.min-count-to-merge``).
+            staged = self.table.ref.staged
+            return not staged and any(manifests_to_merge(self.small_manifests(), settings.max_small_manifests))
         return True
 
     def expire(self, now_ms: int, settings: MaintenanceConfig, running_starts: Iterable[int | None]) -> MaintenanceResult:

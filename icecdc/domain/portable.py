@@ -13,10 +13,15 @@ The count comes from Iceberg's own snapshot summary (``total-equality-deletes``:
 rows live in the snapshot, carried forward from the previous snapshot's total by every commit
 Iceberg's libraries make). A summary without it (a writer that does not keep totals, or any
 snapshot after one) says nothing, so that snapshot is not taken for portable.
+
+A staged table (``staging_branch``) takes the same rule one step further: the ingester and the
+compactor commit to the staging branch, and ``main``, which every engine reads, is moved to the
+branch's newest portable snapshot (``decide_main``), so it never holds an equality delete.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
@@ -64,3 +69,36 @@ def newest_portable(history: Iterable[SnapshotFacts]) -> PortableSnapshot | None
             seconds = max(0, current.timestamp_ms - snapshot.timestamp_ms) / 1000
             return PortableSnapshot(snapshot.snapshot_id, current.snapshot_id, behind, seconds)
     return None
+
+
+class MainMove(enum.Enum):
+    """What becomes of a staged table's ``main`` (``decide_main``)."""
+
+    MOVE = "move"  # to the branch's newest portable snapshot, which descends from main
+    CURRENT = "current"  # main is the branch's head already
+    WAIT = "wait"  # nothing committed after main is portable yet: a conversion is due
+    DIVERGED = "diverged"  # main is not in the branch's history: something else committed to main
+
+
+@dataclass(frozen=True)
+class MainDecision:
+    move: MainMove
+    target: int | None = None  # the snapshot main moves to (MOVE only)
+
+
+def decide_main(branch_history: Iterable[SnapshotFacts], main_snapshot_id: int | None) -> MainDecision:
+    """Where a staged table's ``main`` goes, from the staging branch's history (its head, then its
+    parent, and so on) and main's current snapshot (None: it has none yet). Main only ever moves
+    forward along the branch, to a snapshot that holds no equality delete: its readers go from one
+    portable snapshot to a newer one, never back. Reads the history no further than main."""
+    target: int | None = None
+    for behind, snapshot in enumerate(branch_history):
+        if snapshot.snapshot_id == main_snapshot_id:
+            if target is not None:
+                return MainDecision(MainMove.MOVE, target)
+            return MainDecision(MainMove.CURRENT if behind == 0 else MainMove.WAIT)
+        if target is None and holds_no_equality_delete(snapshot.summary):
+            target = snapshot.snapshot_id
+    if main_snapshot_id is not None:
+        return MainDecision(MainMove.DIVERGED)
+    return MainDecision(MainMove.WAIT) if target is None else MainDecision(MainMove.MOVE, target)

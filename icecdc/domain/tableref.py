@@ -2,12 +2,15 @@
 
 A configured table is ``namespace.table`` (``db.orders``, or ``a.b.orders`` for nested
 namespaces); Spark SQL and the Java API want it qualified by the catalog (``lake.db.orders``),
-pyiceberg wants it without. ``TableRef`` carries the three parts and says both.
+pyiceberg wants it without. ``TableRef`` carries the three parts and says both, and the branch
+icecdc commits to: ``main``, or the table's staging branch (docs/compactor.md, "Staged commits").
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+MAIN_BRANCH = "main"  # Iceberg's SnapshotRef.MAIN_BRANCH: the ref every reader reads
 
 
 @dataclass(frozen=True)
@@ -15,14 +18,21 @@ class TableRef:
     catalog: str
     namespace: tuple[str, ...]
     name: str
+    # The branch the ingester and the compactor commit to and read from. Readers read ``main``.
+    branch: str = MAIN_BRANCH
 
     @classmethod
-    def of(cls, catalog: str, identifier: str) -> TableRef:
+    def of(cls, catalog: str, identifier: str, branch: str = MAIN_BRANCH) -> TableRef:
         """From the catalog name and a configured ``namespace.table`` identifier."""
         *namespace, name = identifier.split(".")
         if not namespace or not name:
             raise ValueError(f"table name {identifier!r} must be namespace.table (e.g. db.orders)")
-        return cls(catalog, tuple(namespace), name)
+        return cls(catalog, tuple(namespace), name, branch)
+
+    @property
+    def staged(self) -> bool:
+        """Whether commits go to a staging branch, ``main`` following it once portable."""
+        return self.branch != MAIN_BRANCH
 
     @property
     def identifier(self) -> str:

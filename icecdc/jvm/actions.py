@@ -57,7 +57,7 @@ def current_manifests(table: IcebergTable) -> list[ManifestFacts]:
 
     def run() -> list[ManifestFacts]:
         table._java.refresh()
-        current = table._java.currentSnapshot()
+        current = table.java_head()
         if current is None:
             return []
         return [
@@ -74,7 +74,8 @@ def _chosen_manifests(table: IcebergTable, paths: Collection[str]) -> JavaObject
     path, so it holds for them when a retry reads them again)."""
     chosen = table.bridge.jvm.java.util.HashSet()
     table._java.refresh()
-    for manifest in iterate(table._java.currentSnapshot().allManifests(table._java.io())):
+    head = table.java_head()
+    for manifest in iterate(head.allManifests(table._java.io())) if head is not None else ():
         if str(manifest.path()) in paths:
             chosen.add(manifest)
     return getattr(table.bridge.iceberg.relocated.com.google.common.base.Predicates, "in")(chosen)

@@ -117,9 +117,10 @@ def list_partitions(
 
 
 def _at_current_snapshot(table: IcebergTable, layout: TableLayout, partition: PartitionKey) -> PartitionListing | None:
-    """An empty listing at the table's current snapshot, refreshed (None: the table has none)."""
+    """An empty listing at the table's current snapshot (the head of the branch icecdc commits to),
+    refreshed (None: the table has none)."""
     table._java.refresh()
-    snapshot = table._java.currentSnapshot()
+    snapshot = table.java_head()
     return None if snapshot is None else PartitionListing(table, layout, partition, snapshot)
 
 

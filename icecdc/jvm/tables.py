@@ -125,10 +125,22 @@ class IcebergTable:
         self.call(f"refreshing {self.ref}", self._java.refresh)
 
     def current_snapshot(self) -> Snapshot | None:
-        """The current snapshot as of the last refresh."""
+        """The head of the branch icecdc commits to (``ref.branch``) as of the last refresh: main's
+        current snapshot, or the staging branch's head (main's current snapshot while the branch
+        does not exist yet, which is where its first commit starts from)."""
         with java_errors():
-            current = self._java.currentSnapshot()
+            current = self.java_head()
             return None if current is None else Snapshot.of(current)
+
+    def java_head(self) -> JavaObject | None:
+        """The Java snapshot ``current_snapshot`` describes, for the adapter's own modules."""
+        return self.bridge.iceberg.util.SnapshotUtil.latestSnapshot(self._java, self.ref.branch)
+
+    def main_snapshot_id(self) -> int | None:
+        """Main's current snapshot as of the last refresh: what readers read."""
+        with java_errors():
+            main = self._java.currentSnapshot()
+            return None if main is None else int(main.snapshotId())
 
     def history(self) -> Iterator[Snapshot]:
         """The current snapshot (as of the last refresh) and its ancestors, newest first."""
@@ -137,7 +149,7 @@ class IcebergTable:
                 yield Snapshot.of(snapshot)
 
     def _java_history(self) -> Iterator[JavaObject]:
-        snapshot = self._java.currentSnapshot()
+        snapshot = self.java_head()
         while snapshot is not None:
             yield snapshot
             parent = snapshot.parentId()
@@ -148,7 +160,8 @@ class IcebergTable:
         first, down to the first that has ``key`` (all of them when none has): a batch's offsets
         read in one round trip a table (``IcecdcUpdates.refreshedSummariesBackTo``)."""
         found = self.call(
-            f"reading {self.ref}'s snapshot summaries", lambda: self.bridge.updates.refreshedSummariesBackTo(self._java, key)
+            f"reading {self.ref}'s snapshot summaries",
+            lambda: self.bridge.updates.refreshedSummariesBackTo(self._java, self.ref.branch, key),
         )
         summaries: list[dict[str, str]] = orjson.loads(found)
         return summaries
@@ -216,6 +229,17 @@ class IcebergTable:
         frame = self.bridge.spark.read.format("iceberg").option("snapshot-id", snapshot_id).load(self.ref.qualified)
         rows = self.call(f"reading {len(keys)} keys of {self.ref}", frame.where(where).select(*key_columns, *columns).collect)
         return {tuple(_canonical(row[c]) for c in key_columns): {c: _canonical(row[c]) for c in columns} for row in rows}
+
+    def move_main(self, expected: int | None, target: int) -> bool:
+        """Main moved to snapshot ``target`` if it is still at ``expected`` (None: no snapshot),
+        in one compare-and-set metadata commit (``IcecdcUpdates.moveMain``); False when it had
+        moved or other commits kept landing meanwhile."""
+        expected_id = -1 if expected is None else expected
+        moved = self.call(
+            f"moving main of {self.ref} to snapshot {target}",
+            lambda: self.bridge.updates.moveMain(self._java, expected_id, target),
+        )
+        return bool(moved)
 
     def unpartitioned_spec_id(self) -> int | None:
         """The id of a partition spec of the table without fields (as of the last refresh)."""
@@ -308,7 +332,7 @@ class IcebergTable:
         first_before: list[int] = []  # the current snapshot's id (-1: none) as the first attempt began
 
         def attempt() -> CommittedSnapshot:
-            before = int(self.bridge.updates.refreshedSnapshotId(self._java))
+            before = int(self.bridge.updates.refreshedSnapshotId(self._java, self.ref.branch))
             if first_before:
                 # An earlier attempt ended without an answer: it may have landed.
                 landed = self._find(commit_id, stop_at=first_before[0])
@@ -317,7 +341,7 @@ class IcebergTable:
                     return landed
             else:
                 first_before.append(before)
-            update = self.bridge.updates.tagged(build(), orjson.dumps(tags).decode())
+            update = self.bridge.updates.tagged(build(), self.ref.branch, orjson.dumps(tags).decode())
             try:
                 update.commit()
             except Exception as error:
@@ -336,7 +360,7 @@ class IcebergTable:
     def _find(self, commit_id: str, stop_at: int) -> CommittedSnapshot | None:
         """Our snapshot in the history (as of the last refresh) since snapshot ``stop_at`` (-1:
         the whole history), with how many others landed after it started."""
-        found = self.bridge.updates.findTagged(self._java, summary_keys.COMMIT_ID, commit_id, stop_at)
+        found = self.bridge.updates.findTagged(self._java, self.ref.branch, summary_keys.COMMIT_ID, commit_id, stop_at)
         if found is None:
             return None
         snapshot_id, parent, sequence_number, timestamp_ms, operation, interleaved = str(found).split(",")

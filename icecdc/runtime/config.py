@@ -27,7 +27,7 @@ from pydantic import (
 
 from icecdc.domain.errors import UserError
 from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnavailableValues, UnknownPartition
-from icecdc.domain.tableref import TableRef
+from icecdc.domain.tableref import MAIN_BRANCH, TableRef
 from icecdc.domain.tablespec import (
     PartitionField,
     TableShape,
@@ -42,6 +42,7 @@ EMBEDDED_BROKER_PORT = 19092
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::-(.*?))?\}")
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_BRANCH = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 _SECRET_KEY = re.compile(r"(password|secret|token|credential|jaas|private|key\.pem)", re.IGNORECASE)
 
 
@@ -136,6 +137,12 @@ class TableConfig(_Strict):
     # A value the source did not send (Debezium's placeholder for an unchanged TOAST value):
     # resolved from the row's earlier version (exact), dead-lettered, or written as it came.
     unavailable_values: UnavailableValues = UnavailableValues.RESOLVE
+    # Staged commits: the ingester and the compactor commit to this branch, and the compactor
+    # moves ``main`` to the branch's newest snapshot without equality deletes, so every engine
+    # that reads ``main`` (Snowflake, Databricks, pyiceberg, Polars) can read it at any moment,
+    # a conversion behind the writer. Unset: everything commits to ``main`` and equality deletes
+    # live there until converted (docs/compactor.md, "Staged commits", says what each costs).
+    staging_branch: str | None = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -145,6 +152,15 @@ class TableConfig(_Strict):
         parts = value.split(".")
         if len(parts) < 2 or not all(_IDENT.match(p) for p in parts):
             raise ValueError(f"table name {value!r} must be namespace.table (e.g. db.orders)")
+        return value
+
+    @field_validator("staging_branch")
+    @classmethod
+    def _branch(cls, value: str | None) -> str | None:
+        if value is not None and (value == MAIN_BRANCH or not _BRANCH.match(value)):
+            raise ValueError(
+                f"staging_branch {value!r} must be a branch name other than {MAIN_BRANCH!r} (letters, digits, _ . -)"
+            )
         return value
 
     @field_validator("schema_")
@@ -428,8 +444,14 @@ class Config(_Strict):
         return next((table for table in self.tables if table.name == name), None)
 
     def table_ref(self, table: TableConfig | str) -> TableRef:
-        """The configured table in this config's catalog."""
-        return TableRef.of(self.catalog.name, table if isinstance(table, str) else table.name)
+        """The configured table in this config's catalog, on its staging branch if it has one (a
+        name that is not configured: on ``main``)."""
+        if isinstance(table, str):
+            found = self.find_table(table)
+            if found is None:
+                return TableRef.of(self.catalog.name, table)
+            table = found
+        return TableRef.of(self.catalog.name, table.name, table.staging_branch or MAIN_BRANCH)
 
     def secret_values(self) -> list[str]:
         """The values ``redacted`` masks, for masking them in logs too."""

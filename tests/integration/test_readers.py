@@ -14,6 +14,7 @@ from pyiceberg.table.snapshots import ancestors_of
 
 from icecdc.bench.portability import ReadOutcome, exactness
 from icecdc.bench.readers import Reader, duckdb_connection, read_all, read_pyiceberg
+from icecdc.compactor.metadata import head_snapshot
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.domain import summary
 from icecdc.readers import portable_snapshot, portable_snapshots
@@ -70,29 +71,44 @@ class PortableProbes:
 
     def batch_written(self) -> int:
         table = self._table()
-        written = batch_snapshot(table, table.current_snapshot().snapshot_id)
+        written = batch_snapshot(table, head_snapshot(table, self.config.table_ref(self.config.tables[0]).branch).snapshot_id)
         assert written is not None, "the writer committed"
         self.model_at[written] = self.source.expected_rows()
         return written
 
-    def read(self) -> int | None:
-        """Both readers on the newest portable snapshot; the writer's snapshot whose rows it holds
-        (None when no snapshot is portable yet)."""
+    def read(self, current: bool = False) -> int | None:
+        """Both readers on the newest portable snapshot (``current``: on the current snapshot, as
+        a reader that cannot name one reads); the writer's snapshot whose rows it holds (None when
+        no snapshot is portable yet)."""
         table = self._table()
         portable = portable_snapshot(table)
         if portable is None:
             return None
         holds = batch_snapshot(table, portable.snapshot_id)
         assert holds in self.model_at, f"{portable} holds a batch the test did not write"
-        self.reads.append(outcomes(read_all(table, COLUMNS, self.connection, portable.snapshot_id), self.model_at[holds]))
+        assert not current or portable.is_current, f"{portable}: the current snapshot holds equality deletes"
+        snapshot_id = None if current else portable.snapshot_id
+        self.reads.append(outcomes(read_all(table, COLUMNS, self.connection, snapshot_id), self.model_at[holds]))
         return holds
 
-    def until_holds(self, written: int, seconds: float) -> None:
-        """Read the newest portable snapshot until it holds the batch ``written``, for at most ``seconds``."""
+    def until_holds(self, written: int, seconds: float, current: bool = False) -> None:
+        """Read the newest portable snapshot (``current``: the current one) until it holds the
+        batch ``written``, for at most ``seconds``."""
         deadline = time.monotonic() + seconds
-        while self.read() != written:
+        while self.read(current) != written:
             assert time.monotonic() < deadline, f"no portable snapshot held batch {written} within {seconds:.0f}s"
             time.sleep(0.5)
+
+
+def drain_bound(config: Config) -> float:
+    """How long the sidecar may take to answer what the writer committed: settle windows, then a
+    turn per partition (a join, a quiet wait per commit attempt)."""
+    coordination = config.coordinator
+    return (
+        config.compactor.settle.max_seconds
+        + 3 * coordination.session_timeout_seconds
+        + coordination.commit_attempts * (coordination.max_quiet_wait_seconds + coordination.commit_backoff_max_seconds)
+    )
 
 
 def live_equality_deletes(spark, config: Config) -> int:
@@ -127,13 +143,7 @@ def test_readers_read_exactly_while_writing_and_once_the_sidecar_is_idle(spark, 
     )
     connection = duckdb_connection()
     probes: list[dict[Reader, ReadOutcome]] = []
-    # Settle windows, then a turn per partition (a join, a quiet wait per commit attempt).
-    coordination = config.coordinator
-    drain_seconds = (
-        config.compactor.settle.max_seconds
-        + 3 * coordination.session_timeout_seconds
-        + coordination.commit_attempts * (coordination.max_quiet_wait_seconds + coordination.commit_backoff_max_seconds)
-    )
+    drain_seconds = drain_bound(config)
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
         source = stream.source
@@ -159,3 +169,38 @@ def test_readers_read_exactly_while_writing_and_once_the_sidecar_is_idle(spark, 
     assert live_equality_deletes(spark, config) == 0
     assert probe(config, source, connection) == {Reader.PYICEBERG: ReadOutcome.EXACT, Reader.DUCKDB: ReadOutcome.EXACT}
     assert portable_snapshots(config)[config.tables[0].name].is_current  # `icecdc portable-snapshot`'s answer
+
+
+@pytest.mark.parametrize("format_version", [2])
+def test_a_staged_tables_main_is_exact_for_every_reader_while_writing(spark, stack_config, unique, format_version):
+    """Staged commits: the writer and the sidecar commit to the staging branch, and the sidecar
+    moves main behind them. After every batch, pyiceberg (which refuses a live equality delete)
+    and DuckDB read main's current snapshot, as Snowflake or Databricks would, until it holds that
+    batch: every read exact against the model's rows as of the batch main holds. Once the writer
+    stops, main is the branch's head and holds every row."""
+    base = with_format(compactor_config(stack_config, unique, target_file_size_bytes=64 * KB, hot_read_budget=2), format_version)
+    staged = base.tables[0].model_copy(update={"staging_branch": "icecdc-staged"})
+    config = base.model_copy(update={"tables": [staged]})
+    ref = config.table_ref(staged)
+    drain_seconds = drain_bound(config)
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        source = stream.source
+        main = PortableProbes(config, source, duckdb_connection())
+        stream([source.upsert(k, REGIONS[k % 3], k, 0) for k in range(1, 60)])
+        first = main.batch_written()
+        table = main._table()
+        assert table.current_snapshot() is None and table.snapshot_by_name(ref.branch).snapshot_id == first, "main waits"
+        with running(create_sidecar(config, spark), drain_seconds) as sidecar:
+            main.until_holds(first, drain_seconds, current=True)
+            for n in range(1, 5):
+                stream(moving_changes(source, n))
+                main.until_holds(main.batch_written(), drain_seconds, current=True)
+            deadline = time.monotonic() + drain_seconds
+            while time.monotonic() < deadline and not sidecar.idle(2.0):
+                time.sleep(0.5)
+    assert len(main.reads) >= 5 and all(set(r.values()) == {ReadOutcome.EXACT} for r in main.reads), main.reads
+    table = main._table()
+    assert table.current_snapshot().snapshot_id == table.snapshot_by_name(ref.branch).snapshot_id
+    assert probe(config, source, duckdb_connection()) == {Reader.PYICEBERG: ReadOutcome.EXACT, Reader.DUCKDB: ReadOutcome.EXACT}
+    assert live_equality_deletes(spark, config) == 0  # Spark reads main too

@@ -2,6 +2,7 @@
 whether the sidecar's table is portable (equality-delete ages, readers' exactness, write amplification)."""
 
 import random
+from dataclasses import replace
 from types import SimpleNamespace
 
 import orjson
@@ -159,6 +160,17 @@ def test_portability_splits_samples_and_probes_at_the_last_batch():
     results.portability = report
     writing = next(line for line in portability_summary(results).splitlines() if line.startswith("| writing |"))
     assert "| 33% | 100% | 100% | - | 3.5 / 3.5 | 3 |" in writing, writing
+
+
+def test_a_staged_run_reports_how_far_main_was_behind_its_branch_while_writing():
+    results = E2EResults("m", 1, 1, 1, 1, [], 1, 1, 1, 1, Workload(), writes_ended_t=100.0, staging_branch="staged")
+    results.main_behind = [(10.0, None), (50.0, 2.0), (99.0, 0.0), (120.0, 9.0)]  # no main yet, then two, then after
+    report = portability(results)
+    assert report.main_behind_writing is not None and report.main_behind_writing.samples == 3
+    assert report.main_behind_writing.max_seconds == 2.0
+    results.portability = report
+    assert "Staged on branch staged: readers read main" in portability_summary(results)
+    assert portability(replace(results, staging_branch=None)).main_behind_writing is None
 
 
 def test_write_amplification_over_the_writing_phase_only():

@@ -111,6 +111,30 @@ def test_duplicate_topics_are_rejected():
         )
 
 
+@pytest.mark.parametrize("branch", ["main", "", "has space", "-leading-dash"])
+def test_a_staging_branch_must_be_a_branch_other_than_main(branch):
+    with pytest.raises(ConfigError, match="staging_branch"):
+        parse_config(
+            {
+                "catalog": {"properties": {"type": "rest"}},
+                "tables": [{"name": "db.a", "topic": "t", "primary_key": ["id"], "staging_branch": branch}],
+            }
+        )
+
+
+def test_a_staged_tables_ref_names_its_branch_and_others_name_main():
+    table = {"topic": "t", "primary_key": ["id"]}
+    config = parse_config(
+        {
+            "catalog": {"properties": {"type": "rest"}},
+            "tables": [{"name": "db.a", **table, "staging_branch": "icecdc-staged"}, {"name": "db.b", **table, "topic": "u"}],
+        }
+    )
+    assert config.table_ref("db.a").branch == "icecdc-staged" and config.table_ref(config.tables[0]).staged
+    assert config.table_ref("db.b").branch == "main" and not config.table_ref("db.b").staged
+    assert config.table_ref("db.unconfigured").branch == "main"
+
+
 def test_missing_environment_variable_is_named(tmp_path, monkeypatch):
     monkeypatch.delenv("TEST_SASL_PASSWORD", raising=False)
     message = error_of(tmp_path, VALID)

@@ -110,6 +110,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="sample the age of the sidecar table's oldest live equality delete this often (default: 2)",
     )
     parser.add_argument(
+        "--staging-branch",
+        metavar="NAME",
+        help="stage the sidecar's table on this branch (the table's staging_branch): readers read main, which the "
+        "sidecar moves to the branch's newest snapshot without equality deletes (default: none, everything on main)",
+    )
+    parser.add_argument(
         "--hot-read-budget", type=float, help="the sidecar's compactor.hot_read_budget (default: the configuration's default)"
     )
     out_argument(parser, "plots")
@@ -146,6 +152,7 @@ def main(args: argparse.Namespace) -> int:
         hot_read_budget=args.hot_read_budget,
         age_sample_seconds=args.age_sample_seconds,
         workload_name=args.workload,
+        staging_branch=args.staging_branch,
     )
     print(summary(results))
     print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")

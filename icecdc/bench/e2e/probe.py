@@ -269,15 +269,26 @@ def equality_delete_age(table: Any, now_ms: int) -> float | None:
     return oldest_equality_delete_age(added_by, {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}, now_ms)
 
 
-class AgeSampler:
-    """Samples the age of a table's oldest live equality delete every ``every_seconds``, on a
-    thread of its own, from ``start`` to ``stop``."""
+def main_behind_seconds(table: Any, branch: str) -> float | None:
+    """How far a staged table's main is behind the head of ``branch`` by commit time (None: main
+    has no snapshot yet)."""
+    head, main = table.snapshot_by_name(branch), table.current_snapshot()
+    if main is None:
+        return None
+    return 0.0 if head is None else max(0, head.timestamp_ms - main.timestamp_ms) / 1000
 
-    def __init__(self, config: Config, name: str, every_seconds: float, started: float) -> None:
+
+class AgeSampler:
+    """Samples the age of a table's oldest live equality delete (in main, what readers read)
+    every ``every_seconds``, on a thread of its own, from ``start`` to ``stop``; on a staged table
+    also how far main is behind the staging branch's head."""
+
+    def __init__(self, config: Config, name: str, every_seconds: float, started: float, branch: str | None = None) -> None:
         self._catalog = pyiceberg_catalog(config)
         self._identifier = name.split(".", 1)[1]
-        self._every, self._started = every_seconds, started
+        self._every, self._started, self._branch = every_seconds, started, branch
         self.samples: list[tuple[float, float | None]] = []
+        self.main_behind: list[tuple[float, float | None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="age-sampler", daemon=True)
 
@@ -289,7 +300,10 @@ class AgeSampler:
             except Exception as exc:  # noqa: BLE001 - a lost sample is said, the run goes on
                 say(f"age sample failed: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
-            self.samples.append((round(time.monotonic() - self._started, 1), age))
+            t = round(time.monotonic() - self._started, 1)
+            self.samples.append((t, age))
+            if self._branch is not None:
+                self.main_behind.append((t, main_behind_seconds(table, self._branch)))
 
     def start(self) -> None:
         self._thread.start()

@@ -23,6 +23,8 @@ class Portability:
     # While writing, the samples taken outside every probe: a probe copies the whole table for
     # its reference (about 2.5 minutes of the large workload's 4), on the same cores.
     oldest_equality_delete_outside_probes: AgeSummary | None = None
+    # A staged table: how far main was behind the staging branch's head while writing.
+    main_behind_writing: AgeSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,9 @@ class E2EResults:
     age_sample_seconds: float = 2.0
     # (seconds into the run, age of the sidecar table's oldest live equality delete or None)
     equality_delete_ages: list[tuple[float, float | None]] = field(default_factory=list)
+    staging_branch: str | None = None
+    # (seconds into the run, how far main was behind the staging branch's head; None: no main yet)
+    main_behind: list[tuple[float, float | None]] = field(default_factory=list)
     readers: list[ReaderProbe] = field(default_factory=list)
     portability: Portability | None = None
 
@@ -114,4 +119,5 @@ def portability(results: E2EResults) -> Portability:
         oldest_equality_delete_outside_probes=summarise_ages(
             [a for t, a in results.equality_delete_ages if t <= ended and not any(s <= t <= e for s, e in probing)]
         ),
+        main_behind_writing=summarise_ages([b for t, b in results.main_behind if t <= ended]) if results.staging_branch else None,
     )

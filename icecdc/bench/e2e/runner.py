@@ -59,6 +59,7 @@ class RunSettings:
     format_version: int = 2
     hot_read_budget: float | None = None  # None: the compactor's default
     age_sample_seconds: float = 2.0
+    staging_branch: str | None = None  # the sidecar's table's (None: not staged)
 
 
 def _config(base: Config, run_id: int, strategies: Sequence[str], run: RunSettings) -> Config:
@@ -68,6 +69,7 @@ def _config(base: Config, run_id: int, strategies: Sequence[str], run: RunSettin
             **orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}", note=run.workload.note_chars > 0),
             "partition_by": run.workload.partition_by,
             "format_version": run.format_version,
+            **({"staging_branch": run.staging_branch} if run.staging_branch and s == ICECDC else {}),
         }
         for s in slugs
     ]
@@ -187,7 +189,7 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
 
     prober = threading.Thread(target=probe_loop, name="probe", daemon=True)
     prober.start()
-    sampler = AgeSampler(config, names[ICECDC], run.age_sample_seconds, started)
+    sampler = AgeSampler(config, names[ICECDC], run.age_sample_seconds, started, run.staging_branch)
     sampler.start()
     writes_started = time.time()
     for number in range(1, run.batches + 1):
@@ -209,7 +211,7 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     probing.set()
     prober.join()
     sampler.stop()
-    results.equality_delete_ages = sampler.samples
+    results.equality_delete_ages, results.main_behind = sampler.samples, sampler.main_behind
     counts = {s: maintenance.stop() for s, maintenance in strategies.items()}
     probe()  # the final state, maintenance stopped
     feed.close()
@@ -268,6 +270,7 @@ def run(
     hot_read_budget: float | None = None,
     age_sample_seconds: float = 2.0,
     workload_name: str = "small",
+    staging_branch: str | None = None,
 ) -> E2EResults:
     batches = max(2, round(minutes * 60 / batch_seconds))
     drain_max = drain_max_seconds if drain_max_seconds is not None else drain_seconds + 300.0
@@ -292,6 +295,7 @@ def run(
         format_version,
         hot_read_budget,
         age_sample_seconds,
+        staging_branch,
     )
     results = E2EResults(
         machine(),
@@ -309,6 +313,7 @@ def run(
         hot_read_budget,
         workload_name=workload_name,
         age_sample_seconds=age_sample_seconds,
+        staging_branch=staging_branch,
     )
     # Users' partition sizes: the initial load's commits, the compacted copy and the final
     # comparison hold hundreds of MB in the driver at once (Spark's default is 1 GB).

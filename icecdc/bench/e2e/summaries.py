@@ -64,8 +64,15 @@ def portability_summary(results: E2EResults) -> str:
         rows.insert(1, [*outside, *(["-"] * (len(readers) + 1)), 0])
     sidecar = results.strategies.get(ICECDC)
     amplification = sidecar.writing_amplification if sidecar is not None else None
+    staged = ""
+    if results.staging_branch and (lag := p.main_behind_writing) is not None:
+        staged = (
+            f"Staged on branch {results.staging_branch}: readers read main, which was behind the branch's head by "
+            f"{_seconds(lag.p50_seconds)} / {_seconds(lag.p95_seconds)} / {_seconds(lag.max_seconds)} s "
+            f"(p50 / p95 / max, {lag.samples} samples while writing). "
+        )
     return (
-        f"\nThe sidecar's table, portable? The age of its oldest live equality delete, sampled every "
+        f"\n{staged}The sidecar's table, portable? The age of its oldest live equality delete, sampled every "
         f"{results.age_sample_seconds:g}s (a sample with none counts as 0 s), and reads by readers that cannot apply "
         f"equality deletes, each compared with Spark's read of the same snapshot: the current one, and the newest one "
         f"with no live equality delete (`icecdc portable-snapshot`). Write amplification while writing "

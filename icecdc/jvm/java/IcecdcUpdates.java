@@ -28,20 +28,26 @@ import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DataFiles;
 import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.FileMetadata;
+import org.apache.iceberg.HasTableOperations;
 import org.apache.iceberg.Metrics;
 import org.apache.iceberg.MetricsConfig;
 import org.apache.iceberg.OverwriteFiles;
 import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.RowDelta;
 import org.apache.iceberg.Snapshot;
+import org.apache.iceberg.SnapshotRef;
 import org.apache.iceberg.SnapshotUpdate;
 import org.apache.iceberg.Table;
+import org.apache.iceberg.TableMetadata;
+import org.apache.iceberg.TableOperations;
+import org.apache.iceberg.exceptions.CommitFailedException;
 import org.apache.iceberg.expressions.Expressions;
 import org.apache.iceberg.parquet.ParquetUtil;
 import org.apache.iceberg.shaded.com.fasterxml.jackson.databind.JsonNode;
 import org.apache.iceberg.shaded.org.apache.parquet.format.converter.ParquetMetadataConverter;
 import org.apache.iceberg.shaded.org.apache.parquet.hadoop.metadata.ParquetMetadata;
 import org.apache.iceberg.util.JsonUtil;
+import org.apache.iceberg.util.SnapshotUtil;
 
 public class IcecdcUpdates {
 
@@ -145,12 +151,37 @@ public class IcecdcUpdates {
         return overwrite;
     }
 
-    /** The table refreshed, then its current snapshot's id; -1 when it has none (Iceberg's ids
-     *  are positive). */
-    public long refreshedSnapshotId(Table table) {
+    /** The table refreshed, then the id of the head of ``branch`` (main's current snapshot while
+     *  the branch does not exist, the snapshot a commit to it would start from); -1 when there is
+     *  none (Iceberg's ids are positive). */
+    public long refreshedSnapshotId(Table table, String branch) {
         table.refresh();
-        Snapshot current = table.currentSnapshot();
-        return current == null ? -1L : current.snapshotId();
+        Snapshot head = SnapshotUtil.latestSnapshot(table, branch);
+        return head == null ? -1L : head.snapshotId();
+    }
+
+    /** Main moved to snapshot ``target`` in one metadata commit, if main is still at
+     *  ``expectedMain`` (-1: no snapshot): a compare-and-set on the table's metadata, so two
+     *  compactors never move main backwards. False when main had moved, or when other commits kept
+     *  landing between the read and the swap; the caller decides again from a fresh read. */
+    public boolean moveMain(Table table, long expectedMain, long target) {
+        TableOperations ops = ((HasTableOperations) table).operations();
+        for (int attempt = 0; attempt < 4; attempt++) {
+            TableMetadata base = ops.refresh();
+            Snapshot main = base.currentSnapshot();
+            if ((main == null ? -1L : main.snapshotId()) != expectedMain) {
+                return false;
+            }
+            TableMetadata moved = TableMetadata.buildFrom(base).setBranchSnapshot(target, SnapshotRef.MAIN_BRANCH).build();
+            try {
+                ops.commit(base, moved);
+                table.refresh();
+                return true;
+            } catch (CommitFailedException landedMeanwhile) {
+                // A writer commit to the staging branch swapped the metadata first: read again.
+            }
+        }
+        return false;
     }
 
     private static Snapshot parent(Table table, Snapshot snapshot) {
@@ -158,13 +189,13 @@ public class IcecdcUpdates {
         return parentId == null ? null : table.snapshot(parentId.longValue());
     }
 
-    /** The table refreshed, then the summaries of its current snapshot and its ancestors, newest
+    /** The table refreshed, then the summaries of the head of ``branch`` and its ancestors, newest
      *  first, down to the first one that has ``key``, as a JSON array of objects: a batch's offsets
      *  read in one round trip a table. */
-    public String refreshedSummariesBackTo(Table table, String key) throws IOException {
+    public String refreshedSummariesBackTo(Table table, String branch, String key) throws IOException {
         table.refresh();
         List summaries = new ArrayList();
-        for (Snapshot snapshot = table.currentSnapshot(); snapshot != null; snapshot = parent(table, snapshot)) {
+        for (Snapshot snapshot = SnapshotUtil.latestSnapshot(table, branch); snapshot != null; snapshot = parent(table, snapshot)) {
             summaries.add(snapshot.summary());
             if (snapshot.summary().containsKey(key)) {
                 break;
@@ -174,15 +205,15 @@ public class IcecdcUpdates {
     }
 
     /** The snapshot whose summary maps ``key`` to ``value`` (a commit's id), looked for from the
-     *  current snapshot (as of the last refresh) back to snapshot ``stopAt`` (-1: the whole
+     *  head of ``branch`` (as of the last refresh) back to snapshot ``stopAt`` (-1: the whole
      *  history), as "id,parent,sequence number,timestamp ms,operation,interleaved" (parent -1 when
      *  none), where interleaved counts the snapshots after ``stopAt`` and before it: commits by
      *  others that it had to be applied on top of. Null when it is not there. One round trip
      *  where walking the history from Python took a dozen. */
-    public String findTagged(Table table, String key, String value, long stopAt) {
+    public String findTagged(Table table, String branch, String key, String value, long stopAt) {
         Snapshot found = null;
         int interleaved = 0;
-        for (Snapshot snapshot = table.currentSnapshot(); snapshot != null; snapshot = parent(table, snapshot)) {
+        for (Snapshot snapshot = SnapshotUtil.latestSnapshot(table, branch); snapshot != null; snapshot = parent(table, snapshot)) {
             if (found == null && value.equals(snapshot.summary().get(key))) {
                 found = snapshot;
             } else if (snapshot.snapshotId() == stopAt) {
@@ -199,8 +230,10 @@ public class IcecdcUpdates {
             + "," + found.timestampMillis() + "," + found.operation() + "," + interleaved;
     }
 
-    /** ``update`` with every property of a JSON object of strings set in its snapshot summary. */
-    public SnapshotUpdate tagged(SnapshotUpdate update, String summary) throws IOException {
+    /** ``update`` committing to ``branch``, with every property of a JSON object of strings set in
+     *  its snapshot summary. */
+    public SnapshotUpdate tagged(SnapshotUpdate update, String branch, String summary) throws IOException {
+        update = (SnapshotUpdate) update.toBranch(branch);
         JsonNode properties = JsonUtil.mapper().readTree(summary);
         Iterator names = properties.fieldNames();
         while (names.hasNext()) {
