@@ -41,10 +41,6 @@ class StagedTables:
         self._checked: dict[str, float] = {}
         self._pending: set[str] = set()  # tables whose main was left behind a portable snapshot
         self._diverged: set[str] = set()  # logged once each
-        self.moves = 0
-
-    def is_staged(self, table: str) -> bool:
-        return table in self._staged
 
     @property
     def pending(self) -> bool:
@@ -56,10 +52,15 @@ class StagedTables:
         ``committed_to`` (a table the replica just committed to) at once, and move it forward."""
         now = self._clock()
         for name in self._staged:
-            due = name == committed_to or name in self._pending or now - self._checked.get(name, 0.0) >= CHECK_SECONDS
-            if due and self._keeps(name):
+            if not self._keeps(name):  # another replica keeps it now
+                self._pending.discard(name)
+                continue
+            if name == committed_to or name in self._pending or now - self._checked.get(name, 0.0) >= CHECK_SECONDS:
                 self._checked[name] = now
-                self._follow(name)
+                try:
+                    self._follow(name)
+                except Exception as error:  # noqa: BLE001 - main waits for the next check, the loop goes on
+                    log.warning("%s: main not moved this turn: %s: %s", name, type(error).__name__, error)
 
     def _follow(self, name: str) -> None:
         table = self._table(name)
@@ -70,7 +71,6 @@ class StagedTables:
         self._pending.discard(name)
         if decision.move is MainMove.MOVE and decision.target is not None:
             if table.move_main(main, decision.target):
-                self.moves += 1
                 metrics.MAIN_MOVES.labels(name).inc()
                 main = decision.target
                 log.debug("%s: main moved to snapshot %d", table.ref, decision.target)
