@@ -227,18 +227,22 @@ def plot(results: E2EResults, path: Path) -> None:
 
 
 def plot_portability(results: E2EResults, path: Path) -> None:
-    """The sidecar table's oldest live equality delete over the run (0: none live), and each
-    reader probe's outcome at its time."""
+    """The sidecar table's oldest live equality delete over the run (0: none live), on a staged
+    table how far main was behind its branch, and each reader probe's outcome at its time."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([t for t, _ in results.equality_delete_ages], [a or 0.0 for _, a in results.equality_delete_ages], label="age (s)")
+    if results.staging_branch:
+        lag = [(t, b) for t, b in results.main_behind if b is not None]
+        ax.plot([t for t, _ in lag], [b for _, b in lag], label=f"main behind {results.staging_branch} (s)")
     for offset, reader in enumerate(sorted({r for p in results.readers for r in p.outcomes})):
         for outcome, marker in ((ReadOutcome.EXACT, "o"), (ReadOutcome.REFUSED, "x"), (ReadOutcome.WRONG, "s")):
             times = [p.t for p in results.readers if p.outcomes.get(reader) is outcome]
             if times:
                 ax.plot(times, [-1.0 - offset] * len(times), marker=marker, linestyle="", label=f"{reader} {outcome.value}")
     ax.axvline(results.writes_ended_t, color="grey", linestyle=":", linewidth=1)
-    ax.set_title("oldest live equality delete in the sidecar's table (s); reader probes below 0", fontsize=9)
+    where = "in the sidecar's table's main" if results.staging_branch else "in the sidecar's table"
+    ax.set_title(f"oldest live equality delete {where} (s); reader probes below 0", fontsize=9)
     ax.set_xlabel("seconds into the run", fontsize=8)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7)
