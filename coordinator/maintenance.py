@@ -4,9 +4,10 @@ What maintenance must never do is decided here, in plain functions:
 - expire the starting snapshot of a running compaction (its commit validates the history from
   that snapshot and would fail), or the ingester's newest offsets snapshot: exactly-once
   recovery walks back from the current snapshot to the newest one that records source offsets
-  (``icecdc.domain.summary.OFFSETS``), so that snapshot and every one after it must stay. Both are
-  spared by moving the expiry cutoff back to the oldest of them; ``expireOlderThan`` keeps
-  everything newer;
+  (``icecdc.domain.summary.OFFSETS``), so that snapshot and every one after it must stay; nor, on
+  a staged table, the snapshots between main and its staging branch's head (main moves forward
+  along them). All are spared by moving the expiry cutoff back to the oldest of them;
+  ``expireOlderThan`` keeps everything newer;
 - remove a file that a commit in flight is about to reference: only files older than
   ``orphan_age_seconds`` (at least an hour, far beyond a micro-batch or a compaction) are taken.
 
@@ -153,6 +154,11 @@ class TableMaintenance:
         offsets = self.table.newest_snapshot_with(summary.OFFSETS)
         if offsets is not None:
             protected[offsets.snapshot_id] = offsets.timestamp_ms
+        main = self.table.main_snapshot_id() if self.table.ref.staged else None
+        if main is not None and main in times:
+            # A staged table's main lags its branch: the branch's snapshots after it are how it
+            # gets to the head (``decide_main`` walks back to it), so none of them may go.
+            protected[main] = times[main]
         cutoff = expiry_cutoff(now_ms, settings.snapshot_retention_seconds, protected.values())
         ids = tuple(sorted(protected))
         if not anything_to_expire(times.values(), cutoff, settings.retain_last):

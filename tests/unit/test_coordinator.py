@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from types import SimpleNamespace
 
 import pytest
 
@@ -17,6 +18,7 @@ from icecdc.coordinator.maintenance import (
     MANIFESTS,
     ORPHANS,
     MaintenanceSchedule,
+    TableMaintenance,
     anything_to_expire,
     expiry_cutoff,
     is_small_manifest,
@@ -28,6 +30,8 @@ from icecdc.coordinator.quiet import quiet_delay
 from icecdc.domain.cadence import WriteCadence
 from icecdc.domain.errors import CommitConflict, CompareAndSetLost
 from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
+from icecdc.domain.tableref import TableRef
+from icecdc.jvm import actions
 from icecdc.jvm.actions import ManifestFacts
 from icecdc.jvm.tables import CommittedSnapshot
 from icecdc.runtime.config import CoordinatorConfig, MaintenanceConfig
@@ -373,3 +377,29 @@ def test_maintenance_event_round_trip():
         files_deleted=3,
     )
     assert MaintenanceEvent.from_json(event.to_json()) == event
+
+
+def test_expiry_spares_a_staged_tables_snapshots_from_main_to_the_branchs_head(monkeypatch):
+    """Main lags its staging branch; expiring the branch's snapshots after main would cut the
+    history main moves forward along (``decide_main`` would find main off the branch)."""
+
+    class StagedTable:
+        ref = TableRef("lake", ("db",), "t", "icecdc-staged")
+
+        def refresh(self) -> None: ...
+
+        def snapshot_times_ms(self) -> dict[int, int]:
+            return {1: 1_000, 2: 2_000, 3: 3_000, 4: 4_000}  # main at 2, the branch's head at 4
+
+        def newest_snapshot_with(self, key: str):
+            return SimpleNamespace(snapshot_id=4, timestamp_ms=4_000)
+
+        def main_snapshot_id(self) -> int:
+            return 2
+
+    cutoffs: list[int] = []
+    monkeypatch.setattr(actions, "expire_snapshots", lambda table, cutoff, retain_last: cutoffs.append(cutoff) or 0)
+    settings = MaintenanceConfig(snapshot_retention_seconds=0, retain_last=1)
+    result = TableMaintenance(StagedTable(), {}).expire(10_000, settings, [])
+    assert result.cutoff_ms == 2_000 and 2 in result.protected_snapshot_ids
+    assert cutoffs == [2_000]  # only snapshot 1, before main, may go
