@@ -90,7 +90,8 @@ def decide_main(branch_history: Iterable[SnapshotFacts], main_snapshot_id: int |
     """Where a staged table's ``main`` goes, from the staging branch's history (its head, then its
     parent, and so on) and main's current snapshot (None: it has none yet). Main only ever moves
     forward along the branch, to a snapshot that holds no equality delete: its readers go from one
-    portable snapshot to a newer one, never back. Reads the history no further than main."""
+    portable snapshot to a newer one, never back. Reads the history no further than main (than
+    the newest portable snapshot while main has none)."""
     target: int | None = None
     for behind, snapshot in enumerate(branch_history):
         if snapshot.snapshot_id == main_snapshot_id:
@@ -98,7 +99,8 @@ def decide_main(branch_history: Iterable[SnapshotFacts], main_snapshot_id: int |
                 return MainDecision(MainMove.MOVE, target)
             return MainDecision(MainMove.CURRENT if behind == 0 else MainMove.WAIT)
         if target is None and holds_no_equality_delete(snapshot.summary):
+            if main_snapshot_id is None:  # no main yet: every snapshot of the branch is ahead of it
+                return MainDecision(MainMove.MOVE, snapshot.snapshot_id)
             target = snapshot.snapshot_id
-    if main_snapshot_id is not None:
-        return MainDecision(MainMove.DIVERGED)
-    return MainDecision(MainMove.WAIT) if target is None else MainDecision(MainMove.MOVE, target)
+    # Main never came up (off the branch), or there is no main and nothing portable yet.
+    return MainDecision(MainMove.WAIT if main_snapshot_id is None else MainMove.DIVERGED)

@@ -58,6 +58,9 @@ def test_the_history_is_read_no_further_than_main():
 
     assert decide_main(history(), 2) == MainDecision(MainMove.MOVE, 3)
     assert read == [4, 3, 2]
+    read.clear()
+    assert decide_main(history(), None) == MainDecision(MainMove.MOVE, 3)  # no main yet
+    assert read == [4, 3]
 
 
 # Random histories of a staging branch with two replicas moving main, each deciding on its own
