@@ -76,7 +76,9 @@ def test_e2e_benchmark_harness(tmp_path):
     readers = ("pyiceberg", "duckdb")
     assert results["readers"][-1]["outcomes"] == dict.fromkeys((*readers, *map(on_portable, readers)), "exact")
     assert results["readers"][-1]["portable_seconds_behind"] == 0.0
-    for name in ("e2e.png", "e2e-writer_commit_ms.png", "e2e-portability.png", *(f"e2e-{m}.png" for m in METRICS)):
+    assert results["strategies"]["icecdc"]["amplification_so_far"], "the write amplification over the run"
+    pngs = ("e2e.png", "e2e-writer_commit_ms.png", "e2e-portability.png", "e2e-amplification.png")
+    for name in (*pngs, *(f"e2e-{m}.png" for m in METRICS)):
         assert (out / name).stat().st_size > 0, name
     text = (out / "e2e.md").read_text()
     assert all(f"| {s} |" in text for s in strategies)

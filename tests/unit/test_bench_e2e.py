@@ -10,7 +10,7 @@ import pytest
 
 from icecdc.bench.e2e.probe import ProbePoint, ReaderProbe, on_portable
 from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio, portability
-from icecdc.bench.e2e.snapshots import SnapshotLog, amplification_between, settle_to_compacted
+from icecdc.bench.e2e.snapshots import SnapshotLog, amplification_between, amplification_so_far, settle_to_compacted
 from icecdc.bench.e2e.stream import (
     Workload,
     batch_sizes,
@@ -186,6 +186,8 @@ def test_write_amplification_over_the_writing_phase_only():
     # The initial load (t=5) and the drain's rewrite (t=30) are outside the window.
     assert amplification_between(log, start=10.0, end=20.0) == pytest.approx(45 / 20)
     assert amplification_between(log, start=40.0, end=50.0) is None
+    # So far, after each commit in the window once the writer has committed: the total is the last.
+    assert amplification_so_far(log, start=10.0, end=20.0) == [(2.0, 1.0), (5.0, 3.5), (8.0, pytest.approx(45 / 20))]
 
 
 def test_the_large_workload_keeps_most_notes_and_writes_every_bucket():

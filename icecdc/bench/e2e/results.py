@@ -46,6 +46,10 @@ class StrategyResult:
     writer_commit_max: float
     settle_to_compacted: SettleToCompacted
     settled_partitions_with_equality_deletes: int
+    # ``writing_amplification`` so far, after each commit while writing: (seconds since the first
+    # batch, the amplification of the commits up to it). A rule that rewrites more the longer a
+    # partition is written shows here and not in a short run's total.
+    amplification_so_far: list[tuple[float, float]] = field(default_factory=list)
 
 
 @dataclass

@@ -81,8 +81,25 @@ def snapshot_log(table: Any) -> SnapshotLog:
 
 def amplification_between(log: SnapshotLog, start: float, end: float) -> float | None:
     """``portability.write_amplification`` of the commits from ``start`` to ``end`` (epoch seconds)."""
-    window = [(size, maintenance) for when, size, maintenance in log.added if start <= when <= end]
-    return write_amplification(sum(b for b, m in window if not m), sum(b for b, m in window if m))
+    series = amplification_so_far(log, start, end)
+    return series[-1][1] if series else None
+
+
+def amplification_so_far(log: SnapshotLog, start: float, end: float) -> list[tuple[float, float]]:
+    """``amplification_between`` from ``start`` to each commit up to ``end``: (seconds since
+    ``start``, the amplification so far), once the writer has committed."""
+    writer = maintenance = 0
+    series: list[tuple[float, float]] = []
+    for when, size, by_maintenance in sorted(log.added):
+        if not start <= when <= end:
+            continue
+        if by_maintenance:
+            maintenance += size
+        else:
+            writer += size
+        if (amplification := write_amplification(writer, maintenance)) is not None:
+            series.append((round(when - start, 1), amplification))
+    return series
 
 
 def _partition_key(entry: Any) -> tuple[Any, ...]:

@@ -224,6 +224,23 @@ def plot(results: E2EResults, path: Path) -> None:
     fig.savefig(path.with_name("e2e-writer_commit_ms.png"), dpi=100)
     plt.close(fig)
     plot_portability(results, path.with_name("e2e-portability.png"))
+    plot_amplification(results, path.with_name("e2e-amplification.png"))
+
+
+def plot_amplification(results: E2EResults, path: Path) -> None:
+    """Each strategy's write amplification while writing, so far, after each commit."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for strategy, result in results.strategies.items():
+        series = result.amplification_so_far
+        ax.plot([t for t, _ in series], [a for _, a in series], label=strategy)
+    ax.set_title("write amplification so far, (maintenance + writer) / writer bytes", fontsize=9)
+    ax.set_xlabel("seconds since the first batch", fontsize=8)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def plot_portability(results: E2EResults, path: Path) -> None:
