@@ -216,13 +216,7 @@ def plot(results: E2EResults, path: Path) -> None:
             linestyle="",
             label=strategy,
         )
-    ax.set_title("writer commit latency (ms)", fontsize=9)
-    ax.set_xlabel("seconds into the run", fontsize=8)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path.with_name("e2e-writer_commit_ms.png"), dpi=100)
-    plt.close(fig)
+    _save_one(plt, fig, ax, "writer commit latency (ms)", path.with_name("e2e-writer_commit_ms.png"))
     plot_portability(results, path.with_name("e2e-portability.png"))
     plot_amplification(results, path.with_name("e2e-amplification.png"))
 
@@ -234,13 +228,8 @@ def plot_amplification(results: E2EResults, path: Path) -> None:
     for strategy, result in results.strategies.items():
         series = result.amplification_so_far
         ax.plot([t for t, _ in series], [a for _, a in series], label=strategy)
-    ax.set_title("write amplification so far, (maintenance + writer) / writer bytes", fontsize=9)
-    ax.set_xlabel("seconds since the first batch", fontsize=8)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    title = "write amplification so far, (maintenance + writer) / writer bytes"
+    _save_one(plt, fig, ax, title, path, xlabel="seconds since the first batch")
 
 
 def plot_portability(results: E2EResults, path: Path) -> None:
@@ -259,10 +248,17 @@ def plot_portability(results: E2EResults, path: Path) -> None:
                 ax.plot(times, [-1.0 - offset] * len(times), marker=marker, linestyle="", label=f"{reader} {outcome.value}")
     ax.axvline(results.writes_ended_t, color="grey", linestyle=":", linewidth=1)
     where = "in the sidecar's table's main" if results.staging_branch else "in the sidecar's table"
-    ax.set_title(f"oldest live equality delete {where} (s); reader probes below 0", fontsize=9)
-    ax.set_xlabel("seconds into the run", fontsize=8)
+    _save_one(plt, fig, ax, f"oldest live equality delete {where} (s); reader probes below 0", path, legend_size=7)
+
+
+def _save_one(
+    plt: Any, fig: Any, ax: Any, title: str, path: Path, *, xlabel: str = "seconds into the run", legend_size: int = 8
+) -> None:
+    """A one-plot figure's title, axis, grid and legend, saved to ``path`` and closed."""
+    ax.set_title(title, fontsize=9)
+    ax.set_xlabel(xlabel, fontsize=8)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
+    ax.legend(fontsize=legend_size)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
