@@ -195,6 +195,9 @@ def test_small_batches_into_a_large_partition_are_rewritten_a_few_times_not_ever
     assert rewritten <= 2 * written  # a write amplification of at most 3
 
 
+DEFAULTS = CompactorConfig(target_file_size_bytes=128 * MB)
+
+
 def one_slot(pack_kb: int, budget_slack: float = 0.0) -> tuple[PartitionFiles, float]:
     """A partition of a few hundred KB on the default budget: a base with position deletes, the
     last pack, and the newest batch's file, whose equality deletes hit both."""
@@ -202,8 +205,7 @@ def one_slot(pack_kb: int, budget_slack: float = 0.0) -> tuple[PartitionFiles, f
         [LiveDataFile("base", 80 * KB, 4000, 1), LiveDataFile("pack", pack_kb * KB, 500, 5), LiveDataFile("d6", 5 * KB, 300, 6)],
         [pos("p-base", 5, "base"), eq("e6", 6)],
     )
-    settings = CompactorConfig(target_file_size_bytes=128 * MB)
-    return files, budget_for_bytes(sum(f.size for f in files.data), settings) + budget_slack
+    return files, budget_for_bytes(sum(f.size for f in files.data), DEFAULTS) + budget_slack
 
 
 @pytest.mark.parametrize(
@@ -216,7 +218,7 @@ def one_slot(pack_kb: int, budget_slack: float = 0.0) -> tuple[PartitionFiles, f
 )
 def test_a_pack_each_batch_repacks_takes_the_next_tier_once_its_rent_is_paid(pack_kb, slack, packed):
     files, budget = one_slot(pack_kb, slack)
-    plan = plan_tier_pack(files, CompactorConfig(target_file_size_bytes=128 * MB), budget)
+    plan = plan_tier_pack(files, DEFAULTS, budget)
     assert plan is not None and set(plan.rewrite) == packed
 
 
@@ -230,7 +232,7 @@ def test_small_batches_into_a_partition_of_a_few_hundred_kb_are_not_repacked_up_
     # tiers alone repacked the slot with every batch up to the next tier's floor, 12 and 24 times
     # the bytes written here (``before``); with the rent rule about 9 and 14 in this pessimistic model
     # (every delete hits every older file, nothing shrinks).
-    written, rewritten = stream_into_one_partition(80 * KB, batches, CompactorConfig(target_file_size_bytes=128 * MB), 5 * KB)
+    written, rewritten = stream_into_one_partition(80 * KB, batches, DEFAULTS, 5 * KB)
     assert rewritten <= 0.8 * before * written
 
 
