@@ -540,8 +540,10 @@ def write_file(
     # thousands of rows) until the compactor rewrites it with the table's own writer settings.
     # Plain columns under zstd were both faster to write and smaller at 17 to 5,000 rows (a
     # dictionary page costs a compression of its own per column): docs/BENCHMARKS.md, "Ingest
-    # over 50 tables: where the CPU goes".
-    data = write_new_parquet(arrow, path, io_properties, use_dictionary=False)
+    # over 50 tables: where the CPU goes". No Arrow schema either: serialising it (base64 in the
+    # footer) was a third of a 17-row file's write, and every type of ``layout.to_arrow`` reads
+    # back from the Parquet schema alone, field ids included (tests/unit/test_fileio.py).
+    data = write_new_parquet(arrow, path, io_properties, use_dictionary=False, store_schema=False)
     return {
         "table": layout.table,
         "op": kind,

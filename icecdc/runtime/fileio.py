@@ -33,12 +33,21 @@ def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) 
     return len(write_new_parquet(table, path, io_properties))
 
 
-def write_new_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str], *, use_dictionary: bool = True) -> bytes:
+def write_new_parquet(
+    table: pa.Table,
+    path: str,
+    io_properties: Mapping[str, str],
+    *,
+    use_dictionary: bool = True,
+    store_schema: bool = True,
+) -> bytes:
     """Write a new file (never overwriting one); returns its bytes, which end with its footer.
-    ``use_dictionary=False`` writes each column plain (then zstd): for a batch's small, short-lived
-    files it is cheaper to write and no larger (``stages.write_file``)."""
+    ``use_dictionary=False`` writes each column plain (then zstd); ``store_schema=False`` leaves
+    out the Arrow schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. For a
+    batch's small, short-lived files both are cheaper to write and no larger
+    (``stages.write_file``)."""
     buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd", use_dictionary=use_dictionary)
+    pq.write_table(table, buffer, compression="zstd", use_dictionary=use_dictionary, store_schema=store_schema)
     data = buffer.getvalue()
     local = _local_path(path)
     if local is not None:

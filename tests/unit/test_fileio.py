@@ -3,10 +3,14 @@ are the file's, and that nothing is ever overwritten."""
 
 from __future__ import annotations
 
+import datetime as dt
+import decimal
+
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from icecdc.domain.layout import FIELD_ID, arrow_type
 from icecdc.runtime.fileio import write_new_parquet
 
 ROWS = pa.table({"id": pa.array([3, 1, 2], pa.int64()), "region": ["eu", None, "us"]})
@@ -36,3 +40,38 @@ def test_a_file_is_written_with_or_without_dictionary_pages_and_reads_the_same(t
     assert [columns.column(i).has_dictionary_page for i in range(columns.num_columns)] == [use_dictionary] * 2
     assert [columns.column(i).compression for i in range(columns.num_columns)] == ["ZSTD"] * 2
     assert pq.read_table(path).equals(ROWS)
+
+
+ICEBERG_TYPES = [
+    "boolean",
+    "int",
+    "long",
+    "float",
+    "double",
+    "date",
+    "timestamp",
+    "timestamptz",
+    "string",
+    "binary",
+    "decimal(10, 2)",
+    "decimal(38, 6)",
+]
+
+
+def test_a_batch_file_without_the_arrow_schema_reads_back_every_type_and_field_id(tmp_path):
+    """A batch's files leave out the Arrow schema (``stages.write_file``): every column type the
+    writer produces must read back from the Parquet schema alone, field ids and nullability
+    included, or the compactor's reads of those files would see other types."""
+    fields = [
+        pa.field(f"c{i}", arrow_type(kind), nullable=i % 2 == 0, metadata={FIELD_ID: str(i + 1).encode()})
+        for i, kind in enumerate(ICEBERG_TYPES)
+    ]
+    values = [True, 7, 8, 1.5, 2.5, dt.date(2024, 2, 29), dt.datetime(2024, 1, 1, 1, 2, 3, 4)]
+    values += [dt.datetime(2024, 1, 1, tzinfo=dt.UTC), "s", b"b", decimal.Decimal("1.23"), decimal.Decimal("-1.5")]
+    rows = pa.Table.from_pylist([{f.name: v for f, v in zip(fields, values, strict=True)}], schema=pa.schema(fields))
+    path = tmp_path / "f.parquet"
+    write_new_parquet(rows, str(path), {}, use_dictionary=False, store_schema=False)
+    assert b"ARROW:schema" not in (pq.ParquetFile(path).schema_arrow.metadata or {})
+    read = pq.read_table(path)
+    assert read.schema.equals(rows.schema, check_metadata=True)
+    assert read.equals(rows)
