@@ -5,7 +5,7 @@ with whatever the commit events did not tell it (a late start, a restart, a lost
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +15,7 @@ from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata
 from icecdc.domain import summary
 from icecdc.domain.files import DataFileContent
 from icecdc.domain.layout import PartitionKey, TableLayout, layout_from_pyiceberg
+from icecdc.domain.portable import SnapshotFacts
 from icecdc.domain.tableref import MAIN_BRANCH, TableRef
 from icecdc.runtime.catalog import load_metadata_table
 from icecdc.runtime.config import CompactorConfig, TableConfig
@@ -136,6 +137,16 @@ def head_snapshot(table: Any, branch: str) -> Any:
     not exist yet, where the ingester's first commit to it starts from (as ``IcebergTable`` reads
     it through Java)."""
     return table.snapshot_by_name(branch) or table.current_snapshot()
+
+
+def branch_history(table: Any, branch: str) -> Iterator[SnapshotFacts]:
+    """The head of ``branch`` in a pyiceberg table (``head_snapshot``), then its parent, and so
+    on, lazily, as the portability rules read it (``icecdc.domain.portable``)."""
+    from pyiceberg.table.snapshots import ancestors_of
+
+    for snapshot in ancestors_of(head_snapshot(table, branch), table.metadata):
+        facts = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        yield SnapshotFacts(snapshot.snapshot_id, snapshot.timestamp_ms, facts)
 
 
 def read_partitions(

@@ -267,7 +267,6 @@ def create_sidecar(
     feed = EventFeed(consumer, topics, [t.name for t in config.tables], tracker, activity, clock)
     publisher = EventPublisher(kafka.producer(config.kafka), topics, activity)
     gate = CommitGate(coordination, feed.writer, feed.poll, clock=clock)
-    status = StatusWriter(config, replica, tracker, membership.owns, clock)
     bridge = JavaBridge(spark)
     if local_warehouse(config.catalog.properties):
         write_local_files_in_process(bridge)
@@ -278,6 +277,9 @@ def create_sidecar(
         if name not in tables:
             tables[name] = IcebergTable(bridge, config.table_ref(name), retry)
         return tables[name]
+
+    staging = StagedTables([t.name for t in config.tables if t.staging_branch], table, membership.owns_maintenance, clock)
+    status = StatusWriter(config, replica, tracker, membership.owns, clock, lambda: staging.mains)
 
     def compaction(name: str, layout: TableLayout, partitions: Sequence[PartitionKey] | None) -> CompactionJob:
         return CompactionJob(
@@ -333,7 +335,7 @@ def create_sidecar(
         status=status,
         publisher=publisher,
         health=health,
-        staging=StagedTables([t.name for t in config.tables if t.staging_branch], table, membership.owns_maintenance, clock),
+        staging=staging,
         clock=clock,
         catalog_waits=retry.waits,
     )

@@ -14,9 +14,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from icecdc.compactor import metrics
-from icecdc.domain.portable import MainMove, SnapshotFacts, decide_main
+from icecdc.domain.portable import MainMove, PortableSnapshot, SnapshotFacts, decide_main, main_behind
 from icecdc.jvm.tables import IcebergTable
 
 log = logging.getLogger(__name__)
@@ -24,6 +26,38 @@ log = logging.getLogger(__name__)
 # A metadata refresh and a walk of the branch's newest snapshots: a few ms. Once a second keeps
 # main within a second of a portable head without a catalog read every turn.
 CHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class StagedMain:
+    """A staged table's main, what every engine reads, and where it stands on the staging branch
+    (``main_behind``): None when main has no snapshot yet or is off the branch."""
+
+    table: str
+    branch: str
+    main_snapshot_id: int | None
+    behind: PortableSnapshot | None
+
+    def describe(self) -> str:
+        """One line for a person (``icecdc status``)."""
+        where = f"{self.table}: readers read main, on staging branch {self.branch}"
+        if self.behind is not None:
+            if self.behind.is_current:
+                return f"{where}: main is the branch's head"
+            return f"{where}: main is {self.behind.commits_behind} commit(s) and {self.behind.seconds_behind:.1f}s behind the branch's head"
+        if self.main_snapshot_id is None:
+            return f"{where}: main has no snapshot yet (the first conversion or portable batch moves it)"
+        return f"{where}: main is NOT on the branch (something else committed to main; icecdc no longer moves it)"
+
+    @classmethod
+    def from_dict(cls, document: dict[str, Any]) -> StagedMain:
+        behind = document["behind"]
+        return cls(
+            document["table"],
+            document["branch"],
+            document["main_snapshot_id"],
+            None if behind is None else PortableSnapshot(**behind),
+        )
 
 
 class StagedTables:
@@ -41,6 +75,12 @@ class StagedTables:
         self._checked: dict[str, float] = {}
         self._pending: set[str] = set()  # tables whose main was left behind a portable snapshot
         self._diverged: set[str] = set()  # logged once each
+        self._mains: dict[str, StagedMain] = {}  # as of each kept table's last check
+
+    @property
+    def mains(self) -> list[StagedMain]:
+        """Where the main of each staged table this replica keeps stood at its last check."""
+        return list(self._mains.values())
 
     @property
     def pending(self) -> bool:
@@ -54,6 +94,7 @@ class StagedTables:
         for name in self._staged:
             if not self._keeps(name):  # another replica keeps it now
                 self._pending.discard(name)
+                self._mains.pop(name, None)
                 continue
             if name == committed_to or name in self._pending or now - self._checked.get(name, 0.0) >= CHECK_SECONDS:
                 self._checked[name] = now
@@ -88,9 +129,10 @@ class StagedTables:
             self._diverged.add(name)
         else:
             self._diverged.discard(name)
-        times = {f.snapshot_id: f.timestamp_ms for f in read}
-        behind = (times[read[0].snapshot_id] - times[main]) / 1000 if read and main in times else 0.0
-        metrics.MAIN_BEHIND.labels(name).set(behind)
+        # ``read`` reaches main: the decision reads the branch's history as far as main.
+        lag = main_behind(read, main)
+        self._mains[name] = StagedMain(name, table.ref.branch, main, lag)
+        metrics.MAIN_BEHIND.labels(name).set(lag.seconds_behind if lag is not None else 0.0)
 
 
 def _facts(table: IcebergTable, read: list[SnapshotFacts]) -> Iterator[SnapshotFacts]:

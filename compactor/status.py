@@ -1,7 +1,8 @@
 """``icecdc status``: each table's portability (its oldest live equality delete against
 ``compactor.portable_within_seconds``), every partition's state, files, deletes and read cost, and
 each table's unresolved global deletes (a "(global deletes)" row: its "last write" is when the
-oldest was committed). A running sidecar
+oldest was committed), and for a staged table how far main, what readers read, is behind its
+staging branch's head. A running sidecar
 writes its own view (hot, settling, settled, compacting as it sees them) to a status file and
 refreshes its partition gauges; ``icecdc status`` shows that view while it is fresh, and
 otherwise one computed from table metadata alone (no Spark, no Kafka)."""
@@ -18,9 +19,11 @@ from typing import Any
 import orjson
 
 from icecdc.compactor import metrics
-from icecdc.compactor.metadata import load_table_partitions
+from icecdc.compactor.metadata import branch_history, load_table_partitions
+from icecdc.compactor.staging import StagedMain
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionStatus, PartitionTracker, TablePortability, status_portability
-from icecdc.runtime.catalog import pyiceberg_catalog
+from icecdc.domain.portable import main_behind
+from icecdc.runtime.catalog import load_metadata_table, pyiceberg_catalog
 from icecdc.runtime.config import Config
 
 STATUS_FILE = "compactor-status.json"
@@ -41,6 +44,7 @@ class StatusReport:
     updated: float
     partitions: list[PartitionStatus]
     portable_within_seconds: float | None = None  # the portability target (None: a report older than it)
+    staged: list[StagedMain] = dataclasses.field(default_factory=list)  # staged tables' mains
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -52,6 +56,7 @@ class StatusReport:
             document["updated"],
             [PartitionStatus(**p) for p in document["partitions"]],
             document.get("portable_within_seconds"),
+            [StagedMain.from_dict(m) for m in document.get("staged", [])],
         )
 
 
@@ -65,8 +70,10 @@ class StatusWriter:
         tracker: PartitionTracker,
         owned: Callable[[str, str], bool],
         clock: Callable[[], float] = time.time,
+        staged_mains: Callable[[], list[StagedMain]] = list,
     ) -> None:
         self._config = config
+        self._staged_mains = staged_mains
         self._replica = replica
         self._tracker = tracker
         self._owned = owned
@@ -99,7 +106,9 @@ class StatusWriter:
                 metrics.PORTABLE.labels(table.name).set(1 if known.portable else 0)
         path = status_path(self._config)
         path.parent.mkdir(parents=True, exist_ok=True)
-        report = StatusReport(f"compactor {self._replica}", now, rows, self._config.compactor.portable_within_seconds)
+        report = StatusReport(
+            f"compactor {self._replica}", now, rows, self._config.compactor.portable_within_seconds, self._staged_mains()
+        )
         temporary = path.with_suffix(".tmp")
         temporary.write_bytes(orjson.dumps(report.to_dict(), option=orjson.OPT_INDENT_2))
         temporary.replace(path)
@@ -112,14 +121,24 @@ def collect(config: Config, now: float | None = None) -> StatusReport:
         report = StatusReport.from_dict(orjson.loads(path.read_bytes()))
         if now - report.updated <= FRESH_SECONDS:
             return report
+    return from_metadata(config, now)
+
+
+def from_metadata(config: Config, now: float) -> StatusReport:
+    """The status computed from table metadata alone, through pyiceberg."""
     tracker = PartitionTracker(config.compactor)
     catalog = pyiceberg_catalog(config)
+    staged: list[StagedMain] = []
     for table in config.tables:
-        loaded = load_table_partitions(catalog, config.table_ref(table), table, config.compactor)
+        ref = config.table_ref(table)
+        loaded = load_table_partitions(catalog, ref, table, config.compactor)
         if loaded is not None:
             tracker.on_metadata(table.name, loaded.sequence_number, loaded.partitions)
+        if table.staging_branch and (metadata := load_metadata_table(catalog, ref)) is not None:
+            main = metadata.metadata.current_snapshot_id
+            staged.append(StagedMain(table.name, ref.branch, main, main_behind(branch_history(metadata, ref.branch), main)))
     return StatusReport(
-        "table metadata (no running compactor)", now, tracker.report(now), config.compactor.portable_within_seconds
+        "table metadata (no running compactor)", now, tracker.report(now), config.compactor.portable_within_seconds, staged
     )
 
 
@@ -176,6 +195,7 @@ def render(report: StatusReport, now: float | None = None) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [f"source: {report.source}"]
     lines += [portability_line(t, report.portable_within_seconds, now) for t in status_portability(report.partitions).values()]
+    lines += [main.describe() for main in report.staged]
     lines += ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     if len(rows) == 1:
         lines.append("(no partitions with live files)")

@@ -8,10 +8,11 @@ read exactly (``icecdc.domain.portable``), from the table's metadata through pyi
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from icecdc.domain.portable import PortableSnapshot, SnapshotFacts, newest_portable
+from icecdc.compactor.metadata import branch_history
+from icecdc.domain.portable import PortableSnapshot, newest_portable
+from icecdc.domain.tableref import MAIN_BRANCH
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table
@@ -22,15 +23,7 @@ if TYPE_CHECKING:
 def portable_snapshot(table: Table) -> PortableSnapshot | None:
     """The newest snapshot of ``table``'s current history that holds no equality delete, as
     loaded; None when the table has no snapshot or none in its history is portable."""
-    return newest_portable(_history(table))
-
-
-def _history(table: Table) -> Iterator[SnapshotFacts]:
-    from pyiceberg.table.snapshots import ancestors_of
-
-    for snapshot in ancestors_of(table.current_snapshot(), table.metadata):
-        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-        yield SnapshotFacts(snapshot.snapshot_id, snapshot.timestamp_ms, summary)
+    return newest_portable(branch_history(table, MAIN_BRANCH))
 
 
 def portable_snapshots(config: Config, tables: list[str] | None = None) -> dict[str, PortableSnapshot | None]:

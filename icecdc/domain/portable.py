@@ -71,6 +71,20 @@ def newest_portable(history: Iterable[SnapshotFacts]) -> PortableSnapshot | None
     return None
 
 
+def main_behind(branch_history: Iterable[SnapshotFacts], main_snapshot_id: int | None) -> PortableSnapshot | None:
+    """Where a staged table's ``main`` stands on its staging branch (its head, then its parent,
+    and so on): main as the portable snapshot it is, with the branch's commits after it and the
+    time between its commit and the head's. None when main has no snapshot yet or is not in the
+    branch's history (``MainMove.DIVERGED``). Reads the history no further than main."""
+    head: SnapshotFacts | None = None
+    for behind, snapshot in enumerate(branch_history):
+        head = head or snapshot
+        if snapshot.snapshot_id == main_snapshot_id:
+            seconds = max(0, head.timestamp_ms - snapshot.timestamp_ms) / 1000
+            return PortableSnapshot(snapshot.snapshot_id, head.snapshot_id, behind, seconds)
+    return None
+
+
 class MainMove(enum.Enum):
     """What becomes of a staged table's ``main`` (``decide_main``)."""
 

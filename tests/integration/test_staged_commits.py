@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from icecdc.bench.portability import ReadOutcome, exactness
 from icecdc.bench.readers import read_pyiceberg
+from icecdc.compactor import status
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.domain.portable import MainMove, SnapshotFacts, decide_main
 from icecdc.runtime.catalog import pyiceberg_catalog
@@ -80,6 +81,21 @@ def assert_every_main_was_exact(config: Config, history: History, mains: list[in
         assert exactness(model_at[holds], rows) is ReadOutcome.EXACT, (snapshot_id, read.refused)
 
 
+def assert_status_places_main(config: Config, history: History) -> None:
+    """``icecdc status`` (from metadata, through pyiceberg) puts main where Iceberg's Java API
+    has it on the branch: the branch's commits after it."""
+    table = history.table
+    branch = [s.snapshot_id for s in table.history()]
+    main = table.main_snapshot_id()
+    [staged] = status.from_metadata(config, time.time()).staged
+    assert (staged.branch, staged.main_snapshot_id) == (BRANCH, main)
+    if main is None:
+        assert staged.behind is None
+    else:
+        assert staged.behind is not None and staged.behind.current_snapshot_id == branch[0]
+        assert staged.behind.commits_behind == branch.index(main)
+
+
 @pytest.mark.slow
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(steps=history, format_version=st.sampled_from([2, 3]))
@@ -101,7 +117,10 @@ def test_random_histories_on_a_staging_branch_keep_main_exact_and_portable(spark
     history = run_history(spark, config, [(k, REGIONS[k % 2], 0, k) for k in range(1, 31)], steps, mains.maintain)
     for region in REGIONS:  # the sidecar converts what is left once the writer stops
         maintain(history, ("convert", region), history.committer(None))
+    history.table.refresh()
+    assert_status_places_main(config, history)
     mains.move(history, history.committer(None))
     history.table.refresh()
+    assert_status_places_main(config, history)
     assert history.table.main_snapshot_id() == history.table.current_snapshot().snapshot_id, "main is the branch's head"
     assert_every_main_was_exact(config, history, mains.snapshots)

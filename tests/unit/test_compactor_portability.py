@@ -25,9 +25,11 @@ from icecdc.compactor.policy import (
     portability_work,
     rank,
 )
+from icecdc.compactor.staging import StagedMain
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata, PartitionTracker, TablePortability
 from icecdc.domain.events import CommitEvent, CompactionEvent, PartitionDelta
 from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
+from icecdc.domain.portable import PortableSnapshot
 from icecdc.runtime.config import CompactorConfig, SettleConfig
 from tests.unit.test_compactor_loop import LAYOUT, FakeCompaction, FakeGate, FakeLeases, Published
 
@@ -265,6 +267,18 @@ def test_the_status_says_whether_each_table_is_portable_and_how_old_its_oldest_e
     assert status.StatusReport.from_dict(report.to_dict()) == report
     t.on_metadata("db.t", 2, {"p=a": PartitionMetadata({"p": "p=a"}, PartitionStats(data_files=2), 103.0, None)})
     assert "db.t: portable (no live equality delete)" in status.render(status.StatusReport("test", 113.0, t.report(113.0)), 113.0)
+
+
+def test_the_status_says_how_far_a_staged_tables_main_is_behind_its_branch():
+    behind = StagedMain("db.t", "icecdc-staged", 3, PortableSnapshot(3, 5, 2, 4.1))
+    report = status.StatusReport("test", 112.0, [], TARGET, [behind])
+    assert "db.t: readers read main, on staging branch icecdc-staged: main is 2 commit(s) and 4.1s behind" in status.render(
+        report, now=112.0
+    )
+    assert status.StatusReport.from_dict(orjson.loads(orjson.dumps(report.to_dict()))) == report
+    older = report.to_dict()
+    del older["staged"]  # a status file written before staged mains were reported still reads
+    assert status.StatusReport.from_dict(older).staged == []
 
 
 def test_the_writers_bytes_are_counted_beside_the_sidecars():

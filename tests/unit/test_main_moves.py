@@ -8,7 +8,15 @@ from collections.abc import Iterator
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icecdc.domain.portable import TOTAL_EQUALITY_DELETES, MainDecision, MainMove, SnapshotFacts, decide_main
+from icecdc.domain.portable import (
+    TOTAL_EQUALITY_DELETES,
+    MainDecision,
+    MainMove,
+    PortableSnapshot,
+    SnapshotFacts,
+    decide_main,
+    main_behind,
+)
 
 
 def branch(*snapshots: tuple[int, int]) -> list[SnapshotFacts]:
@@ -48,6 +56,16 @@ def test_a_summary_without_totals_is_not_portable():
     assert decide_main(history, None) == MainDecision(MainMove.MOVE, 1)
 
 
+def test_how_far_main_is_behind_the_branch_head():
+    # Snapshot i commits at i seconds: main at 2 is two commits and 2 s behind the head.
+    history = branch((4, 7), (3, 5), (2, 0), (1, 0))
+    assert main_behind(history, 2) == PortableSnapshot(2, 4, 2, 2.0)
+    assert main_behind(history, 4) == PortableSnapshot(4, 4, 0, 0.0)
+    assert main_behind(history, 9) is None  # off the branch
+    assert main_behind(history, None) is None  # no main yet
+    assert main_behind([], 1) is None
+
+
 def test_the_history_is_read_no_further_than_main():
     read: list[int] = []
 
@@ -60,6 +78,9 @@ def test_the_history_is_read_no_further_than_main():
     assert read == [4, 3, 2]
     read.clear()
     assert decide_main(history(), None) == MainDecision(MainMove.MOVE, 3)  # no main yet
+    assert read == [4, 3]
+    read.clear()
+    assert main_behind(history(), 3) == PortableSnapshot(3, 4, 1, 1.0)
     assert read == [4, 3]
 
 

@@ -6,9 +6,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from icecdc.compactor.staging import CHECK_SECONDS, StagedTables
-from icecdc.domain.portable import TOTAL_EQUALITY_DELETES
+from icecdc.compactor.staging import CHECK_SECONDS, StagedMain, StagedTables
+from icecdc.domain.portable import TOTAL_EQUALITY_DELETES, PortableSnapshot
+from icecdc.domain.tableref import TableRef
 from icecdc.jvm.tables import Snapshot
+
+BRANCH = "icecdc-staged"
+REF = TableRef.of("lake", "db.a", BRANCH)
 
 
 @dataclass
@@ -20,6 +24,7 @@ class StagedTable:
     refuse_moves: bool = False
     refreshes: int = 0
     moves: list[int] = field(default_factory=list)
+    ref: TableRef = REF
 
     def refresh(self) -> None:
         self.refreshes += 1
@@ -91,3 +96,24 @@ def test_tables_another_replica_keeps_are_not_read_and_errors_do_not_stop_the_lo
     staged.follow()
     assert mine.main == 1 and theirs.refreshes == 0 and broken.main is None
     assert "db.broken: main not moved this turn" in caplog.text
+
+
+def test_where_each_kept_main_stands_on_its_branch_is_kept_for_the_status():
+    # Snapshot i commits at i seconds; 4's equality deletes wait for their conversion.
+    table, keeps = StagedTable([(1, 0), (2, 4), (3, 0), (4, 5)]), {"db.a": True}
+    staged = StagedTables(["db.a"], lambda name: table, keeps.__getitem__, Clock())
+    assert staged.mains == []  # nothing checked yet
+    staged.follow()
+    assert table.main == 3
+    assert staged.mains == [StagedMain("db.a", BRANCH, 3, PortableSnapshot(3, 4, 1, 1.0))]
+    assert "main is 1 commit(s) and 1.0s behind the branch's head" in staged.mains[0].describe()
+    keeps["db.a"] = False  # another replica keeps it, and reports it
+    staged.follow()
+    assert staged.mains == []
+
+
+def test_a_main_off_the_branch_or_without_a_snapshot_says_so():
+    off = StagedMain("db.a", BRANCH, 9, None)
+    assert "NOT on the branch" in off.describe()
+    assert "no snapshot yet" in StagedMain("db.a", BRANCH, None, None).describe()
+    assert "main is the branch's head" in StagedMain("db.a", BRANCH, 4, PortableSnapshot(4, 4, 0, 0.0)).describe()
