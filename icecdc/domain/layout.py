@@ -36,6 +36,8 @@ _ARROW_TYPES: dict[str, pa.DataType] = {
     "string": pa.string(),
     "binary": pa.binary(),
 }
+# The Iceberg primitive types a table's columns may have, besides decimals.
+PRIMITIVE_TYPES: tuple[str, ...] = tuple(_ARROW_TYPES)
 # A partition tuple as it travels between stages and lands in commit events: one canonical
 # value per partition field (transform results: ints for day/hour/bucket, the source value for
 # identity), None for null.

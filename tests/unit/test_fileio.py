@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from icecdc.domain.layout import FIELD_ID, arrow_type
+from icecdc.domain.layout import FIELD_ID, PRIMITIVE_TYPES, arrow_type
 from icecdc.runtime.fileio import write_new_parquet
 
 ROWS = pa.table({"id": pa.array([3, 1, 2], pa.int64()), "region": ["eu", None, "us"]})
@@ -42,33 +42,33 @@ def test_a_file_is_written_with_or_without_dictionary_pages_and_reads_the_same(t
     assert pq.read_table(path).equals(ROWS)
 
 
-ICEBERG_TYPES = [
-    "boolean",
-    "int",
-    "long",
-    "float",
-    "double",
-    "date",
-    "timestamp",
-    "timestamptz",
-    "string",
-    "binary",
-    "decimal(10, 2)",
-    "decimal(38, 6)",
-]
+# A value of each column type: the primitives, a narrow decimal and the widest one.
+SAMPLES = {
+    "boolean": True,
+    "int": 7,
+    "long": 8,
+    "float": 1.5,
+    "double": 2.5,
+    "date": dt.date(2024, 2, 29),
+    "timestamp": dt.datetime(2024, 1, 1, 1, 2, 3, 4),
+    "timestamptz": dt.datetime(2024, 1, 1, tzinfo=dt.UTC),
+    "string": "s",
+    "binary": b"b",
+    "decimal(10, 2)": decimal.Decimal("1.23"),
+    "decimal(38, 6)": decimal.Decimal("-1.5"),
+}
 
 
 def test_a_batch_file_without_the_arrow_schema_reads_back_every_type_and_field_id(tmp_path):
     """A batch's files leave out the Arrow schema (``stages.write_file``): every column type the
     writer produces must read back from the Parquet schema alone, field ids and nullability
     included, or the compactor's reads of those files would see other types."""
+    assert set(PRIMITIVE_TYPES) <= set(SAMPLES), "a new column type needs a sample here"
     fields = [
         pa.field(f"c{i}", arrow_type(kind), nullable=i % 2 == 0, metadata={FIELD_ID: str(i + 1).encode()})
-        for i, kind in enumerate(ICEBERG_TYPES)
+        for i, kind in enumerate(SAMPLES)
     ]
-    values = [True, 7, 8, 1.5, 2.5, dt.date(2024, 2, 29), dt.datetime(2024, 1, 1, 1, 2, 3, 4)]
-    values += [dt.datetime(2024, 1, 1, tzinfo=dt.UTC), "s", b"b", decimal.Decimal("1.23"), decimal.Decimal("-1.5")]
-    rows = pa.Table.from_pylist([{f.name: v for f, v in zip(fields, values, strict=True)}], schema=pa.schema(fields))
+    rows = pa.Table.from_pylist([{f.name: v for f, v in zip(fields, SAMPLES.values(), strict=True)}], schema=pa.schema(fields))
     path = tmp_path / "f.parquet"
     write_new_parquet(rows, str(path), {}, use_dictionary=False, store_schema=False)
     assert b"ARROW:schema" not in (pq.ParquetFile(path).schema_arrow.metadata or {})
