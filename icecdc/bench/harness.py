@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -90,8 +91,30 @@ def rss_kib(field_name: str, pid: int | str = "self") -> int:
 def cpu_seconds(pid: int | str = "self") -> float:
     """A process's CPU time so far, user and system, over all its threads (Linux's /proc: the
     JVM's includes its garbage collector and compilers); 0 when unknown."""
+    return _stat_cpu_seconds(Path(f"/proc/{pid}"))
+
+
+# The JVM's JIT compiler threads ("C1 CompilerThread0", "C2 CompilerThread1", ...; Linux keeps
+# the first 15 characters of a thread's name).
+JIT_THREAD = re.compile(r"C\d CompilerThre")
+
+
+def jit_cpu_seconds(pid: int | str) -> float:
+    """The CPU time so far of a JVM's JIT compiler threads that are alive: the JVM starts and
+    ends them with the work queued (``UseDynamicNumberOfCompilerThreads``), so a difference of
+    two readings may miss a thread that ended between them, never count one too many."""
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        with contextlib.suppress(OSError):
+            if JIT_THREAD.match((task / "comm").read_text()):
+                total += _stat_cpu_seconds(task)
+    return total
+
+
+def _stat_cpu_seconds(process: Path) -> float:
+    """User and system CPU seconds from a /proc process or task directory; 0 when unknown."""
     with contextlib.suppress(OSError, ValueError, IndexError):
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = (process / "stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     return 0.0
 

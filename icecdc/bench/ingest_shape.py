@@ -49,6 +49,7 @@ from icecdc.bench.harness import (
     bench_stack,
     clone,
     cpu_seconds,
+    jit_cpu_seconds,
     last_stage_id,
     progress,
     rss_kib,
@@ -90,6 +91,9 @@ class ShapePoint:
     # past twice the batch's seconds is impossible, near it the batch is CPU-bound.
     python_cpu_seconds: list[float] = field(default_factory=list)
     jvm_cpu_seconds: list[float] = field(default_factory=list)
+    # Of the JVM's, its JIT compilers' (``harness.jit_cpu_seconds``): a JVM that has not yet
+    # compiled the paths a batch takes spends it on every batch.
+    jit_cpu_seconds: list[float] = field(default_factory=list)
     heap_peak_mib: float = 0.0
     workers_peak_mib: float = 0.0
     driver_growth_mib: float = 0.0
@@ -170,7 +174,7 @@ def measure(
             workers = WorkerMemory(jvm_pid)
             with workers if job == "spark" else contextlib.nullcontext():
                 polled = feed.polled_by_topic(by_topic)
-                python_cpu, jvm_cpu = cpu_seconds(), cpu_seconds(jvm_pid)
+                python_cpu, jvm_cpu, jit_cpu = cpu_seconds(), cpu_seconds(jvm_pid), jit_cpu_seconds(jvm_pid)
                 started = time.perf_counter()
                 if job == "spark":  # made here to be timed; the writer takes the same frame
                     polled.frame(feed.writer.prefixes)
@@ -178,6 +182,7 @@ def measure(
                 result = feed.writer(polled, number)
                 seconds = time.perf_counter() - started
                 python_cpu, jvm_cpu = cpu_seconds() - python_cpu, cpu_seconds(jvm_pid) - jvm_cpu
+                jit_cpu = jit_cpu_seconds(jvm_pid) - jit_cpu
             if result.job_in_driver != (job == "driver"):
                 raise RuntimeError(f"batch {number}: the job ran {'in the driver' if result.job_in_driver else 'on Spark'}")
             point.stages = stages_since(stack.spark, before)
@@ -192,6 +197,7 @@ def measure(
                 point.commits_wall_seconds.append(result.commits_wall_seconds)
                 point.python_cpu_seconds.append(python_cpu)
                 point.jvm_cpu_seconds.append(jvm_cpu)
+                point.jit_cpu_seconds.append(jit_cpu)
                 point.heap_peak_mib = max(point.heap_peak_mib, bridge.heap_peak_bytes() / 2**20)
                 point.workers_peak_mib = max(point.workers_peak_mib, workers.peak_kib / 1024)
                 point.driver_growth_mib = max(point.driver_growth_mib, max(0, rss_kib("VmHWM") - driver_before) / 1024)
@@ -263,7 +269,10 @@ def _rows(points: list[ShapePoint]) -> list[list[Any]]:
             f"{statistics.median(p.offsets_seconds):.3f}",
             f"{statistics.median(p.commits_wall_seconds):.2f}",
             f"{statistics.median(p.commit_seconds):.2f}",
-            f"{statistics.median(p.python_cpu_seconds):.2f} / {statistics.median(p.jvm_cpu_seconds):.2f}",
+            (
+                f"{statistics.median(p.python_cpu_seconds):.2f} / {statistics.median(p.jvm_cpu_seconds):.2f}"
+                f" ({statistics.median(p.jit_cpu_seconds):.2f})"
+            ),
             p.shape,
             f"{p.records_per_second:,.0f}",
             f"{p.mb_per_second:.1f}",
@@ -289,7 +298,7 @@ def summary(results: ShapeResults) -> str:
         "offsets read s",
         "commits s (wall)",
         "commit s (sum over tables)",
-        "CPU s: driver Python / JVM",
+        "CPU s: driver Python / JVM (its JIT)",
         "messages",
         "records/s",
         "MB/s of values",

@@ -227,6 +227,8 @@ def test_ingest_shape_benchmark_harness(tmp_path):
         (python_cpu,), (jvm_cpu,), (seconds,) = point["python_cpu_seconds"], point["jvm_cpu_seconds"], point["seconds"]
         assert python_cpu >= 0 and jvm_cpu >= 0 and python_cpu + jvm_cpu > 0
         assert python_cpu + jvm_cpu <= (os.cpu_count() or 1) * seconds + 0.05  # /proc counts in 10 ms ticks
+        (jit_cpu,) = point["jit_cpu_seconds"]  # the JIT compilers' share of the JVM's
+        assert 0 <= jit_cpu <= jvm_cpu + 0.05
     assert (out / "ingest-shape.png").stat().st_size > 0 and "records/s" in (out / "ingest-shape.md").read_text()
 
 
