@@ -18,7 +18,9 @@ or on Spark; side by side, point by point, when both.
 
 A batch is timed from the records in the driver's memory, as the direct reader holds them after a
 poll, to its commit: on Spark the DataFrame made of them (the cut done there), then the writer.
-For each point, the median of ``batches`` batches after one warm-up: seconds per batch (and the
+For each point, the median of ``batches`` batches after ``warm_up`` (one by default; the JVM's
+JIT compilers still work on every batch for dozens of batches, so a long-running ingester's
+steady state takes more): seconds per batch (and the
 part of it spent making the DataFrame, in the Spark job and in the commits), records per second,
 CPU time (the driver's Python process, every thread, and the driver's JVM), and memory: the JVM
 heap's peak (in ``local`` mode the driver and the executors share that JVM), the peak summed
@@ -60,6 +62,7 @@ from icecdc.bench.harness import (
 from icecdc.bench.ingest import ChangingTable
 from icecdc.bench.parse import connector_record
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.domain.errors import UserError
 from icecdc.options import state_dir_argument
 from icecdc.workload import orders_table
 
@@ -116,6 +119,7 @@ class ShapePoint:
 class ShapeResults:
     machine: str
     batches: int
+    warm_up: int = 1  # batches per point before the measured ones
     batch_sizes: list[ShapePoint] = field(default_factory=list)
     fan_out: list[ShapePoint] = field(default_factory=list)
 
@@ -143,6 +147,7 @@ def measure(
     shape: str = "generator",
     prefix_cut: bool = True,
     job: str = "spark",
+    warm_up: int = 1,
 ) -> ShapePoint:
     from icecdc.jvm.bridge import JavaBridge
 
@@ -159,7 +164,7 @@ def measure(
     source = ChangingTable(SOURCE_ROWS)
     point = ShapePoint(changes, tables, commit_threads, shape, prefix_cut, job)
     try:
-        for number in range(batches + 1):  # batch 0 warms the path up and is not counted
+        for number in range(warm_up + batches):  # the first ``warm_up`` are not counted
             by_topic: dict[str, list[tuple[bytes | None, bytes | None]]] = {topic: [] for topic in topics}
             point.value_bytes = 0
             for key, record in _records(source, changes, shape, number * changes):
@@ -188,7 +193,7 @@ def measure(
             point.stages = stages_since(stack.spark, before)
             if len(result.commits) != tables:
                 raise RuntimeError(f"batch {number} committed to {len(result.commits)} of {tables} tables")
-            if number:
+            if number >= warm_up:
                 point.seconds.append(seconds)
                 point.frame_seconds.append(framed - started)
                 point.job_seconds.append(feed.writer.stats.last_job_seconds)
@@ -201,7 +206,9 @@ def measure(
                 point.heap_peak_mib = max(point.heap_peak_mib, bridge.heap_peak_bytes() / 2**20)
                 point.workers_peak_mib = max(point.workers_peak_mib, workers.peak_kib / 1024)
                 point.driver_growth_mib = max(point.driver_growth_mib, max(0, rss_kib("VmHWM") - driver_before) / 1024)
-            say(f"{changes:,} changes over {tables} table(s), batch {number}{' (warm-up)' if not number else ''}: {seconds:.2f}s")
+            say(
+                f"{changes:,} changes over {tables} table(s), batch {number}{' (warm-up)' if number < warm_up else ''}: {seconds:.2f}s"
+            )
     finally:
         feed.close()
     _check_rows(stack, specs, source, tables)
@@ -239,18 +246,23 @@ def run(
     prefix_cuts: Sequence[bool] = (True,),
     jobs: Sequence[str] = ("driver",),
     driver_memory: str = "6g",
+    warm_up: int = 1,
 ) -> ShapeResults:
-    results = ShapeResults(machine(), batches)
+    results = ShapeResults(machine(), batches, warm_up)
     with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": driver_memory}}) as stack:
         for size in changes:
             for cut in prefix_cuts:  # side by side, size by size
                 for job in jobs:
-                    results.batch_sizes.append(measure(stack, size, 1, batches, shape=shape, prefix_cut=cut, job=job))
+                    results.batch_sizes.append(
+                        measure(stack, size, 1, batches, shape=shape, prefix_cut=cut, job=job, warm_up=warm_up)
+                    )
         for count in tables:
             # Each commit_threads setting side by side, table count by table count.
             for threads in commit_threads if count > 1 else commit_threads[-1:]:
                 for job in jobs:
-                    results.fan_out.append(measure(stack, fan_out_changes, count, batches, threads, shape, job=job))
+                    results.fan_out.append(
+                        measure(stack, fan_out_changes, count, batches, threads, shape, job=job, warm_up=warm_up)
+                    )
     publish(out, "ingest-shape", results, _plot, summary)
     return results
 
@@ -308,7 +320,7 @@ def summary(results: ShapeResults) -> str:
         "driver Python growth MiB",
     ]
     return (
-        f"Medians of {results.batches} batches after one warm-up; {results.machine}.\n\n"
+        f"Medians of {results.batches} batches after {results.warm_up} warm-up batch(es); {results.machine}.\n\n"
         + markdown_table(header, _rows(results.batch_sizes + results.fan_out))
         + "\n"
         + "".join(
@@ -373,7 +385,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N[,N...]",
         help="ingest.commit_threads settings compared side by side at each table count (default: 1,4)",
     )
-    parser.add_argument("--batches", type=int, default=3, help="measured batches per point, after one warm-up (default: 3)")
+    parser.add_argument("--batches", type=int, default=3, help="measured batches per point, after the warm-up (default: 3)")
+    parser.add_argument(
+        "--warm-up",
+        type=int,
+        default=1,
+        help="batches per point before the measured ones; the JIT's share of the JVM's CPU shows whether they were enough (default: 1)",
+    )
     parser.add_argument(
         "--shape",
         choices=SHAPES,
@@ -408,6 +426,8 @@ def main(args: argparse.Namespace) -> int:
     threads = positive_integers(args.commit_threads, "--commit-threads")
     cuts = {"on": (True,), "off": (False,), "both": (False, True)}[args.prefix_cut]
     jobs = ("driver", "spark") if args.job == "both" else (args.job,)
+    if args.warm_up < 1:  # a point's first batch also warms up its new tables' paths
+        raise UserError(f"--warm-up: at least 1 batch; got {args.warm_up}")
     results = run(
         changes,
         tables,
@@ -420,6 +440,7 @@ def main(args: argparse.Namespace) -> int:
         cuts,
         jobs,
         args.driver_memory,
+        args.warm_up,
     )
     print_results(args.out, "ingest-shape", summary(results))
     return 0
