@@ -540,9 +540,11 @@ def write_file(
     # thousands of rows) until the compactor rewrites it with the table's own writer settings.
     # Plain columns under zstd were both faster to write and smaller at 17 to 5,000 rows (a
     # dictionary page costs a compression of its own per column): docs/BENCHMARKS.md, "Ingest
-    # over 50 tables: where the CPU goes". No Arrow schema either: serialising it (base64 in the
-    # footer) was a third of a 17-row file's write, and every type of ``layout.to_arrow`` reads
-    # back from the Parquet schema alone, field ids included (tests/unit/test_fileio.py).
+    # over 50 tables: where the CPU goes". No Arrow schema either: it is a quarter of a 17-row
+    # file's bytes (base64 in the footer), only pyarrow reads it, and every type of
+    # ``layout.to_arrow`` reads back from the Parquet schema alone, field ids included
+    # (tests/unit/test_fileio.py). Leaving it out saves no measurable CPU: docs/BENCHMARKS.md,
+    # "Ingest over 50 tables: the JIT compilers' share, and batch files without the Arrow schema".
     data = write_new_parquet(arrow, path, io_properties, use_dictionary=False, store_schema=False)
     return {
         "table": layout.table,

@@ -43,9 +43,8 @@ def write_new_parquet(
 ) -> bytes:
     """Write a new file (never overwriting one); returns its bytes, which end with its footer.
     ``use_dictionary=False`` writes each column plain (then zstd); ``store_schema=False`` leaves
-    out the Arrow schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. For a
-    batch's small, short-lived files both are cheaper to write and no larger
-    (``stages.write_file``)."""
+    out the Arrow schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. A
+    batch's small, short-lived files take both (``stages.write_file``)."""
     buffer = io.BytesIO()
     pq.write_table(table, buffer, compression="zstd", use_dictionary=use_dictionary, store_schema=store_schema)
     data = buffer.getvalue()
