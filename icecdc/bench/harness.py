@@ -99,16 +99,22 @@ def cpu_seconds(pid: int | str = "self") -> float:
 JIT_THREAD = re.compile(r"C\d CompilerThre")
 
 
-def jit_cpu_seconds(pid: int | str) -> float:
-    """The CPU time so far of a JVM's JIT compiler threads that are alive: the JVM starts and
-    ends them with the work queued (``UseDynamicNumberOfCompilerThreads``), so a difference of
-    two readings may miss a thread that ended between them, never count one too many."""
-    total = 0.0
+def jit_cpu_seconds(pid: int | str) -> dict[str, float]:
+    """The CPU time so far of each of a JVM's JIT compiler threads alive now, by thread id; the
+    JVM starts and ends them with the work queued (``UseDynamicNumberOfCompilerThreads``), so two
+    readings are compared thread by thread (``jit_cpu_between``)."""
+    threads: dict[str, float] = {}
     for task in Path(f"/proc/{pid}/task").glob("*"):
         with contextlib.suppress(OSError):
             if JIT_THREAD.match((task / "comm").read_text()):
-                total += _stat_cpu_seconds(task)
-    return total
+                threads[task.name] = _stat_cpu_seconds(task)
+    return threads
+
+
+def jit_cpu_between(before: dict[str, float], after: dict[str, float]) -> float:
+    """The JIT compilers' CPU seconds between two readings of ``jit_cpu_seconds``: a thread that
+    ended between them is missed (never counted negative), one that started counts whole."""
+    return sum(max(0.0, seconds - before.get(thread, 0.0)) for thread, seconds in after.items())
 
 
 def _stat_cpu_seconds(process: Path) -> float:

@@ -51,6 +51,7 @@ from icecdc.bench.harness import (
     bench_stack,
     clone,
     cpu_seconds,
+    jit_cpu_between,
     jit_cpu_seconds,
     last_stage_id,
     progress,
@@ -179,7 +180,7 @@ def measure(
             workers = WorkerMemory(jvm_pid)
             with workers if job == "spark" else contextlib.nullcontext():
                 polled = feed.polled_by_topic(by_topic)
-                python_cpu, jvm_cpu, jit_cpu = cpu_seconds(), cpu_seconds(jvm_pid), jit_cpu_seconds(jvm_pid)
+                python_cpu, jvm_cpu, jit_before = cpu_seconds(), cpu_seconds(jvm_pid), jit_cpu_seconds(jvm_pid)
                 started = time.perf_counter()
                 if job == "spark":  # made here to be timed; the writer takes the same frame
                     polled.frame(feed.writer.prefixes)
@@ -187,7 +188,7 @@ def measure(
                 result = feed.writer(polled, number)
                 seconds = time.perf_counter() - started
                 python_cpu, jvm_cpu = cpu_seconds() - python_cpu, cpu_seconds(jvm_pid) - jvm_cpu
-                jit_cpu = jit_cpu_seconds(jvm_pid) - jit_cpu
+                jit_cpu = jit_cpu_between(jit_before, jit_cpu_seconds(jvm_pid))
             if result.job_in_driver != (job == "driver"):
                 raise RuntimeError(f"batch {number}: the job ran {'in the driver' if result.job_in_driver else 'on Spark'}")
             point.stages = stages_since(stack.spark, before)
