@@ -22,7 +22,7 @@ For each point, the median of ``batches`` batches after ``warm_up`` (one by defa
 JIT compilers still work on every batch for dozens of batches, so a long-running ingester's
 steady state takes more): seconds per batch (and the
 part of it spent making the DataFrame, in the Spark job and in the commits), records per second,
-CPU time (the driver's Python process, every thread, and the driver's JVM), and memory: the JVM
+CPU time (the driver's Python process, every thread, and the driver's JVM with its JIT compilers' share), and memory: the JVM
 heap's peak (in ``local`` mode the driver and the executors share that JVM), the peak summed
 resident memory of Spark's Python workers (where records are parsed), and the growth of the
 driver's Python process. The tables start empty: the writer never reads a table (``bench
