@@ -195,6 +195,7 @@ def test_the_large_workload_keeps_most_notes_and_writes_every_bucket():
     stream, orders = generate(3, workload)
     assert len(stream[0]) == 300 and workload.partition_by == ["bucket(16, id)"]
     assert all(len(row["note"]) == 400 for row in orders.rows.values())
+    assert large_workload(rows=300, buckets=2).partition_by == ["bucket(2, id)"]
     # Most updates keep the note of the row they change.
     updates = [v for v in (orjson.loads(value) for batch in stream[1:] for _, value in batch) if v["op"] == "u"]
     kept = sum(u["before"]["note"] == u["after"]["note"] for u in updates)

@@ -20,8 +20,8 @@ Whether the sidecar's table is portable while it is written: every ``age_sample_
 of its oldest live equality delete (from its metadata), and at every probe a read of it by
 readers that cannot apply equality deletes (pyiceberg's scan, DuckDB's iceberg extension,
 ``icecdc.bench.readers``), compared with Spark's read of the same snapshot. The ``large`` workload
-has partitions of users' sizes (a wide text column most updates keep, 16 partitions all written
-every batch), where a rewrite costs what the partition costs: its write amplification over the
+has partitions of users' sizes (a wide text column most updates keep, 16 partitions, or
+``--buckets``, all written every batch), where a rewrite costs what the partition costs: its write amplification over the
 writing phase is reported beside its read ratios.
 
 Here: the command's arguments. The stream's shape is in ``stream``, measuring the tables (probes,
@@ -93,7 +93,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("small", "large"),
         default="small",
         help="small: the orders stream of --keys rows, --partitioning; large: users' partition sizes, --rows rows over "
-        "16 partitions (bucket(16, id)) all written every batch, a 400-character note nine updates in ten keep, "
+        "--buckets partitions (bucket(N, id)) all written every batch, a 400-character note nine updates in ten keep, "
         "--changes a batch (default: small)",
     )
     parser.add_argument(
@@ -102,6 +102,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=20_000_000,
         help="rows in the large workload's initial load (default: 20000000, about 230 MB a partition; the bench holds "
         "the model of the rows in memory, about 0.5 KB a row)",
+    )
+    parser.add_argument(
+        "--buckets",
+        type=int,
+        default=16,
+        help="partitions of the large workload (bucket(N, id)); fewer make each partition larger for the same --rows, "
+        "e.g. --rows 11000000 --buckets 2 for about 1 GB a partition (default: 16)",
     )
     parser.add_argument(
         "--age-sample-seconds",
@@ -129,8 +136,10 @@ def main(args: argparse.Namespace) -> int:
     if min(updates, inserts) < 0 or updates + inserts > 1:
         raise UserError(f"--mix: the shares must be at least 0 and add up to at most 1; got {args.mix!r}")
     cron_seconds = positive_numbers(args.cron_seconds, "--cron-seconds")
+    if args.buckets < 1:
+        raise UserError(f"--buckets wants at least one partition; got {args.buckets}")
     if args.workload == "large":
-        workload = replace(large_workload(args.rows, args.changes), updates=updates, inserts=inserts)
+        workload = replace(large_workload(args.rows, args.changes, args.buckets), updates=updates, inserts=inserts)
     else:
         workload = Workload(
             keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning
