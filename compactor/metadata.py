@@ -216,8 +216,13 @@ def load_table_partitions(
     ingester creates it). Give the same ``cache`` to every read of a table to read only its new
     manifests."""
     table = load_metadata_table(catalog, ref)
-    if table is None:
-        return None
+    return None if table is None else table_partitions(table, ref, table_config, settings, cache)
+
+
+def table_partitions(
+    table: Any, ref: TableRef, table_config: TableConfig, settings: CompactorConfig, cache: ManifestCache | None = None
+) -> TableMetadata:
+    """``load_table_partitions`` of a table already loaded (a pyiceberg ``Table``)."""
     layout = layout_from_pyiceberg(table_config.name, table_config.topic, table_config.primary_key, table)
     snapshot = head_snapshot(table, ref.branch)
     sequence_number = (snapshot.sequence_number or 0) if snapshot is not None else 0

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from icecdc.compactor import metrics
-from icecdc.compactor.metadata import branch_history, load_table_partitions
+from icecdc.compactor.metadata import branch_history, table_partitions
 from icecdc.compactor.staging import StagedMain
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionStatus, PartitionTracker, TablePortability, status_portability
 from icecdc.domain.portable import main_behind
@@ -131,12 +131,14 @@ def from_metadata(config: Config, now: float) -> StatusReport:
     staged: list[StagedMain] = []
     for table in config.tables:
         ref = config.table_ref(table)
-        loaded = load_table_partitions(catalog, ref, table, config.compactor)
-        if loaded is not None:
-            tracker.on_metadata(table.name, loaded.sequence_number, loaded.partitions)
-        if table.staging_branch and (metadata := load_metadata_table(catalog, ref)) is not None:
-            main = metadata.metadata.current_snapshot_id
-            staged.append(StagedMain(table.name, ref.branch, main, main_behind(branch_history(metadata, ref.branch), main)))
+        iceberg = load_metadata_table(catalog, ref)
+        if iceberg is None:
+            continue  # the ingester has not created it yet
+        loaded = table_partitions(iceberg, ref, table, config.compactor)
+        tracker.on_metadata(table.name, loaded.sequence_number, loaded.partitions)
+        if table.staging_branch:
+            main = iceberg.metadata.current_snapshot_id
+            staged.append(StagedMain(table.name, ref.branch, main, main_behind(branch_history(iceberg, ref.branch), main)))
     return StatusReport(
         "table metadata (no running compactor)", now, tracker.report(now), config.compactor.portable_within_seconds, staged
     )
