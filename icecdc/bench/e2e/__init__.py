@@ -111,6 +111,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "e.g. --rows 11000000 --buckets 2 for about 1 GB a partition (default: 16)",
     )
     parser.add_argument(
+        "--late-share",
+        type=float,
+        help="share of updates and deletes on any existing row rather than on the most recent keys (twice --changes "
+        "of them): late changes reopen old partitions (days) and reach the old data files of a partition (default: "
+        "0.002 on the small workload; 0 on the large one, whose changes then never touch the rows of its load)",
+    )
+    parser.add_argument(
         "--age-sample-seconds",
         type=float,
         default=2.0,
@@ -138,12 +145,16 @@ def main(args: argparse.Namespace) -> int:
     cron_seconds = positive_numbers(args.cron_seconds, "--cron-seconds")
     if args.buckets < 1:
         raise UserError(f"--buckets wants at least one partition; got {args.buckets}")
+    if args.late_share is not None and not 0 <= args.late_share <= 1:
+        raise UserError(f"--late-share is a share, from 0 to 1; got {args.late_share}")
     if args.workload == "large":
         workload = replace(large_workload(args.rows, args.changes, args.buckets), updates=updates, inserts=inserts)
     else:
         workload = Workload(
             keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning
         )
+    if args.late_share is not None:
+        workload = replace(workload, late_share=args.late_share)
     strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     results = run(
         args.minutes,
