@@ -20,9 +20,9 @@ Whether the sidecar's table is portable while it is written: every ``age_sample_
 of its oldest live equality delete (from its metadata), and at every probe a read of it by
 readers that cannot apply equality deletes (pyiceberg's scan, DuckDB's iceberg extension,
 ``icecdc.bench.readers``), compared with Spark's read of the same snapshot. The ``large`` workload
-has partitions of users' sizes (a wide text column most updates keep, 16 partitions, or
-``--buckets``, all written every batch), where a rewrite costs what the partition costs: its write amplification over the
-writing phase is reported beside its read ratios.
+has partitions of users' sizes (a wide text column most updates keep, 16 partitions or
+``--buckets``, all written every batch), where a rewrite costs what the partition costs: its
+write amplification over the writing phase is reported beside its read ratios.
 
 Here: the command's arguments. The stream's shape is in ``stream``, measuring the tables (probes,
 equality-delete ages) in ``probe``, the run itself in ``runner``, what the snapshot logs say

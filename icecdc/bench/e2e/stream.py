@@ -51,7 +51,9 @@ LOAD_CHUNK_ROWS = 200_000
 def large_workload(rows: int, changes: int = 1_500, buckets: int = 16) -> Workload:
     """Users' partition sizes: ``rows`` (20M: about 230 MB a partition, 190 bytes a row as written)
     over ``buckets`` partitions written every batch, a 400-character text column nine updates in
-    ten keep, the small workloads' change rate; no late changes (every partition is hot anyway).
+    ten keep, the small workloads' change rate. No late changes: every partition is hot anyway,
+    so its changes stay on recent keys and never reach the load's rows unless ``late_share`` is
+    set (``bench e2e --late-share``).
     Fewer buckets make each partition larger for the same rows: the bench holds its model of the
     rows in memory, so 1 GB partitions fit on one machine only as a few of them."""
     return Workload(
