@@ -35,6 +35,11 @@ class Workload:
     note_keep: float = 0.9
 
     @property
+    def recent_keys(self) -> int:
+        """How many of the newest keys the changes pick from, but for the late ones."""
+        return 2 * self.changes
+
+    @property
     def partition_by(self) -> list[str]:
         if self.partitioning == "buckets":
             return [f"bucket({self.buckets}, id)"]
@@ -74,7 +79,7 @@ def new_orders(workload: Workload) -> OrdersWorkload:
     return OrdersWorkload(
         seed=workload.seed,
         today=0,
-        recent_keys=workload.changes * 2,
+        recent_keys=workload.recent_keys,
         late_share=workload.late_share,
         note_chars=workload.note_chars,
         note_keep=workload.note_keep,

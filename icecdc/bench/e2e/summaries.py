@@ -140,7 +140,7 @@ def summary(results: E2EResults) -> str:
         f"of drain; workload {results.workload_name}; {results.workload.keys:,} starting keys"
         + (f" with a {results.workload.note_chars}-character note" if results.workload.note_chars else "")
         + f"; {results.workload.late_share:.1%} of updates and deletes on any row, the rest on the "
-        f"{2 * results.workload.changes:,} most recent keys; partitioned by {', '.join(results.workload.partition_by)}; "
+        f"{results.workload.recent_keys:,} most recent keys; partitioned by {', '.join(results.workload.partition_by)}; "
         f"format v{results.format_version}; hot read budget {results.hot_read_budget or 'default'}; probes every {results.probe_seconds:g}s; "
         f"{results.machine}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
         f"Latency columns: each query's latency over the compacted copy's in the same probe, the median over the "
