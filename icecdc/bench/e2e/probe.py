@@ -48,6 +48,9 @@ TITLES = {
     "manifests": "manifests in the current snapshot",
 }
 REFERENCE = "compacted"
+# The Spark scheduler pool the probe's jobs run in while the writer writes (the runner's fair
+# scheduling): the writer's jobs take the next free core rather than wait for the probe's.
+PROBE_POOL = "e2e-probe"
 say = progress("e2e")
 
 

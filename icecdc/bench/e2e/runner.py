@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from icecdc.bench.e2e.probe import COLUMNS, REFERENCE, AgeSampler, Probe
+from icecdc.bench.e2e.probe import COLUMNS, PROBE_POOL, REFERENCE, AgeSampler, Probe
 from icecdc.bench.e2e.results import E2EResults, StrategyResult, portability
 from icecdc.bench.e2e.snapshots import amplification_between, amplification_so_far, settle_to_compacted, snapshot_log
 from icecdc.bench.e2e.stream import (
@@ -184,6 +184,7 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     probing = threading.Event()
 
     def probe_loop() -> None:
+        spark.sparkContext.setLocalProperty("spark.scheduler.pool", PROBE_POOL)
         while not probing.wait(run.probe_seconds):
             probe()
 
@@ -316,10 +317,16 @@ def run(
         age_sample_seconds=age_sample_seconds,
         staging_branch=staging_branch,
     )
-    # Users' partition sizes: the initial load's commits, the compacted copy and the final
-    # comparison hold hundreds of MB in the driver at once (Spark's default is 1 GB).
-    overrides: dict[str, Any] = {"spark": {"conf": {"spark.driver.memory": "6g"}}} if workload_name == "large" else {}
-    with bench_stack("e2e", state_dir, **overrides) as stack:
+    # Fair scheduling, the probe's jobs in a pool of their own: under Spark's default (FIFO) the
+    # writer's next job waited for the probe's copy of the whole table, 79 s at 1 GB partitions,
+    # long enough to settle every partition (docs/BENCHMARKS.md, "Portability at 1 GB partitions,
+    # with changes that reach old rows"). A user's writer does not queue behind a reader's job.
+    conf = {"spark.scheduler.mode": "FAIR"}
+    if workload_name == "large":
+        # Users' partition sizes: the initial load's commits, the compacted copy and the final
+        # comparison hold hundreds of MB in the driver at once (Spark's default is 1 GB).
+        conf["spark.driver.memory"] = "6g"
+    with bench_stack("e2e", state_dir, spark={"conf": conf}) as stack:
         _run_strategies(stack, out, settings, results)
     publish(out, "e2e", results, plot, summary)
     return results
