@@ -15,7 +15,7 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from icecdc.compactor.policy import EQUALITY_DELETE_WEIGHT, OPEN_FILE_COST_BYTES, Work, budget_for_bytes
+from icecdc.compactor.policy import EQUALITY_DELETE_WEIGHT, OPEN_FILE_COST_BYTES, Work, budget_for_bytes, medium_files_pack
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
 from icecdc.runtime.config import CompactorConfig
@@ -109,7 +109,10 @@ def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig, d
     another replica from the same snapshot would leave the file two, which the spec forbids and
     which breaks the scan. Conversions commit as a ``RowDelta``, and the second of two fails."""
     small = [f for f in files.data if size_class(f.size, settings) is SizeClass.SMALL]
+    medium = [f for f in files.data if size_class(f.size, settings) is SizeClass.MEDIUM]
     large = [f for f in files.data if size_class(f.size, settings) is SizeClass.LARGE]
+    # Medium files with enough content are packed by either kind of work (``policy.medium_files_pack``).
+    packed_medium = medium if medium_files_pack(len(medium), sum(f.size for f in medium), settings) else []
     deletes_by_path = {d.path: d for d in files.deletes}
 
     def deleted_share(f: DataFileFacts) -> float:
@@ -121,15 +124,19 @@ def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig, d
     rewrite: list[DataFileFacts] = []
     convert: list[DataFileFacts] = []
     if work is Work.MINOR:
-        if len(small) >= max(2, settings.min_small_files):
+        if packed_medium:
+            rewrite = small + packed_medium
+        elif len(small) >= max(2, settings.min_small_files):
             rewrite = small
     elif work is Work.DELETE_MERGE:
         large_paths = {f.path for f in large}
+        packed_paths = {f.path for f in packed_medium}
         for f in files.data:
             has_deletes = bool(f.equality_deletes or f.position_deletes)
             if f.path not in large_paths:
                 # Small files are packed along with the files deletes force us to rewrite.
-                if has_deletes or (size_class(f.size, settings) is SizeClass.SMALL and len(small) > 1):
+                small_to_pack = size_class(f.size, settings) is SizeClass.SMALL and len(small) > 1
+                if has_deletes or small_to_pack or f.path in packed_paths:
                     rewrite.append(f)
             elif f.position_deletes and deleted_share(f) >= settings.position_delete_rewrite_ratio:
                 rewrite.append(f)

@@ -20,9 +20,9 @@ planning weighs a file the same way (``read.split.open-file-cost``, 4 MB by defa
 end-to-end bench's aggregation read about 10 ms, some 5 MB of its reading, per extra file.
 
 The policy has a fixed point: after a compaction, the partition has at most one small file, no
-equality deletes older than the compaction, and only position deletes on large files that carry
-few deleted rows; ``needed_work`` finds nothing in that state, and ``plans.plan_rewrite`` plans
-nothing.
+equality deletes older than the compaction, only position deletes on large files that carry few
+deleted rows, and no medium files that would pack into fewer (``medium_files_pack``);
+``needed_work`` finds nothing in that state, and ``plans.plan_rewrite`` plans nothing.
 """
 
 from __future__ import annotations
@@ -187,9 +187,25 @@ def needed_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work,
         return Work.DELETE_MERGE, f"{stats.position_delete_files} position-delete files on small or medium files"
     if stats.small_files >= settings.min_small_files:
         return Work.MINOR, f"{stats.small_files} small files"
+    if medium_files_pack(stats.medium_files, stats.medium_bytes, settings):
+        return Work.MINOR, f"{stats.medium_files} medium files ({stats.medium_bytes / MIB:.0f} MiB) to pack"
     if stats.position_delete_files and not stats.data_files:
         return Work.REMOVE_DANGLING_DELETES, f"{stats.position_delete_files} position-delete files and no data"
     return None
+
+
+def medium_files_pack(files: int, data_bytes: int, settings: CompactorConfig) -> bool:
+    """Whether a partition's medium files are worth packing into target-size ones, deletes or not:
+    Amoro's "enough content" for its undersized segment files. Together they make at least one
+    target file, and on average two fit in one, so the two smallest do and a pack that takes them
+    smallest first (``row_merge.bins``) makes fewer files: each pack leaves fewer medium files, and
+    the packs end. Without it a partition of medium files (a bulk load's, 18 MB each against the
+    128 MB target) stayed as it was until deletes spread over it, and then the settled rule for
+    position deletes on medium files rewrote the whole partition in the middle of the stream
+    (docs/BENCHMARKS.md, "Portability at 1 GB partitions, with changes that reach old rows"); packed
+    once it settles, its files are large, and later deletes on them stay position deletes."""
+    target = settings.target_file_size_bytes
+    return files >= 2 and target <= data_bytes <= files * target / 2
 
 
 def over_hot_ceiling(stats: PartitionStats, settings: CompactorConfig) -> bool:
@@ -208,9 +224,15 @@ def benefit_and_cost(stats: PartitionStats, work: Work, settings: CompactorConfi
         after = stats.data_files + min(stats.data_files, stats.position_delete_files + stats.equality_delete_records)
         rewritten = 0
     elif work is Work.MINOR:
-        files_after = large_files + stats.medium_files + math.ceil(stats.small_bytes / target)
+        medium = medium_files_pack(stats.medium_files, stats.medium_bytes, settings)
+        packed_files, packed_bytes = (
+            (stats.small_files + stats.medium_files, stats.small_bytes + stats.medium_bytes)
+            if medium
+            else (stats.small_files, stats.small_bytes)
+        )
+        files_after = stats.data_files - packed_files + math.ceil(packed_bytes / target)
         after = files_after + stats.position_delete_files + EQUALITY_DELETE_WEIGHT * stats.equality_delete_files
-        rewritten = stats.small_bytes
+        rewritten = packed_bytes
     else:
         rewritten_bytes = stats.small_bytes + stats.medium_bytes
         files_after = large_files + math.ceil(rewritten_bytes / target)

@@ -73,11 +73,13 @@ def merge_all(jobs: Iterable[RowMerge], io_properties: Mapping[str, str]) -> lis
 
 
 def bins(files: Sequence[tuple[str, int]], target_bytes: int) -> list[list[str]]:
-    """One partition's data files (path, size), in order, packed into runs of at most
-    ``target_bytes`` each (a file larger than that is a run of its own): one output file each."""
+    """One partition's data files (path, size), smallest first, packed into runs of at most
+    ``target_bytes`` each (a file larger than that is a run of its own): one output file each.
+    Smallest first so that whenever the two smallest fit in one run they share it: a pack of
+    medium files (``policy.medium_files_pack``) always makes fewer files than it reads."""
     runs: list[list[str]] = []
     size = 0
-    for path, length in files:
+    for path, length in sorted(files, key=lambda file: file[1]):
         if runs and size + length <= target_bytes:
             runs[-1].append(path)
             size += length

@@ -6,7 +6,9 @@ from __future__ import annotations
 import dataclasses
 import random
 
+import hypothesis.strategies as st
 import pytest
+from hypothesis import given
 
 from icecdc.compactor import outcomes, status
 from icecdc.compactor.outcomes import Outcome
@@ -17,10 +19,12 @@ from icecdc.compactor.policy import (
     benefit_and_cost,
     hot_work,
     ideal_read_cost,
+    medium_files_pack,
     needed_work,
     read_budget,
     read_cost,
 )
+from icecdc.compactor.row_merge import bins
 from icecdc.compactor.settle import Phase, phase, settle_window
 from icecdc.compactor.tracker import PartitionMetadata, PartitionTracker
 from icecdc.domain.cadence import WriteCadence
@@ -88,6 +92,50 @@ def test_equality_deletes_need_a_delete_merge():
 def test_small_files_need_a_minor_compaction_from_the_minimum_count():
     assert needed_work(PartitionStats(data_files=3, small_files=3), SETTINGS) is None
     assert needed_work(PartitionStats(data_files=4, small_files=4), SETTINGS)[0] is Work.MINOR
+
+
+def test_medium_files_that_make_fewer_target_files_need_a_pack():
+    # A bulk load's 18 MB files, 1 GB of them: packed once the partition settles, deletes or not.
+    load = PartitionStats(data_files=55, data_bytes=990 * MB, medium_files=55, medium_bytes=990 * MB)
+    work, reason = needed_work(load, SETTINGS)
+    assert work is Work.MINOR and reason == "55 medium files (990 MiB) to pack"
+    benefit, cost = benefit_and_cost(load, Work.MINOR, SETTINGS)
+    assert benefit == 55 - 8 and cost == 990 * MB + 4 * MB
+    # Not enough for one target file; two that do not fit together; one alone.
+    assert needed_work(PartitionStats(data_files=3, medium_files=3, medium_bytes=90 * MB), SETTINGS) is None
+    assert needed_work(PartitionStats(data_files=2, medium_files=2, medium_bytes=180 * MB), SETTINGS) is None
+    assert not medium_files_pack(1, 200 * MB, SETTINGS)
+
+
+def test_a_pack_takes_the_medium_files_with_the_small_ones_and_a_delete_merge_takes_them_too():
+    files = PartitionFiles(
+        data=(
+            data("small", 1, 3, pos=("pos",)),
+            *(data(f"m{i}", 40, 1) for i in range(4)),
+            data("large", 120, 1),
+        ),
+        deletes=(LiveDeleteFile("pos", POSITION, 5, 10),),
+    )
+    assert set(plan_rewrite(files, Work.MINOR, SETTINGS).rewrite) == {"small", "m0", "m1", "m2", "m3"}
+    assert set(plan_rewrite(files, Work.DELETE_MERGE, SETTINGS).rewrite) == {"small", "m0", "m1", "m2", "m3"}
+    unpackable = PartitionFiles(data=(data("m0", 90, 1), data("m1", 80, 1)), deletes=())
+    assert plan_rewrite(unpackable, Work.MINOR, SETTINGS).empty
+
+
+@given(st.lists(st.integers(SETTINGS.small_file_bytes, SETTINGS.large_file_bytes - 1), min_size=2, max_size=60))
+def test_packs_of_medium_files_make_fewer_files_each_time_and_end(sizes):
+    # Each pack's outputs (a run's bytes, at most the target) are packed again while the rule
+    # asks: every round makes fewer files, so the rounds end.
+    medium, large = list(sizes), 0
+    for _ in range(len(sizes)):
+        if not medium_files_pack(len(medium), sum(medium), SETTINGS):
+            return
+        runs = bins([(str(i), size) for i, size in enumerate(medium)], SETTINGS.target_file_size_bytes)
+        assert len(runs) < len(medium)
+        packed = [sum(medium[int(p)] for p in run) for run in runs]
+        medium = [size for size in packed if size < SETTINGS.large_file_bytes]
+        large += len(packed) - len(medium)
+    raise AssertionError(f"packs did not end: {medium}, {large} large")
 
 
 def test_position_deletes_on_few_rows_are_healthy():

@@ -88,6 +88,6 @@ def test_files_sharing_their_deletes_are_matched_together_with_the_same_result(t
 
 def test_a_partition_s_files_are_packed_in_runs_of_the_target_size():
     files = [("a", 40), ("b", 50), ("c", 30), ("d", 200), ("e", 10)]
-    assert bins(files, 100) == [["a", "b"], ["c"], ["d"], ["e"]]
-    assert bins(files, 1000) == [["a", "b", "c", "d", "e"]]
+    assert bins(files, 100) == [["e", "c", "a"], ["b"], ["d"]]  # smallest first
+    assert bins(files, 1000) == [["e", "c", "a", "b", "d"]]
     assert bins([], 100) == []
