@@ -523,6 +523,20 @@ def _unresolved_row(last: dict[str, Any], result: KeyResult) -> dict[str, Any]:
     return {**{name: last[name] for name in kept}, "op": Tag.UNRESOLVED, "change": orjson.dumps(change)}
 
 
+# At most this many rows, a batch's file is compressed with Snappy, not zstd. zstd sets up a
+# compressor per column chunk: on a file of 17 to 64 rows that cost 90 us more a file (four
+# columns) for bytes within 6% of Snappy's, and a batch of a connector's 50 tables writes 1,200
+# such files. From 128 rows on Snappy's file is 20% larger and more, so larger files keep zstd,
+# Iceberg's default codec (docs/BENCHMARKS.md, "Ingest over 50 tables: the JIT's steady state,
+# and a small file's codec"). Either way the file lives until the compactor rewrites it.
+SNAPPY_MAX_ROWS = 64
+
+
+def batch_file_codec(rows: int) -> str:
+    """The Parquet codec of a batch's file of ``rows`` rows."""
+    return "snappy" if rows <= SNAPPY_MAX_ROWS else "zstd"
+
+
 def write_file(
     layout: TableLayout,
     kind: FileKind,
@@ -545,7 +559,9 @@ def write_file(
     # ``layout.to_arrow`` reads back from the Parquet schema alone, field ids included
     # (tests/unit/test_fileio.py). Leaving it out saves no measurable CPU: docs/BENCHMARKS.md,
     # "Ingest over 50 tables: the JIT compilers' share, and batch files without the Arrow schema".
-    data = write_new_parquet(arrow, path, io_properties, use_dictionary=False, store_schema=False)
+    data = write_new_parquet(
+        arrow, path, io_properties, compression=batch_file_codec(arrow.num_rows), use_dictionary=False, store_schema=False
+    )
     return {
         "table": layout.table,
         "op": kind,

@@ -5,7 +5,6 @@ new files on a local path are written with Python's own file API, which is cheap
 from __future__ import annotations
 
 import functools
-import io
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -38,28 +37,44 @@ def write_new_parquet(
     path: str,
     io_properties: Mapping[str, str],
     *,
+    compression: str = "zstd",
     use_dictionary: bool = True,
     store_schema: bool = True,
 ) -> bytes:
     """Write a new file (never overwriting one); returns its bytes, which end with its footer.
-    ``use_dictionary=False`` writes each column plain (then zstd); ``store_schema=False`` leaves
-    out the Arrow schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. A
-    batch's small, short-lived files take both (``stages.write_file``)."""
-    buffer = io.BytesIO()
-    pq.write_table(table, buffer, compression="zstd", use_dictionary=use_dictionary, store_schema=store_schema)
-    data = buffer.getvalue()
+    ``use_dictionary=False`` writes each column plain; ``store_schema=False`` leaves out the Arrow
+    schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. A batch's small,
+    short-lived files take both (``stages.write_file``)."""
+    # Arrow's own buffer, not io.BytesIO: the writer then never calls back into Python for its
+    # pieces, 20-25 us less a small file (docs/BENCHMARKS.md, "Ingest over 50 tables: the JIT's
+    # steady state, and a small file's codec").
+    buffer = pa.BufferOutputStream()
+    pq.write_table(table, buffer, compression=compression, use_dictionary=use_dictionary, store_schema=store_schema)
+    data = buffer.getvalue().to_pybytes()
     local = _local_path(path)
     if local is not None:
         # A batch of a connector's many tables writes a thousand files of a few rows: through
         # Python's own file API each costs 0.2-0.5 ms less than through pyiceberg's stream.
-        if parent := os.path.dirname(local):
-            os.makedirs(parent, exist_ok=True)
-        with open(local, "xb") as out:  # never overwriting, as below
-            out.write(data)
+        _create_local(local, data)
     else:
         with file_io(path, io_properties).new_output(path).create(overwrite=False) as stream:
             stream.write(data)
     return data
+
+
+def _create_local(local: str, data: bytes) -> None:
+    """A new local file, its folder made only when missing: a partition's folder almost always
+    exists after its first batch, and asking first cost a stat per folder level a file."""
+    try:
+        _write_new_local(local, data)
+    except FileNotFoundError:
+        os.makedirs(os.path.dirname(local), exist_ok=True)
+        _write_new_local(local, data)
+
+
+def _write_new_local(local: str, data: bytes) -> None:
+    with open(local, "xb") as out:  # never overwriting: a committed snapshot may reference it
+        out.write(data)
 
 
 def _local_path(path: str) -> str | None:

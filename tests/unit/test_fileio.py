@@ -24,6 +24,13 @@ def test_a_local_file_is_written_in_new_folders_with_the_bytes_handed_back(tmp_p
     assert pq.read_table(path).equals(ROWS)
 
 
+def test_files_land_beside_each_other_in_a_folder_that_exists(tmp_path):
+    first, second = tmp_path / "p" / "a.parquet", tmp_path / "p" / "b.parquet"
+    write_new_parquet(ROWS, str(first), {})
+    data = write_new_parquet(ROWS, str(second), {})
+    assert data == second.read_bytes() and first.exists()
+
+
 def test_an_existing_file_is_never_overwritten(tmp_path):
     path = tmp_path / "f.parquet"
     path.write_bytes(b"committed")

@@ -16,7 +16,7 @@ import pytest
 
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.ingest.filemeta import FOOTER_FIELD, FileKind, describe, parquet_footer
-from icecdc.ingest.stages import write_file
+from icecdc.ingest.stages import SNAPPY_MAX_ROWS, write_file
 from icecdc.runtime.fileio import write_new_parquet
 
 
@@ -79,11 +79,14 @@ def test_bytes_that_are_no_whole_parquet_file_have_no_footer(data):
         parquet_footer(data)
 
 
-def test_a_batch_s_file_is_written_plain_under_zstd_and_described_as_written(layout):
-    rows = [{"id": i, "region": "eu", "note": "same note"} for i in range(50)]
-    fact = write_file(layout, FileKind.DATA, ("eu",), layout.to_arrow(rows), {}, "test-0")
+@pytest.mark.parametrize(
+    ("rows", "codec"), [(1, "SNAPPY"), (SNAPPY_MAX_ROWS, "SNAPPY"), (SNAPPY_MAX_ROWS + 1, "ZSTD"), (500, "ZSTD")]
+)
+def test_a_batch_s_file_is_written_plain_small_ones_under_snappy_and_described_as_written(layout, rows, codec):
+    records = [{"id": i, "region": "eu", "note": "same note"} for i in range(rows)]
+    fact = write_file(layout, FileKind.DATA, ("eu",), layout.to_arrow(records), {}, "test-0")
     columns = pq.ParquetFile(fact["path"]).metadata.row_group(0)
     assert not any(columns.column(i).has_dictionary_page for i in range(columns.num_columns))
-    assert {columns.column(i).compression for i in range(columns.num_columns)} == {"ZSTD"}
-    assert fact["record_count"] == 50 and pq.read_table(fact["path"]).num_rows == 50
+    assert {columns.column(i).compression for i in range(columns.num_columns)} == {codec}
+    assert fact["record_count"] == rows and pq.read_table(fact["path"]).num_rows == rows
     assert orjson.loads(fact["description"])["file-size-in-bytes"] == fact["file_size"]
