@@ -42,7 +42,8 @@ def write_new_parquet(
     store_schema: bool = True,
 ) -> bytes:
     """Write a new file (never overwriting one); returns its bytes, which end with its footer.
-    ``use_dictionary=False`` writes each column plain; ``store_schema=False`` leaves out the Arrow
+    ``compression``: Parquet's codec (zstd is Iceberg's default). ``use_dictionary=False`` writes
+    each column plain; ``store_schema=False`` leaves out the Arrow
     schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. A batch's small,
     short-lived files take both (``stages.write_file``)."""
     # Arrow's own buffer, not io.BytesIO: the writer then never calls back into Python for its
