@@ -130,13 +130,13 @@ def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig, d
             rewrite = small
     elif work is Work.DELETE_MERGE:
         large_paths = {f.path for f in large}
-        packed_paths = {f.path for f in packed_medium}
+        # Small files (two or more) and medium files with enough content are packed along with
+        # the files deletes force us to rewrite.
+        packed_paths = {f.path for f in (small if len(small) > 1 else []) + packed_medium}
         for f in files.data:
             has_deletes = bool(f.equality_deletes or f.position_deletes)
             if f.path not in large_paths:
-                # Small files are packed along with the files deletes force us to rewrite.
-                small_to_pack = size_class(f.size, settings) is SizeClass.SMALL and len(small) > 1
-                if has_deletes or small_to_pack or f.path in packed_paths:
+                if has_deletes or f.path in packed_paths:
                     rewrite.append(f)
             elif f.position_deletes and deleted_share(f) >= settings.position_delete_rewrite_ratio:
                 rewrite.append(f)

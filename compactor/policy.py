@@ -185,10 +185,12 @@ def needed_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work,
         # Some land on small or medium files (what conversions leave on a partition that was hot):
         # rewriting those is cheap, and a settled partition ends as one file per target size.
         return Work.DELETE_MERGE, f"{stats.position_delete_files} position-delete files on small or medium files"
+    medium = f"{stats.medium_files} medium files ({stats.medium_bytes / MIB:.0f} MiB) to pack"
+    packs_medium = medium_files_pack(stats.medium_files, stats.medium_bytes, settings)
     if stats.small_files >= settings.min_small_files:
-        return Work.MINOR, f"{stats.small_files} small files"
-    if medium_files_pack(stats.medium_files, stats.medium_bytes, settings):
-        return Work.MINOR, f"{stats.medium_files} medium files ({stats.medium_bytes / MIB:.0f} MiB) to pack"
+        return Work.MINOR, f"{stats.small_files} small files" + (f" and {medium}" if packs_medium else "")
+    if packs_medium:
+        return Work.MINOR, medium
     if stats.position_delete_files and not stats.data_files:
         return Work.REMOVE_DANGLING_DELETES, f"{stats.position_delete_files} position-delete files and no data"
     return None
@@ -224,12 +226,10 @@ def benefit_and_cost(stats: PartitionStats, work: Work, settings: CompactorConfi
         after = stats.data_files + min(stats.data_files, stats.position_delete_files + stats.equality_delete_records)
         rewritten = 0
     elif work is Work.MINOR:
-        medium = medium_files_pack(stats.medium_files, stats.medium_bytes, settings)
-        packed_files, packed_bytes = (
-            (stats.small_files + stats.medium_files, stats.small_bytes + stats.medium_bytes)
-            if medium
-            else (stats.small_files, stats.small_bytes)
-        )
+        packed_files, packed_bytes = stats.small_files, stats.small_bytes
+        if medium_files_pack(stats.medium_files, stats.medium_bytes, settings):
+            packed_files += stats.medium_files
+            packed_bytes += stats.medium_bytes
         files_after = stats.data_files - packed_files + math.ceil(packed_bytes / target)
         after = files_after + stats.position_delete_files + EQUALITY_DELETE_WEIGHT * stats.equality_delete_files
         rewritten = packed_bytes

@@ -107,6 +107,13 @@ def test_medium_files_that_make_fewer_target_files_need_a_pack():
     assert not medium_files_pack(1, 200 * MB, SETTINGS)
 
 
+def test_a_minor_compaction_of_small_files_names_the_medium_files_it_packs_along():
+    both = PartitionStats(data_files=9, small_files=4, small_bytes=4 * MB, medium_files=5, medium_bytes=200 * MB)
+    assert needed_work(both, SETTINGS) == (Work.MINOR, "4 small files and 5 medium files (200 MiB) to pack")
+    benefit, cost = benefit_and_cost(both, Work.MINOR, SETTINGS)
+    assert cost == 204 * MB + 4 * MB and benefit == 9 - 2
+
+
 def test_a_pack_takes_the_medium_files_with_the_small_ones_and_a_delete_merge_takes_them_too():
     files = PartitionFiles(
         data=(
