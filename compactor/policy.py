@@ -185,11 +185,14 @@ def needed_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work,
         # Some land on small or medium files (what conversions leave on a partition that was hot):
         # rewriting those is cheap, and a settled partition ends as one file per target size.
         return Work.DELETE_MERGE, f"{stats.position_delete_files} position-delete files on small or medium files"
-    medium = f"{stats.medium_files} medium files ({stats.medium_bytes / MIB:.0f} MiB) to pack"
-    packs_medium = medium_files_pack(stats.medium_files, stats.medium_bytes, settings)
+    medium = (
+        f"{stats.medium_files} medium files ({stats.medium_bytes / MIB:.0f} MiB) to pack"
+        if medium_files_pack(stats.medium_files, stats.medium_bytes, settings)
+        else ""
+    )
     if stats.small_files >= settings.min_small_files:
-        return Work.MINOR, f"{stats.small_files} small files" + (f" and {medium}" if packs_medium else "")
-    if packs_medium:
+        return Work.MINOR, f"{stats.small_files} small files" + (f" and {medium}" if medium else "")
+    if medium:
         return Work.MINOR, medium
     if stats.position_delete_files and not stats.data_files:
         return Work.REMOVE_DANGLING_DELETES, f"{stats.position_delete_files} position-delete files and no data"
