@@ -144,7 +144,7 @@ def measure(
     changes: int,
     tables: int,
     batches: int,
-    commit_threads: int = 4,
+    commit_threads: int = 8,
     shape: str = "generator",
     prefix_cut: bool = True,
     job: str = "spark",
@@ -242,7 +242,7 @@ def run(
     batches: int,
     out: Path,
     state_dir: Path,
-    commit_threads: Sequence[int] = (4,),
+    commit_threads: Sequence[int] = (8,),
     shape: str = "generator",
     prefix_cuts: Sequence[bool] = (True,),
     jobs: Sequence[str] = ("driver",),
@@ -382,9 +382,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--commit-threads",
-        default="1,4",
+        default="1,8",
         metavar="N[,N...]",
-        help="ingest.commit_threads settings compared side by side at each table count (default: 1,4)",
+        help="ingest.commit_threads settings compared side by side at each table count (default: 1,8, 8 the default)",
     )
     parser.add_argument("--batches", type=int, default=3, help="measured batches per point, after the warm-up (default: 3)")
     parser.add_argument(

@@ -250,13 +250,13 @@ class IngestConfig(_Strict):
     # many executors, lower it to where their parallelism pays for that second.
     driver_batch_records: int = Field(default=200_000, ge=0)
     # A batch spanning several tables commits to this many at once (1: one after the other).
-    # Eight took a 50-table batch 1.06x-1.15x faster than four on 2 cores (the medians of the
-    # per-run ratios in four sets of five runs, faster in 16 of the 20; at a 2 GB driver heap,
-    # two runs, 1.20x and 1.45x, the heap peaking at 1.1 GB): a source of many tables may set 8.
-    # The default stays four: only such sources gain, and each thread is one more concurrent
-    # client of the catalog (docs/BENCHMARKS.md, "Ingest over 50 tables: Hadoop's chmod in
-    # process, metrics in the JVM").
-    commit_threads: int = Field(default=4, ge=1, le=64)
+    # Eight, since 2026-11-29: on 2 cores, in the JVM's steady state, a 50-table batch's commits
+    # took 0.36 s wall with eight against 0.43 s with four, shorter in each of five runs, the batch
+    # 1.28 s against 1.39 s (docs/BENCHMARKS.md, "Ingest over 50 tables: eight commit threads"): a
+    # commit waits on files and the catalog more than it computes. More threads cost no
+    # catalog connections: Iceberg's JDBC and Hive catalogs share a pool of ``clients`` (2 by
+    # default) however many threads commit, and a source of one table commits on one thread.
+    commit_threads: int = Field(default=8, ge=1, le=64)
     # How long a micro-batch collects records before it is written (the commit cadence).
     trigger_seconds: float = Field(default=5.0, gt=0)
     consumer_group: str = "icecdc-ingest"
