@@ -385,7 +385,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--commit-threads",
         default="1,8",
         metavar="N[,N...]",
-        help="ingest.commit_threads settings compared side by side at each table count (default: 1,8, 8 the default)",
+        help="ingest.commit_threads settings compared side by side at each table count (default: 1,8; 8 is the setting's default)",
     )
     parser.add_argument("--batches", type=int, default=3, help="measured batches per point, after the warm-up (default: 3)")
     parser.add_argument(
