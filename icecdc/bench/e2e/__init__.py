@@ -22,7 +22,9 @@ readers that cannot apply equality deletes (pyiceberg's scan, DuckDB's iceberg e
 ``icecdc.bench.readers``), compared with Spark's read of the same snapshot. The ``large`` workload
 has partitions of users' sizes (a wide text column most updates keep, 16 partitions or
 ``--buckets``, all written every batch), where a rewrite costs what the partition costs: its
-write amplification over the writing phase is reported beside its read ratios.
+write amplification over the writing phase is reported beside its read ratios. With
+``--before-image key`` (PostgreSQL's default) updates and deletes become global deletes, whose
+age is sampled apart.
 
 Here: the command's arguments. The stream's shape is in ``stream``, measuring the tables (probes,
 equality-delete ages) in ``probe``, the run itself in ``runner``, what the snapshot logs say
@@ -40,6 +42,7 @@ from icecdc.bench.e2e.runner import run
 from icecdc.bench.e2e.stream import Workload, large_workload
 from icecdc.bench.e2e.summaries import summary
 from icecdc.domain.errors import UserError
+from icecdc.domain.sourcespec import BeforeImage
 from icecdc.options import embedded_stack_arguments
 
 
@@ -118,6 +121,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "0.002 on the small workload; 0 on the large one, whose changes then never touch the rows of its load)",
     )
     parser.add_argument(
+        "--before-image",
+        choices=[b.value for b in BeforeImage],
+        default=BeforeImage.FULL.value,
+        help="what the tables trust of the stream's old rows (the table's before_image): full, the whole old row "
+        "(MySQL's default); key, the key only (PostgreSQL's default, REPLICA IDENTITY DEFAULT), which makes every "
+        "update and delete a global delete where the key does not determine the partition (days, region) and "
+        "samples their age apart (default: full)",
+    )
+    parser.add_argument(
         "--age-sample-seconds",
         type=float,
         default=2.0,
@@ -155,6 +167,7 @@ def main(args: argparse.Namespace) -> int:
         )
     if args.late_share is not None:
         workload = replace(workload, late_share=args.late_share)
+    workload = replace(workload, before_image=BeforeImage(args.before_image))
     strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
     results = run(
         args.minutes,

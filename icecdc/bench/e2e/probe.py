@@ -255,21 +255,28 @@ class Probe:
         return outcomes, took
 
 
-def equality_delete_age(table: Any, now_ms: int) -> float | None:
-    """``portability.oldest_equality_delete_age`` of a pyiceberg table: the snapshot that added
-    each live equality-delete file, from the current snapshot's delete manifests (data manifests
-    are not opened), and the commit times of the snapshots still listed."""
+def equality_delete_ages(table: Any, now_ms: int) -> tuple[float | None, float | None]:
+    """``portability.oldest_equality_delete_age`` of a pyiceberg table, of every live equality
+    delete and of its global ones (under an unpartitioned spec of a partitioned table, which apply
+    to every partition): the snapshot that added each live equality-delete file, from the current
+    snapshot's delete manifests (data manifests are not opened), and the commit times of the
+    snapshots still listed."""
     current = table.current_snapshot()
     if current is None:
-        return None
-    added_by = [
-        entry.snapshot_id
+        return None, None
+    specs, partitioned = table.specs(), not table.spec().is_unpartitioned()
+    added_by: list[tuple[int | None, bool]] = [
+        (entry.snapshot_id, partitioned and specs[manifest.partition_spec_id].is_unpartitioned())
         for manifest in current.manifests(table.io)
         if manifest.content is ManifestContent.DELETES
         for entry in manifest.fetch_manifest_entry(table.io)
         if entry.data_file.content is DataFileContent.EQUALITY_DELETES
     ]
-    return oldest_equality_delete_age(added_by, {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}, now_ms)
+    committed = {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}
+    return (
+        oldest_equality_delete_age([s for s, _ in added_by], committed, now_ms),
+        oldest_equality_delete_age([s for s, is_global in added_by if is_global], committed, now_ms),
+    )
 
 
 def main_behind_seconds(table: Any, branch: str) -> float | None:
@@ -282,15 +289,16 @@ def main_behind_seconds(table: Any, branch: str) -> float | None:
 
 
 class AgeSampler:
-    """Samples the age of a table's oldest live equality delete (in main, what readers read)
-    every ``every_seconds``, on a thread of its own, from ``start`` to ``stop``; on a staged table
-    also how far main is behind the staging branch's head."""
+    """Samples the age of a table's oldest live equality delete (in main, what readers read), and
+    of its oldest global one, every ``every_seconds``, on a thread of its own, from ``start`` to
+    ``stop``; on a staged table also how far main is behind the staging branch's head."""
 
     def __init__(self, config: Config, name: str, every_seconds: float, started: float, branch: str | None = None) -> None:
         self._catalog = pyiceberg_catalog(config)
         self._identifier = name.split(".", 1)[1]
         self._every, self._started, self._branch = every_seconds, started, branch
         self.samples: list[tuple[float, float | None]] = []
+        self.global_samples: list[tuple[float, float | None]] = []
         self.main_behind: list[tuple[float, float | None]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="age-sampler", daemon=True)
@@ -299,12 +307,13 @@ class AgeSampler:
         while not self._stop.wait(self._every):
             try:
                 table = self._catalog.load_table(self._identifier)
-                age = equality_delete_age(table, int(time.time() * 1000))
+                age, global_age = equality_delete_ages(table, int(time.time() * 1000))
             except Exception as exc:  # noqa: BLE001 - a lost sample is said, the run goes on
                 say(f"age sample failed: {type(exc).__name__}: {str(exc)[:200]}")
                 continue
             t = round(time.monotonic() - self._started, 1)
             self.samples.append((t, age))
+            self.global_samples.append((t, global_age))
             if self._branch is not None:
                 self.main_behind.append((t, main_behind_seconds(table, self._branch)))
 

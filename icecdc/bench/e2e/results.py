@@ -10,6 +10,7 @@ from icecdc.bench.e2e.snapshots import SettleToCompacted
 from icecdc.bench.e2e.stream import Workload
 from icecdc.bench.portability import AgeSummary, exact_share, summarise_ages
 from icecdc.bench.strategies import StrategyCounts
+from icecdc.domain.sourcespec import BeforeImage
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class Portability:
     oldest_equality_delete_outside_probes: AgeSummary | None = None
     # A staged table: how far main was behind the staging branch's head while writing.
     main_behind_writing: AgeSummary | None = None
+    # A source whose before-images hold the key only: the oldest live global delete.
+    oldest_global_delete_writing: AgeSummary | None = None
+    oldest_global_delete_after: AgeSummary | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +80,8 @@ class E2EResults:
     age_sample_seconds: float = 2.0
     # (seconds into the run, age of the sidecar table's oldest live equality delete or None)
     equality_delete_ages: list[tuple[float, float | None]] = field(default_factory=list)
+    # the same of its oldest live global delete, sampled with it
+    global_delete_ages: list[tuple[float, float | None]] = field(default_factory=list)
     staging_branch: str | None = None
     # (seconds into the run, how far main was behind the staging branch's head; None: no main yet)
     main_behind: list[tuple[float, float | None]] = field(default_factory=list)
@@ -115,6 +121,7 @@ def portability(results: E2EResults) -> Portability:
         return {r: exact_share([p.outcomes[r] for p in phase if r in p.outcomes]) for r in readers}
 
     probing = [(p.t, p.t_end) for p in results.reference]
+    global_ages, key_only = results.global_delete_ages, results.workload.before_image is BeforeImage.KEY
     return Portability(
         oldest_equality_delete_writing=summarise_ages([a for t, a in results.equality_delete_ages if t <= ended]),
         oldest_equality_delete_after=summarise_ages([a for t, a in results.equality_delete_ages if t > ended]),
@@ -124,4 +131,6 @@ def portability(results: E2EResults) -> Portability:
             [a for t, a in results.equality_delete_ages if t <= ended and not any(s <= t <= e for s, e in probing)]
         ),
         main_behind_writing=summarise_ages([b for t, b in results.main_behind if t <= ended]) if results.staging_branch else None,
+        oldest_global_delete_writing=summarise_ages([a for t, a in global_ages if t <= ended]) if key_only else None,
+        oldest_global_delete_after=summarise_ages([a for t, a in global_ages if t > ended]) if key_only else None,
     )

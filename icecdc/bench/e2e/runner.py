@@ -69,6 +69,7 @@ def _config(base: Config, run_id: int, strategies: Sequence[str], run: RunSettin
             **orders_table(f"bench.e2e_{s}_{run_id}", f"e2e-{s}-{run_id}", note=run.workload.note_chars > 0),
             "partition_by": run.workload.partition_by,
             "format_version": run.format_version,
+            "before_image": run.workload.before_image.value,
             **({"staging_branch": run.staging_branch} if run.staging_branch and s == ICECDC else {}),
         }
         for s in slugs
@@ -213,6 +214,7 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     prober.join()
     sampler.stop()
     results.equality_delete_ages, results.main_behind = sampler.samples, sampler.main_behind
+    results.global_delete_ages = sampler.global_samples
     counts = {s: maintenance.stop() for s, maintenance in strategies.items()}
     probe()  # the final state, maintenance stopped
     feed.close()

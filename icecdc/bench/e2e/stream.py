@@ -8,6 +8,7 @@ import random
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from icecdc.domain.sourcespec import BeforeImage
 from icecdc.workload import ORDERS_PARTITIONING, OrdersWorkload
 
 
@@ -33,6 +34,11 @@ class Workload:
     # updates that keep it.
     note_chars: int = 0
     note_keep: float = 0.9
+    # What the table's ``before_image`` trusts of the source's old rows: ``FULL`` (MySQL's
+    # default) places every update's and delete's old row in its partition; ``KEY`` (PostgreSQL's
+    # default, REPLICA IDENTITY DEFAULT) makes each of them a global delete where the key does not
+    # determine the partition (``days``, ``region``; a bucket of the key it does).
+    before_image: BeforeImage = BeforeImage.FULL
 
     @property
     def recent_keys(self) -> int:

@@ -11,6 +11,12 @@ from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio
 from icecdc.bench.portability import AgeSummary, ReadOutcome
 from icecdc.bench.report import markdown_table, pyplot
 from icecdc.bench.strategies import ICECDC
+from icecdc.domain.sourcespec import BeforeImage
+
+BEFORE_IMAGES = {
+    BeforeImage.FULL: "the whole old row",
+    BeforeImage.KEY: "the key only (where it does not determine the partition, every update and delete a global delete)",
+}
 
 
 def _seconds(value: float | None) -> str:
@@ -59,9 +65,14 @@ def portability_summary(results: E2EResults) -> str:
             ("after", p.oldest_equality_delete_after, p.exact_after),
         )
     ]
-    if p.oldest_equality_delete_outside_probes is not None:
-        outside = ages_row("writing, outside the probes", p.oldest_equality_delete_outside_probes)
-        rows.insert(1, [*outside, *(["-"] * (len(readers) + 1)), 0])
+    # Rows of samples alone, each after its phase's row: no reader probe counts in them.
+    for phase_row, phase, ages in (
+        (1, "after, global deletes only", p.oldest_global_delete_after),
+        (0, "writing, global deletes only", p.oldest_global_delete_writing),
+        (0, "writing, outside the probes", p.oldest_equality_delete_outside_probes),
+    ):
+        if ages is not None:
+            rows.insert(phase_row + 1, [*ages_row(phase, ages), *(["-"] * (len(readers) + 1)), 0])
     sidecar = results.strategies.get(ICECDC)
     amplification = sidecar.writing_amplification if sidecar is not None else None
     staged = ""
@@ -141,6 +152,7 @@ def summary(results: E2EResults) -> str:
         + (f" with a {results.workload.note_chars}-character note" if results.workload.note_chars else "")
         + f"; {results.workload.late_share:.1%} of updates and deletes on any row, the rest on the "
         f"{results.workload.recent_keys:,} most recent keys; partitioned by {', '.join(results.workload.partition_by)}; "
+        f"before-images: {BEFORE_IMAGES[results.workload.before_image]}; "
         f"format v{results.format_version}; hot read budget {results.hot_read_budget or 'default'}; probes every {results.probe_seconds:g}s; "
         f"{results.machine}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
         f"Latency columns: each query's latency over the compacted copy's in the same probe, the median over the "
@@ -234,11 +246,15 @@ def plot_amplification(results: E2EResults, path: Path) -> None:
 
 
 def plot_portability(results: E2EResults, path: Path) -> None:
-    """The sidecar table's oldest live equality delete over the run (0: none live), on a staged
-    table how far main was behind its branch, and each reader probe's outcome at its time."""
+    """The sidecar table's oldest live equality delete over the run (0: none live), and its oldest
+    global one when the source sends key-only before-images, on a staged table how far main was
+    behind its branch, and each reader probe's outcome at its time."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4))
     ax.plot([t for t, _ in results.equality_delete_ages], [a or 0.0 for _, a in results.equality_delete_ages], label="age (s)")
+    if results.workload.before_image is BeforeImage.KEY:
+        ages = results.global_delete_ages
+        ax.plot([t for t, _ in ages], [a or 0.0 for _, a in ages], label="age of the oldest global delete (s)", linewidth=1)
     if results.staging_branch:
         lag = [(t, b) for t, b in results.main_behind if b is not None]
         ax.plot([t for t, _ in lag], [b for _, b in lag], label=f"main behind {results.staging_branch} (s)")
