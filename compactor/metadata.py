@@ -9,7 +9,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from icecdc.compactor.policy import PartitionStats
+from icecdc.compactor.policy import PartitionStats, Work
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata
 from icecdc.domain import summary
@@ -189,13 +189,16 @@ def read_partitions(
         newest_id = total.newest[1] if layout.partition and total.newest is not None else snapshot.snapshot_id
         newest = snapshots.get(newest_id)
         when = newest.timestamp_ms / 1000 if newest is not None else None
-        ours = newest is not None and summary.COMPACTOR in newest.summary.additional_properties
+        tags = newest.summary.additional_properties if newest is not None else {}
+        ours = summary.COMPACTOR in tags
+        resolution = ours and tags.get(summary.COMPACTION) == Work.RESOLVE_GLOBAL_DELETES.value
         out[path] = PartitionMetadata(
             partition=layout.partition_record(total.key),
             stats=PartitionStats(**total.counts),
             last_write=None if ours else when,
             last_compaction=when if ours else None,
             oldest_write=None if total.oldest_equality_delete_ms is None else total.oldest_equality_delete_ms / 1000,
+            resolved_by=newest_id if resolution else None,
         )
     return out
 

@@ -50,6 +50,11 @@ CRON_OPTIONS = {"delete-file-threshold": "1", "remove-dangling-deletes": "true"}
 CRON_OPTIONS_KEY_ONLY = {"delete-file-threshold": "1"}
 
 
+def cron_options(before_image: BeforeImage) -> dict[str, str]:
+    """The cron's ``rewrite_data_files`` options for a table whose source sends ``before_image``."""
+    return CRON_OPTIONS if before_image is BeforeImage.FULL else CRON_OPTIONS_KEY_ONLY
+
+
 @dataclass
 class StrategyCounts:
     """What a strategy's maintenance did over a run."""
@@ -127,8 +132,7 @@ class CronRewrite(_Periodic):
         self._spark = spark
         self._ref = config.table_ref(table)
         self.every_seconds = every_seconds
-        full = config.table(table).before_image is BeforeImage.FULL
-        self._options = ", ".join(f"'{k}', '{v}'" for k, v in (CRON_OPTIONS if full else CRON_OPTIONS_KEY_ONLY).items())
+        self._options = ", ".join(f"'{k}', '{v}'" for k, v in cron_options(config.table(table).before_image).items())
 
     def run_once(self) -> None:
         self.counts.runs += 1

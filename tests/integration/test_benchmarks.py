@@ -16,7 +16,9 @@ pytestmark = pytest.mark.bench
 
 def test_e2e_benchmark_harness(tmp_path):
     """Every strategy (and the compacted copy) gets every series, the run ends with every table
-    equal to the stream's final state (it fails otherwise), and JSON, plots and summary are written."""
+    equal to the stream's final state (it fails otherwise), and JSON, plots and summary are written.
+    The source sends key-only before-images (PostgreSQL's default), so every update and delete is
+    a global delete, which every strategy's table must end without applying wrongly."""
     out = tmp_path / "out"
     # The drain lasts until the sidecar has answered every partition (bounded): on a loaded
     # machine that takes longer than 15 s, and the run waits for it rather than measuring less.
@@ -45,9 +47,12 @@ def test_e2e_benchmark_harness(tmp_path):
         "300",
         "--lookups",
         "3",
+        "--before-image",
+        "key",
         timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    assert "were deleted in every partition" in run.stderr + run.stdout, "the writer wrote global deletes"
     results = orjson.loads((out / "e2e.json").read_bytes())
     strategies = strategy_names([10])
     assert list(results["strategies"]) == list(strategies)
@@ -72,6 +77,12 @@ def test_e2e_benchmark_harness(tmp_path):
     # The sidecar's table was sampled for its oldest equality delete, and once drained both readers
     # that cannot apply equality deletes read it exactly.
     assert results["equality_delete_ages"] and results["portability"]["oldest_equality_delete_writing"]["samples"] > 0
+    # The global deletes' ages were sampled with the others, and are among them.
+    for (t, oldest), (t_global, oldest_global) in zip(
+        results["equality_delete_ages"], results["global_delete_ages"], strict=True
+    ):
+        assert t == t_global and (oldest_global is None or (oldest is not None and oldest_global <= oldest))
+    assert results["portability"]["oldest_global_delete_writing"]["samples"] > 0
     # The current snapshot, then holding no equality delete, is also the newest portable one.
     readers = ("pyiceberg", "duckdb")
     assert results["readers"][-1]["outcomes"] == dict.fromkeys((*readers, *map(on_portable, readers)), "exact")

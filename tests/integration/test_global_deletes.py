@@ -80,10 +80,18 @@ def test_key_only_before_images_stay_exact_and_the_compactor_resolves_their_glob
                 stream(moving_changes(source, n))  # a writer failure raises here
                 assert table_rows(spark, name) == source.expected_rows(), f"after batch {n}"
             assert write.stats.dead_letters == 0
+
+            def resolved_and_settled() -> None:
+                deadline = time.monotonic() + 180
+                while time.monotonic() < deadline and not (sidecar.idle(2.0) and global_delete_files(spark, config) == 0):
+                    time.sleep(0.5)
+
             # The sidecar resolves the last batches' global deletes and settles the partitions.
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline and not (sidecar.idle(2.0) and global_delete_files(spark, config) == 0):
-                time.sleep(0.5)
+            resolved_and_settled()
+            # Then key-only deletes alone: a global delete, and no write to any partition, all of
+            # them settled and merged. Its resolution's position deletes must not stay.
+            stream([source.delete(k) for k in sorted(source.rows)[:6]])
+            resolved_and_settled()
     events = sidecar.stats.results
     resolutions = [e for e in events if e.kind == "resolve-global-deletes" and e.outcome is CompactionOutcome.COMMITTED]
     assert resolutions, events
@@ -92,6 +100,9 @@ def test_key_only_before_images_stay_exact_and_the_compactor_resolves_their_glob
     spark.sql(f"REFRESH TABLE {name}")
     assert global_delete_files(spark, config) == 0
     assert table_rows(spark, name) == source.expected_rows()
+    # The resolutions' position deletes on partitions already settled and merged reopened them:
+    # merged again, every partition (all small) ends with no delete file at all.
+    assert int(spark.sql(f"SELECT count(*) FROM {name}.delete_files").first()[0]) == 0
     for resolution in resolutions:  # each one kept exactly its parent's rows
         parent = spark.sql(f"SELECT parent_id FROM {name}.snapshots WHERE snapshot_id = {resolution.snapshot_id}").first()
         assert rows_at(spark, name, resolution.snapshot_id) == rows_at(spark, name, parent.parent_id), resolution

@@ -32,7 +32,8 @@ from icecdc.bench.portability import (
     oldest_equality_delete_age,
     summarise_ages,
 )
-from icecdc.bench.strategies import amoro_minor_due, cron_period, strategy_names
+from icecdc.bench.strategies import amoro_minor_due, cron_options, cron_period, strategy_names
+from icecdc.domain.sourcespec import BeforeImage
 
 
 def test_batch_sizes_are_bursty_and_repeatable():
@@ -160,6 +161,31 @@ def test_portability_splits_samples_and_probes_at_the_last_batch():
     results.portability = report
     writing = next(line for line in portability_summary(results).splitlines() if line.startswith("| writing |"))
     assert "| 33% | 100% | 100% | - | 3.5 / 3.5 | 3 |" in writing, writing
+
+
+def test_a_key_only_source_reports_its_global_deletes_apart_and_the_cron_keeps_them():
+    workload = Workload(partitioning="region", before_image=BeforeImage.KEY)
+    results = E2EResults("m", 1, 1, 1, 1, [], 1, 1, 1, 1, workload, writes_ended_t=100.0)
+    results.equality_delete_ages = [(50.0, 8.0), (90.0, 3.0), (120.0, None)]
+    results.global_delete_ages = [(50.0, 8.0), (90.0, None), (120.0, None)]
+    report = portability(results)
+    writing, after = report.oldest_global_delete_writing, report.oldest_global_delete_after
+    assert writing is not None and (writing.samples, writing.none_share, writing.max_seconds) == (2, 0.5, 8.0)
+    assert after is not None and after.none_share == 1.0
+    results.portability = report
+    rows = [line.split(" | ")[0] for line in portability_summary(results).splitlines() if line.startswith("| ")]
+    assert rows[1:] == [
+        "| writing",
+        "| writing, outside the probes",
+        "| writing, global deletes only",
+        "| after",
+        "| after, global deletes only",
+    ]
+    # A source of whole before-images makes no global delete: no such rows.
+    assert portability(replace(results, workload=Workload())).oldest_global_delete_writing is None
+    # Iceberg's remove-dangling-deletes would drop the global deletes the writer commits meanwhile.
+    assert "remove-dangling-deletes" not in cron_options(BeforeImage.KEY)
+    assert cron_options(BeforeImage.FULL)["remove-dangling-deletes"] == "true"
 
 
 def test_a_staged_run_reports_how_far_main_was_behind_its_branch_while_writing():

@@ -86,9 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--partitioning",
         choices=("days", "region"),
-        default="days",
         help="days: region and day, yesterday's partitions settle; region: four partitions written every batch, "
-        "none settles while the stream runs (default: days)",
+        "none settles while the stream runs (default: days on the small workload; on the large one bucket(N, id), "
+        "see --buckets)",
     )
     parser.add_argument("--format-version", type=int, choices=(2, 3), default=2, help="Iceberg format of the tables (default: 2)")
     parser.add_argument(
@@ -96,7 +96,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=("small", "large"),
         default="small",
         help="small: the orders stream of --keys rows, --partitioning; large: users' partition sizes, --rows rows over "
-        "--buckets partitions (bucket(N, id)) all written every batch, a 400-character note nine updates in ten keep, "
+        "--buckets partitions (bucket(N, id)) or --partitioning, all written every batch, a 400-character note nine updates in ten keep, "
         "--changes a batch (default: small)",
     )
     parser.add_argument(
@@ -161,9 +161,11 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(f"--late-share is a share, from 0 to 1; got {args.late_share}")
     if args.workload == "large":
         workload = replace(large_workload(args.rows, args.changes, args.buckets), updates=updates, inserts=inserts)
+        if args.partitioning is not None:  # not by the key: with --before-image key, updates make global deletes
+            workload = replace(workload, partitioning=args.partitioning)
     else:
         workload = Workload(
-            keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning
+            keys=args.keys, changes=args.changes, updates=updates, inserts=inserts, partitioning=args.partitioning or "days"
         )
     if args.late_share is not None:
         workload = replace(workload, late_share=args.late_share)
