@@ -190,15 +190,19 @@ def read_partitions(
         newest = snapshots.get(newest_id)
         when = newest.timestamp_ms / 1000 if newest is not None else None
         tags = newest.summary.additional_properties if newest is not None else {}
-        ours = summary.COMPACTOR in tags
-        resolution = ours and tags.get(summary.COMPACTION) == Work.RESOLVE_GLOBAL_DELETES.value
+        # A resolution of the global deletes is ours, yet for the partitions it gave position
+        # deletes it is what the writer's deletes are for a source of whole before-images: rows of
+        # theirs deleted. Counted as a write, it makes them hot, judged by the read budget, and
+        # settled once the resolutions stop, when their delete merge comes; not counted, a settled
+        # partition whose merge had answered its last write kept those deletes until the writer
+        # next wrote it (docs/compactor.md, "Global deletes").
+        ours = summary.COMPACTOR in tags and tags.get(summary.COMPACTION) != Work.RESOLVE_GLOBAL_DELETES.value
         out[path] = PartitionMetadata(
             partition=layout.partition_record(total.key),
             stats=PartitionStats(**total.counts),
             last_write=None if ours else when,
             last_compaction=when if ours else None,
             oldest_write=None if total.oldest_equality_delete_ms is None else total.oldest_equality_delete_ms / 1000,
-            resolved_by=newest_id if resolution else None,
         )
     return out
 

@@ -15,15 +15,12 @@ new state; the tracker keeps it.
   it is written again, and the outcome becomes ``abandoned``;
 - fenced (its lease moved to another replica): no outcome of its own, so nothing to answer and
   nothing to back off from: the partition is back where it was before the attempt.
-
-Besides the writer's writes, one commit of the sidecar's own reopens an answered partition
-(``reopen``): a resolution of the global deletes, which adds position deletes to it.
 """
 
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TypeAlias
 
 from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
@@ -159,19 +156,6 @@ def resolve(
         retry_at = now + retry_delay(failures, settings, rng)
         return Resolution(BackingOff(failures, retry_at, _standing_answer(state.before)), outcome, reason)
     raise ValueError(f"{outcome.value} is not how an attempt ends")
-
-
-def reopen(state: PartitionState) -> PartitionState:
-    """A resolution of the table's global deletes added position deletes to the partition's
-    files: its answer no longer says what it needs, so the rules of its phase judge it again
-    (a settled partition's small files then get their delete merge instead of keeping those
-    deletes until the writer next writes it). Failures still back off; a job under way is left
-    to its own end."""
-    if isinstance(state, Answered):
-        return Idle()
-    if isinstance(state, BackingOff):
-        return replace(state, answered=None)
-    return state
 
 
 def _standing_answer(state: PartitionState) -> Answered | None:

@@ -51,15 +51,13 @@ class PartitionMetadata:
 
     partition: Mapping[str, Any]
     stats: PartitionStats
-    # The last commit that touched the partition, unless it was one of ours.
+    # The last commit that touched the partition, unless it was one of ours (but a resolution of
+    # the global deletes, which deletes rows in it as the writer's deletes do).
     last_write: float | None
     last_compaction: float | None
     # When the commit that added its oldest live equality-delete file was made (None: none, or
     # its snapshot is gone); for the global deletes, the oldest of them.
     oldest_write: float | None = None
-    # The snapshot of the resolution of global deletes that added its newest live files (None:
-    # they came from anything else): our own commit, yet one its last answer did not see.
-    resolved_by: int | None = None
 
 
 class PartitionPhase(str, enum.Enum):
@@ -89,9 +87,6 @@ class TrackedPartition:
     # When its oldest live equality-delete file was committed: what the portability target
     # measures (``policy.portability_work``), and the age in the status.
     oldest_write: float | None = None
-    # The last resolution of global deletes that reopened it (``PartitionMetadata.resolved_by``):
-    # each reopens it once.
-    reopened_by: int | None = None
 
     @property
     def is_global(self) -> bool:
@@ -268,8 +263,6 @@ class PartitionTracker:
             if meta.last_compaction is not None:
                 p.last_compaction = max(p.last_compaction or 0.0, meta.last_compaction)
             p.oldest_write = meta.oldest_write
-            if meta.resolved_by is not None and meta.resolved_by != p.reopened_by:
-                p.reopened_by, p.state = meta.resolved_by, outcomes.reopen(p.state)
         for key in [k for k in self._partitions if k[0] == table and k[1] not in partitions]:
             gone = self._partitions[key]
             if gone.compacting:  # its job re-reads the table before it ends: no live file is left

@@ -210,7 +210,14 @@ def test_icebergs_remove_dangling_deletes_drops_a_live_global_delete_so_resolve_
     loaded = table_metadata(config)
     resolution = compaction_of(spark, config, loaded.layout, None, config.compactor.target_file_size_bytes)
     files = resolution.files()
-    assert files is not None and resolution.run(plan_resolution(files), {"icecdc.compactor": "test"}).committed
+    assert files is not None
+    committed = resolution.run(plan_resolution(files), {"icecdc.compactor": "test"}).committed
+    assert committed is not None
+    # To the tracker, the resolution wrote the partitions it deleted rows in, as the writer's
+    # deletes would: they are hot again, and judged once they settle.
+    resolved_at = committed.timestamp_ms / 1000
+    written = {path for path, p in table_metadata(config).partitions.items() if p.last_write == resolved_at}
+    assert written == {"region=us", "region=apac"}, written
     spark.sql(rewrite_one_partition)
     spark.sql(f"REFRESH TABLE {name}")
     assert global_delete_files(spark, config) == 0 and table_rows(spark, name) == expected

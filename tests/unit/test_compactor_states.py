@@ -6,8 +6,7 @@ window its retry falls in), and after every step the tracker must agree with it:
 
 - never two jobs on one partition at once, and only a partition under a job is compacting;
 - a write that was answered stays answered (no work is due for it) until the next write to its
-  partition, or until a resolution of the global deletes adds position deletes to it (once per
-  resolution); work done while hot holds only until the partition settles;
+  partition; work done while hot holds only until the partition settles;
 - back-off grows with each failure in a row, within ``retry_max_seconds``, resets when an
   attempt answers the partition, and gives up after ``max_attempts``; a fenced attempt changes
   nothing; a backing-off partition is not due before its retry time;
@@ -102,16 +101,9 @@ class MetadataRead:
     table: str
     listing: int  # a bit a tracked partition of the table (by path): the ones it lists
     compacted: bool  # whether it finds them compacted, or as the commit events left them
-    # Whether a resolution of the global deletes added the newest files of the partitions it
-    # lists (their position deletes): none, a new one, or the same one as the last read's.
-    resolution: str
 
 
-NO_RESOLUTION, NEW_RESOLUTION, SAME_RESOLUTION = "none", "new", "same"
-METADATA_READS = [
-    MetadataRead(*r)
-    for r in itertools.product(TABLES, range(16), (False, True), (NO_RESOLUTION, NEW_RESOLUTION, SAME_RESOLUTION))
-]
+METADATA_READS = [MetadataRead(*r) for r in itertools.product(TABLES, range(16), (False, True))]
 
 
 @dataclass
@@ -121,7 +113,6 @@ class Expected:
     failures: int = 0  # conflicts and failures in a row
     answer: tuple[float, bool] | None = None  # the write an attempt answered, and whether as hot work
     failed_at: float | None = None  # when the last of them ended
-    reopened_by: int | None = None  # the last resolution of global deletes that reopened it
 
 
 @dataclass(frozen=True)
@@ -137,7 +128,6 @@ class TrackerMachine(RuleBasedStateMachine):
         self.tracker = PartitionTracker(SETTINGS)
         self.now = 1_000.0
         self.sequence = 0
-        self.resolution = 0  # the last resolution of global deletes (snapshot id) a read saw
         self.rng = random.Random(0)
         self.jobs: list[Job] = []
         self.expected: dict[Key, Expected] = {}
@@ -255,11 +245,9 @@ class TrackerMachine(RuleBasedStateMachine):
 
     @rule(read=st.sampled_from(METADATA_READS))
     def metadata_read(self, read: MetadataRead) -> None:
-        table, listing, compacted, resolution = dataclasses.astuple(read)
+        table, listing, compacted = dataclasses.astuple(read)
         tracked = sorted((p for p in self.tracker if p.table == table), key=lambda p: p.path)
         listed = {p.path for i, p in enumerate(tracked) if listing >> i & 1}  # a bit a partition
-        self.resolution += resolution == NEW_RESOLUTION
-        resolved_by = None if resolution == NO_RESOLUTION or not self.resolution else self.resolution
         metadata = {
             p.path: PartitionMetadata(
                 p.partition,
@@ -267,22 +255,11 @@ class TrackerMachine(RuleBasedStateMachine):
                 p.cadence.last_write,
                 p.last_compaction,
                 p.oldest_write,
-                None if p.is_global else resolved_by,
             )
             for p in tracked
             if p.path in listed
         }
-        reopened = [p for p in tracked if p.path in listed and not p.is_global and resolved_by is not None]
-        compacting = {p.key for p in reopened if p.compacting}
         self.tracker.on_metadata(table, self.sequence, metadata)
-        # A resolution's position deletes reopen an answered partition, once each; a job under way
-        # is left to its own end.
-        for p in reopened:
-            expected = self.expected[p.key]
-            if expected.reopened_by != resolved_by:
-                expected.reopened_by = resolved_by
-                if p.key not in compacting:
-                    expected.answer = None
         kept = {p.path for p in self.tracker if p.table == table}
         assert kept == listed | {p.path for p in tracked if p.compacting}
         for p in tracked:
@@ -357,27 +334,3 @@ TrackerMachine.TestCase.settings = settings(
     max_examples=1000, stateful_step_count=10, deadline=None, suppress_health_check=[HealthCheck.too_slow]
 )
 TestTrackerStates = TrackerMachine.TestCase
-
-
-def test_a_resolution_reopens_an_answered_partition_once():
-    """The history the machine above finds rarely, step by step: a hot partition's job answers its
-    write; a resolution of the global deletes adds position deletes to it, so the rules judge it
-    again; a second job answers it; a metadata read that still finds the same resolution's files
-    the newest leaves that answer, and a new resolution reopens it again."""
-    machine = TrackerMachine()
-    machine.write(Commit("db.a", ("p=1",), 3, 1, 0, 0.0))  # over its read budget at once
-    committed = JobEnd(0, Outcome.COMMITTED, 0, 0.0)  # no time passes: the portability target never asks
-
-    def answered() -> bool:
-        partition = machine.tracker.get("db.a", "p=1")
-        assert partition is not None
-        machine.agrees_with_the_rules()  # and the tracker agrees with the model of the rules
-        return partition.answered(settled=False)
-
-    machine.attempt(0.0, committed)
-    assert answered()
-    for resolution, reopens in ((NEW_RESOLUTION, True), (SAME_RESOLUTION, False), (NEW_RESOLUTION, True)):
-        machine.metadata_read(MetadataRead("db.a", 1, False, resolution))
-        assert answered() is not reopens
-        machine.attempt(0.0, committed)
-        assert answered()
