@@ -100,8 +100,9 @@ def test_key_only_before_images_stay_exact_and_the_compactor_resolves_their_glob
     spark.sql(f"REFRESH TABLE {name}")
     assert global_delete_files(spark, config) == 0
     assert table_rows(spark, name) == source.expected_rows()
-    # The resolutions' position deletes on partitions already settled and merged reopened them:
-    # merged again, every partition (all small) ends with no delete file at all.
+    # A resolution counts as a write of the partitions it gave position deletes, so those that had
+    # settled and been merged were merged again once settled: every partition (all small) ends
+    # with no delete file at all.
     assert int(spark.sql(f"SELECT count(*) FROM {name}.delete_files").first()[0]) == 0
     for resolution in resolutions:  # each one kept exactly its parent's rows
         parent = spark.sql(f"SELECT parent_id FROM {name}.snapshots WHERE snapshot_id = {resolution.snapshot_id}").first()
