@@ -10,7 +10,13 @@ import pytest
 
 from icecdc.bench.e2e.probe import ProbePoint, ReaderProbe, on_portable
 from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio, portability
-from icecdc.bench.e2e.snapshots import SnapshotLog, amplification_between, amplification_so_far, settle_to_compacted
+from icecdc.bench.e2e.snapshots import (
+    SnapshotLog,
+    amplification_between,
+    amplification_so_far,
+    bytes_added_between,
+    settle_to_compacted,
+)
 from icecdc.bench.e2e.stream import (
     Workload,
     batch_sizes,
@@ -33,6 +39,7 @@ from icecdc.bench.portability import (
     summarise_ages,
 )
 from icecdc.bench.strategies import amoro_minor_due, cron_options, cron_period, strategy_names
+from icecdc.domain.files import DataFileContent
 from icecdc.domain.sourcespec import BeforeImage
 
 
@@ -214,6 +221,32 @@ def test_write_amplification_over_the_writing_phase_only():
     assert amplification_between(log, start=40.0, end=50.0) is None
     # So far, after each commit in the window once the writer has committed: the total is the last.
     assert amplification_so_far(log, start=10.0, end=20.0) == [(2.0, 1.0), (5.0, 3.5), (8.0, pytest.approx(45 / 20))]
+
+
+def test_the_bytes_of_the_writing_phase_by_who_added_them_and_what_they_hold():
+    log = SnapshotLog(
+        ingested_bytes=0,
+        rewritten_bytes=0,
+        compaction_commits=0,
+        writes={},
+        maintained={},
+        live_equality_deletes=set(),
+        added_files=[
+            (5.0, False, DataFileContent.DATA, 1000),  # the initial load: before the window
+            (12.0, False, DataFileContent.DATA, 10),
+            (12.0, False, DataFileContent.EQUALITY_DELETES, 3),
+            (15.0, True, DataFileContent.POSITION_DELETES, 4),
+            (16.0, True, DataFileContent.DATA, 20),
+            (18.0, False, DataFileContent.DATA, 10),
+            (30.0, True, DataFileContent.DATA, 500),  # the drain: after it
+        ],
+    )
+    assert bytes_added_between(log, start=10.0, end=20.0) == {
+        "sidecar data": 20,
+        "sidecar position deletes": 4,
+        "writer data": 20,
+        "writer equality deletes": 3,
+    }
 
 
 def test_the_large_workload_keeps_most_notes_and_writes_every_bucket():

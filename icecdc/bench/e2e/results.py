@@ -54,6 +54,8 @@ class StrategyResult:
     # batch, the amplification of the commits up to it). A rule that rewrites more the longer a
     # partition is written shows here and not in a short run's total.
     amplification_so_far: list[tuple[float, float]] = field(default_factory=list)
+    # the bytes behind ``writing_amplification``: ``snapshots.bytes_added_between``
+    bytes_added_writing: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass

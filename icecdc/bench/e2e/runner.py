@@ -13,7 +13,13 @@ from typing import Any
 
 from icecdc.bench.e2e.probe import COLUMNS, PROBE_POOL, REFERENCE, AgeSampler, Probe
 from icecdc.bench.e2e.results import E2EResults, StrategyResult, portability
-from icecdc.bench.e2e.snapshots import amplification_between, amplification_so_far, settle_to_compacted, snapshot_log
+from icecdc.bench.e2e.snapshots import (
+    amplification_between,
+    amplification_so_far,
+    bytes_added_between,
+    settle_to_compacted,
+    snapshot_log,
+)
 from icecdc.bench.e2e.stream import (
     LOAD_CHUNK_ROWS,
     SMALL_WORKLOAD,
@@ -246,6 +252,7 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
             settle_to_compacted=settle_to_compacted(log, writes_ended, settle_seconds),
             settled_partitions_with_equality_deletes=len(log.live_equality_deletes & settled_keys),
             amplification_so_far=amplification_so_far(log, writes_started, writes_ended),
+            bytes_added_writing=bytes_added_between(log, writes_started, writes_ended),
         )
     results.reference = probe.series[REFERENCE]
     results.readers = probe.readers

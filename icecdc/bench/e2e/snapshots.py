@@ -32,6 +32,9 @@ class SnapshotLog:
     live_equality_deletes: set[tuple[Any, ...]]  # partitions with live equality deletes now
     # (commit time, bytes added, whether by maintenance), per snapshot
     added: list[tuple[float, int, bool]] = field(default_factory=list)
+    # (commit time, whether by maintenance, content, file size), per file added: where the bytes
+    # of the write amplification go (a deletion vector counts its Puffin file, one per vector here)
+    added_files: list[tuple[float, bool, DataFileContent, int]] = field(default_factory=list)
 
 
 def snapshot_log(table: Any) -> SnapshotLog:
@@ -42,6 +45,7 @@ def snapshot_log(table: Any) -> SnapshotLog:
     writes: dict[tuple[Any, ...], list[tuple[float, bool]]] = defaultdict(list)
     maintained: dict[tuple[Any, ...], list[float]] = defaultdict(list)
     added_bytes: list[tuple[float, int, bool]] = []
+    added_files: list[tuple[float, bool, DataFileContent, int]] = []
     for snapshot in table.snapshots():
         summary = snapshot.summary
         added = int(summary.get("added-files-size", 0) or 0)
@@ -63,6 +67,8 @@ def snapshot_log(table: Any) -> SnapshotLog:
                     continue
                 key = _partition_key(entry)
                 equality = entry.data_file.content is DataFileContent.EQUALITY_DELETES and entry.status.value == 1
+                if entry.status.value == 1:  # ADDED
+                    added_files.append((when, maintenance, entry.data_file.content, entry.data_file.file_size_in_bytes))
                 touched[key] = touched.get(key, False) or equality
         for key, equality in touched.items():
             if maintenance:
@@ -76,7 +82,7 @@ def snapshot_log(table: Any) -> SnapshotLog:
         for entry in manifest.fetch_manifest_entry(io)
         if entry.data_file.content is DataFileContent.EQUALITY_DELETES
     }
-    return SnapshotLog(ingested, rewritten, commits, writes, maintained, live_equality, added_bytes)
+    return SnapshotLog(ingested, rewritten, commits, writes, maintained, live_equality, added_bytes, added_files)
 
 
 def amplification_between(log: SnapshotLog, start: float, end: float) -> float | None:
@@ -100,6 +106,23 @@ def amplification_so_far(log: SnapshotLog, start: float, end: float) -> list[tup
         if (amplification := write_amplification(writer, maintenance)) is not None:
             series.append((round(when - start, 1), amplification))
     return series
+
+
+def bytes_added_between(log: SnapshotLog, start: float, end: float) -> dict[str, int]:
+    """The bytes of the files added from ``start`` to ``end`` (epoch seconds), by who added them
+    and what they hold: ``writer data``, ``sidecar position deletes`` and so on."""
+    added: dict[str, int] = defaultdict(int)
+    for when, by_maintenance, content, size in log.added_files:
+        if start <= when <= end:
+            added[f"{'sidecar' if by_maintenance else 'writer'} {_CONTENT_NAMES[content]}"] += size
+    return dict(sorted(added.items()))
+
+
+_CONTENT_NAMES = {
+    DataFileContent.DATA: "data",
+    DataFileContent.POSITION_DELETES: "position deletes",
+    DataFileContent.EQUALITY_DELETES: "equality deletes",
+}
 
 
 def _partition_key(entry: Any) -> tuple[Any, ...]:

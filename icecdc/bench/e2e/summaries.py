@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from icecdc.bench.e2e.probe import METRICS, REFERENCE, TITLES, on_portable
-from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, latency_ratio
+from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, StrategyResult, latency_ratio
 from icecdc.bench.portability import AgeSummary, ReadOutcome
 from icecdc.bench.report import markdown_table, pyplot
 from icecdc.bench.strategies import ICECDC
@@ -88,7 +88,7 @@ def portability_summary(results: E2EResults) -> str:
         f"equality deletes, each compared with Spark's read of the same snapshot: the current one, and the newest one "
         f"with no live equality delete (`icecdc portable-snapshot`). Write amplification while writing "
         f"((sidecar + writer bytes) / writer bytes, between the first and the last batch): "
-        f"{'-' if amplification is None else f'{amplification:.2f}'}.\n\n"
+        f"{'-' if amplification is None else f'{amplification:.2f}'}{_bytes_added(sidecar)}.\n\n"
         + markdown_table(
             [
                 "phase",
@@ -232,6 +232,13 @@ def plot(results: E2EResults, path: Path) -> None:
     _save_one(plt, fig, ax, "writer commit latency (ms)", path.with_name("e2e-writer_commit_ms.png"))
     plot_portability(results, path.with_name("e2e-portability.png"))
     plot_amplification(results, path.with_name("e2e-amplification.png"))
+
+
+def _bytes_added(sidecar: StrategyResult | None) -> str:
+    """Where the bytes of the amplification went: `` (writer data 1,234 KB, ...)``."""
+    if sidecar is None or not sidecar.bytes_added_writing:
+        return ""
+    return " (" + ", ".join(f"{kind} {size / 1000:,.0f} KB" for kind, size in sidecar.bytes_added_writing.items()) + ")"
 
 
 def plot_amplification(results: E2EResults, path: Path) -> None:
