@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from icecdc.domain.layout import FIELD_ID
@@ -28,8 +29,35 @@ def file_io(path: str, io_properties: Mapping[str, str]) -> Any:
 
 
 def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) -> int:
-    """Write a new file (never overwriting one); returns its size."""
-    return len(write_new_parquet(table, path, io_properties))
+    """Write a new file of the compactor's (never overwriting one); returns its size. A dictionary
+    only for the columns whose values repeat (``dictionary_columns``), and no Arrow schema: only
+    pyarrow reads it, every type reads back from the Parquet schema alone
+    (tests/unit/test_fileio.py), and it is some 450 bytes a file, a quarter of a conversion's
+    position-delete file. The write amplification counts these bytes every batch
+    (docs/BENCHMARKS.md, "Small hot partitions: where the sidecar's bytes go")."""
+    return len(write_new_parquet(table, path, io_properties, use_dictionary=dictionary_columns(table), store_schema=False))
+
+
+# The rows a column's choice of encoding is made on, as parquet-mr makes it on its first pages.
+DICTIONARY_SAMPLE_ROWS = 65_536
+
+
+def dictionary_columns(table: pa.Table) -> list[str]:
+    """The columns worth a dictionary: at most one distinct value (null included) in two of the
+    first ``DICTIONARY_SAMPLE_ROWS`` rows. parquet-mr, the writer of Iceberg's Java and Spark
+    rewrites, makes the same choice as it writes: it falls back to plain encoding when a column's
+    dictionary does not pay. Arrow's writer does not; it gives every column a dictionary until the
+    dictionary reaches 1 MB. Under zstd a dictionary made bench e2e's columns of distinct values
+    (keys, amounts, timestamps) 1.3-2.4 times their plain size, and its few-valued ones a third
+    (docs/BENCHMARKS.md, "Small hot partitions: where the sidecar's bytes go"); on random values
+    the sizes cross near one distinct value in two. Nested columns get none (icecdc's tables have
+    none; a table given one elsewhere is rewritten with it plain)."""
+    sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
+    return [
+        name
+        for name, column in zip(sample.column_names, sample.columns, strict=True)
+        if not pa.types.is_nested(column.type) and 2 * pc.count_distinct(column, mode="all").as_py() <= len(column)
+    ]
 
 
 def write_new_parquet(
@@ -38,12 +66,12 @@ def write_new_parquet(
     io_properties: Mapping[str, str],
     *,
     compression: str = "zstd",
-    use_dictionary: bool = True,
+    use_dictionary: bool | list[str] = True,
     store_schema: bool = True,
 ) -> bytes:
     """Write a new file (never overwriting one); returns its bytes, which end with its footer.
     ``compression``: Parquet's codec (zstd is Iceberg's default). ``use_dictionary=False`` writes
-    each column plain; ``store_schema=False`` leaves out the Arrow
+    each column plain, a list of names only those with a dictionary; ``store_schema=False`` leaves out the Arrow
     schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. A batch's small,
     short-lived files take both (``stages.write_file``)."""
     # Arrow's own buffer, not io.BytesIO: the writer then never calls back into Python for its

@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from icecdc.domain.layout import FIELD_ID, PRIMITIVE_TYPES, arrow_type
-from icecdc.runtime.fileio import write_new_parquet
+from icecdc.runtime.fileio import dictionary_columns, write_new_parquet, write_parquet
 
 ROWS = pa.table({"id": pa.array([3, 1, 2], pa.int64()), "region": ["eu", None, "us"]})
 
@@ -82,3 +82,37 @@ def test_a_batch_file_without_the_arrow_schema_reads_back_every_type_and_field_i
     read = pq.read_table(path)
     assert read.schema.equals(rows.schema, check_metadata=True)
     assert read.equals(rows)
+
+
+def _encodings(path) -> dict[str, set[str]]:
+    row_group = pq.ParquetFile(path).metadata.row_group(0)
+    return {row_group.column(i).path_in_schema: set(row_group.column(i).encodings) for i in range(row_group.num_columns)}
+
+
+def test_the_compactors_files_give_a_dictionary_only_to_columns_whose_values_repeat(tmp_path):
+    rows = pa.table(
+        {
+            "id": pa.array(range(1000), pa.int64()),  # every value distinct
+            "status": pa.array(["new", "paid", "shipped", None] * 250),
+            "nothing": pa.nulls(1000, pa.string()),  # one value, null
+            "half": pa.array([i // 2 for i in range(1000)], pa.int64()),  # one value in two: still worth it
+        }
+    )
+    assert dictionary_columns(rows) == ["status", "nothing", "half"]
+    assert dictionary_columns(rows.slice(0, 0)) == ["id", "status", "nothing", "half"]
+    path = tmp_path / "pack.parquet"
+    write_parquet(rows, str(path), {})
+    encodings = _encodings(path)
+    assert "RLE_DICTIONARY" not in encodings["id"] and "RLE_DICTIONARY" in encodings["status"]
+    assert b"ARROW:schema" not in (pq.ParquetFile(path).schema_arrow.metadata or {})
+    assert pq.read_table(path).equals(rows)
+
+
+def test_every_column_type_can_be_given_a_dictionary_or_not(tmp_path):
+    fields = [pa.field(f"c{i}", arrow_type(kind)) for i, kind in enumerate(SAMPLES)]
+    row = {f.name: v for f, v in zip(fields, SAMPLES.values(), strict=True)}
+    repeated = pa.Table.from_pylist([row, row], schema=pa.schema(fields))
+    assert dictionary_columns(repeated) == [f.name for f in fields]
+    assert dictionary_columns(repeated.slice(0, 1)) == []  # one value in one row: plain
+    nested = pa.table({"s": pa.array([{"a": 1}] * 4), "l": pa.array([[1]] * 4)})
+    assert dictionary_columns(nested) == []
