@@ -246,8 +246,13 @@ def keep_deletes_of_unchanged(plan: RewritePlan, files: PartitionFiles, unchange
 # "Users' partition sizes: the read cost counts bytes").
 PACK_FAN_IN = 4
 # Files under this size are all of the lowest tier: a batch file's few KB cost their open, not
-# their bytes, and packing them together is cheap.
-PACK_TIER_FLOOR_BYTES = 64 * 1024
+# their bytes, and packing them together is cheap. Not larger: every file under the floor is the
+# same tier, so a partition whose largest file is under it is rewritten whole by every pack, one
+# batch after another. At 64 KB that was the base of every partition of bench e2e's region
+# workload once the compactor's files gave a dictionary only to columns whose values repeat (the
+# base went from 80 to 54 KB; docs/BENCHMARKS.md, "Small hot partitions: where the sidecar's bytes
+# go"). Above 64 KB the tiers are the same as with a floor of 64 KB (a factor of 4 apart).
+PACK_TIER_FLOOR_BYTES = 4 * 1024
 
 
 def pack_tier(size: int) -> int:

@@ -91,7 +91,7 @@ def test_a_hot_partition_gets_a_conversion_when_that_is_within_budget():
 
 
 def test_tiers_go_up_by_the_fan_in():
-    assert [pack_tier(s) for s in (1, 63 * KB, 64 * KB, 255 * KB, 256 * KB, MB, 40 * MB)] == [0, 0, 1, 1, 2, 3, 5]
+    assert [pack_tier(s) for s in (1, 4 * KB, 63 * KB, 64 * KB, 255 * KB, 256 * KB, MB, 40 * MB)] == [0, 1, 2, 3, 3, 4, 5, 7]
 
 
 def test_past_what_a_conversion_fixes_the_lowest_tier_is_packed_and_larger_files_are_left():
@@ -198,11 +198,15 @@ def test_small_batches_into_a_large_partition_are_rewritten_a_few_times_not_ever
 DEFAULTS = CompactorConfig(target_file_size_bytes=128 * MB)
 
 
-def one_slot(pack_kb: int, budget_slack: float = 0.0) -> tuple[PartitionFiles, float]:
+def one_slot(pack_kb: int, budget_slack: float = 0.0, base_kb: int = 80) -> tuple[PartitionFiles, float]:
     """A partition of a few hundred KB on the default budget: a base with position deletes, the
     last pack, and the newest batch's file, whose equality deletes hit both."""
     files = PartitionFiles.of(
-        [LiveDataFile("base", 80 * KB, 4000, 1), LiveDataFile("pack", pack_kb * KB, 500, 5), LiveDataFile("d6", 5 * KB, 300, 6)],
+        [
+            LiveDataFile("base", base_kb * KB, 4000, 1),
+            LiveDataFile("pack", pack_kb * KB, 500, 5),
+            LiveDataFile("d6", 5 * KB, 300, 6),
+        ],
         [pos("p-base", 5, "base"), eq("e6", 6)],
     )
     return files, budget_for_bytes(sum(f.size for f in files.data), DEFAULTS) + budget_slack
@@ -220,6 +224,14 @@ def test_a_pack_each_batch_repacks_takes_the_next_tier_once_its_rent_is_paid(pac
     files, budget = one_slot(pack_kb, slack)
     plan = plan_tier_pack(files, DEFAULTS, budget)
     assert plan is not None and set(plan.rewrite) == packed
+
+
+def test_a_base_of_a_few_dozen_kb_is_not_packed_with_every_batch():
+    # All under 64 KB, the tier floor before: one tier, so every pack took the base along, a
+    # whole-partition rewrite each batch. Under the rent it stays (10^2 + ... < 2 x 54 x 5).
+    files, budget = one_slot(10, base_kb=54)
+    plan = plan_tier_pack(files, DEFAULTS, budget)
+    assert plan is not None and set(plan.rewrite) == {"pack", "d6"}
 
 
 def test_the_rent_is_the_bytes_a_pack_grown_a_batch_at_a_time_has_rewritten():
