@@ -4,6 +4,7 @@ whether the sidecar's table is portable (equality-delete ages, readers' exactnes
 import random
 from dataclasses import replace
 from types import SimpleNamespace
+from typing import Any
 
 import orjson
 import pytest
@@ -206,16 +207,15 @@ def test_a_staged_run_reports_how_far_main_was_behind_its_branch_while_writing()
     assert portability(replace(results, staging_branch=None)).main_behind_writing is None
 
 
-def test_write_amplification_over_the_writing_phase_only():
-    log = SnapshotLog(
-        ingested_bytes=0,
-        rewritten_bytes=0,
-        compaction_commits=0,
-        writes={},
-        maintained={},
-        live_equality_deletes=set(),
-        added=[(5.0, 1000, False), (12.0, 10, False), (15.0, 25, True), (18.0, 10, False), (30.0, 500, True)],
+def added_log(**added: Any) -> SnapshotLog:
+    """A snapshot log of only what its snapshots added."""
+    return SnapshotLog(
+        ingested_bytes=0, rewritten_bytes=0, compaction_commits=0, writes={}, maintained={}, live_equality_deletes=set(), **added
     )
+
+
+def test_write_amplification_over_the_writing_phase_only():
+    log = added_log(added=[(5.0, 1000, False), (12.0, 10, False), (15.0, 25, True), (18.0, 10, False), (30.0, 500, True)])
     # The initial load (t=5) and the drain's rewrite (t=30) are outside the window.
     assert amplification_between(log, start=10.0, end=20.0) == pytest.approx(45 / 20)
     assert amplification_between(log, start=40.0, end=50.0) is None
@@ -224,13 +224,7 @@ def test_write_amplification_over_the_writing_phase_only():
 
 
 def test_the_bytes_of_the_writing_phase_by_who_added_them_and_what_they_hold():
-    log = SnapshotLog(
-        ingested_bytes=0,
-        rewritten_bytes=0,
-        compaction_commits=0,
-        writes={},
-        maintained={},
-        live_equality_deletes=set(),
+    log = added_log(
         added_files=[
             (5.0, False, DataFileContent.DATA, 1000),  # the initial load: before the window
             (12.0, False, DataFileContent.DATA, 10),
