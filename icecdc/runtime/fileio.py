@@ -71,9 +71,9 @@ def write_new_parquet(
 ) -> bytes:
     """Write a new file (never overwriting one); returns its bytes, which end with its footer.
     ``compression``: Parquet's codec (zstd is Iceberg's default). ``use_dictionary=False`` writes
-    each column plain, a list of names only those with a dictionary; ``store_schema=False`` leaves out the Arrow
-    schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. A batch's small,
-    short-lived files take both (``stages.write_file``)."""
+    each column plain, a list of names gives only those a dictionary; ``store_schema=False`` leaves
+    out the Arrow schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. A batch's
+    small, short-lived files take both (``stages.write_file``)."""
     # Arrow's own buffer, not io.BytesIO: the writer then never calls back into Python for its
     # pieces, 20-25 us less a small file (docs/BENCHMARKS.md, "Ingest over 50 tables: the JIT's
     # steady state, and a small file's codec").

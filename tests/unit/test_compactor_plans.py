@@ -228,7 +228,8 @@ def test_a_pack_each_batch_repacks_takes_the_next_tier_once_its_rent_is_paid(pac
 
 def test_a_base_of_a_few_dozen_kb_is_not_packed_with_every_batch():
     # All under 64 KB, the tier floor before: one tier, so every pack took the base along, a
-    # whole-partition rewrite each batch. Under the rent it stays (10^2 + ... < 2 x 54 x 5).
+    # whole-partition rewrite each batch. Now the base waits for the rent: the pack and the
+    # batch's file, 15 KB, have not paid it (15^2 < 2 x 54 x 5).
     files, budget = one_slot(10, base_kb=54)
     plan = plan_tier_pack(files, DEFAULTS, budget)
     assert plan is not None and set(plan.rewrite) == {"pack", "d6"}
