@@ -114,15 +114,8 @@ def bytes_added_between(log: SnapshotLog, start: float, end: float) -> dict[str,
     added: dict[str, int] = defaultdict(int)
     for when, by_maintenance, content, size in log.added_files:
         if start <= when <= end:
-            added[f"{'sidecar' if by_maintenance else 'writer'} {_CONTENT_NAMES[content]}"] += size
+            added[f"{'sidecar' if by_maintenance else 'writer'} {content.name.lower().replace('_', ' ')}"] += size
     return dict(sorted(added.items()))
-
-
-_CONTENT_NAMES = {
-    DataFileContent.DATA: "data",
-    DataFileContent.POSITION_DELETES: "position deletes",
-    DataFileContent.EQUALITY_DELETES: "equality deletes",
-}
 
 
 def _partition_key(entry: Any) -> tuple[Any, ...]:
