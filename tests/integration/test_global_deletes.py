@@ -30,6 +30,7 @@ from tests.integration.test_compactor import (
     compactor_config,
     running,
     table_metadata,
+    until_answered,
 )
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
@@ -82,9 +83,7 @@ def test_key_only_before_images_stay_exact_and_the_compactor_resolves_their_glob
             assert write.stats.dead_letters == 0
 
             def resolved_and_settled() -> None:
-                deadline = time.monotonic() + 180
-                while time.monotonic() < deadline and not (sidecar.idle(2.0) and global_delete_files(spark, config) == 0):
-                    time.sleep(0.5)
+                until_answered(sidecar, write, 180, lambda: global_delete_files(spark, config) == 0)
 
             # The sidecar resolves the last batches' global deletes and settles the partitions.
             resolved_and_settled()

@@ -32,6 +32,7 @@ from tests.integration.test_compactor import (
     compactor_config,
     running,
     table_metadata,
+    until_answered,
 )
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
@@ -146,9 +147,7 @@ def test_the_sidecar_keeps_a_partition_under_constant_writes_within_its_read_bud
                     break
             beside_writer = len(committed) - 1
             # The sidecar answers the last batches; the partition is still hot (it never settles).
-            deadline = time.monotonic() + answer_seconds
-            while time.monotonic() < deadline and not sidecar.idle(2.0):
-                time.sleep(0.5)
+            until_answered(sidecar, write, answer_seconds)
 
     events = sidecar.stats.results
     assert beside_writer >= 1, events  # the writer went on while the sidecar committed

@@ -21,7 +21,7 @@ from icecdc.readers import portable_snapshot, portable_snapshots
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, orders_table
-from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compactor_config, running
+from tests.integration.test_compactor import EQUALITY_DELETES, Stream, compactor_config, running, until_answered
 from tests.integration.test_global_deletes import global_delete_files, key_only_table, moving_changes
 from tests.integration.test_ingest_writer import batch_writer, qualified
 
@@ -159,9 +159,7 @@ def test_readers_read_exactly_while_writing_and_once_the_sidecar_is_idle(spark, 
                 # Readers that choose their snapshot: exact on every read, and the batch is in
                 # one within the bound the sidecar drains in.
                 portable.until_holds(written, drain_seconds)
-            deadline = time.monotonic() + drain_seconds
-            while time.monotonic() < deadline and not (sidecar.idle(2.0) and live_equality_deletes(spark, config) == 0):
-                time.sleep(0.5)
+            until_answered(sidecar, write, drain_seconds, lambda: live_equality_deletes(spark, config) == 0)
     # While writing, a reader may refuse (pyiceberg, on a live equality delete), never misread;
     # DuckDB applies equality deletes, so it is exact throughout.
     assert all(ReadOutcome.WRONG not in p.values() for p in probes), probes
@@ -197,9 +195,7 @@ def test_a_staged_tables_main_is_exact_for_every_reader_while_writing(spark, sta
             for n in range(1, 5):
                 stream(moving_changes(source, n))
                 main.until_holds(main.batch_written(), drain_seconds, current=True)
-            deadline = time.monotonic() + drain_seconds
-            while time.monotonic() < deadline and not sidecar.idle(2.0):
-                time.sleep(0.5)
+            until_answered(sidecar, write, drain_seconds)
     assert len(main.reads) >= 5 and all(set(r.values()) == {ReadOutcome.EXACT} for r in main.reads), main.reads
     table = main._table()
     assert table.current_snapshot().snapshot_id == table.snapshot_by_name(ref.branch).snapshot_id
