@@ -316,10 +316,11 @@ def pack_rent_paid(packed_bytes: int, next_tier_bytes: int, batch_bytes: int, re
     bytes rewritten a batch (``growth * m / 2 + next_tier_bytes / m`` over a cycle of ``m``
     batches, for a pack that grows by ``growth`` a batch). The estimate takes the growth to be a
     whole batch file; a pack grows by less (a batch's updates replace rows the pack holds, and the
-    sidecar's files are smaller than the writer's), and the estimate then has it join later than
-    the optimum: on bench e2e's region workload (3-5 KB batch files, under 1 KB of growth a batch)
-    about 30 batches where 12 are best, some 25% more bytes a batch. The rent paid is the growth as
-    it was."""
+    sidecar's files are smaller than the writer's), so the estimate stays under the rent paid: on
+    bench e2e's region workload (3-5 KB batch files, under 1 KB of growth a batch) its 54 KB bases
+    joined only when the pack reached their tier, after some 20 batches, where about 12 write the
+    fewest bytes (docs/compactor.md, "Packs that the next batch packs again", says what counting
+    the rent gained there, and where its model of a steady growth falls short)."""
     return max(rent_paid, packed_bytes * packed_bytes / (2 * batch_bytes)) >= next_tier_bytes
 
 
