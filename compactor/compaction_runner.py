@@ -16,7 +16,7 @@ from typing import Protocol
 from icecdc.compactor import metrics, outcomes
 from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.outcomes import Outcome
-from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, pack_rent_after, plan_for
+from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, plan_for
 from icecdc.compactor.policy import Candidate, Work
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
@@ -203,7 +203,6 @@ class CompactionRunner:
                         hot=part.candidate.hot,
                         portable=part.candidate.due_by is not None,
                         deletion_vectors=layout.format_version >= 3,
-                        pack_rent=part.partition.pack_rent,
                     )
                     for part, files in zip(parts, listed, strict=True)
                 ]
@@ -225,10 +224,6 @@ class CompactionRunner:
                     replace(part, counts=result.counts) if part.has_work else part
                     for part, result in zip(parts, results, strict=True)
                 ]
-                # The rent the partition's packs have paid, for its next plan (``plans.pack_rent_after``).
-                for part, plan, files, result in zip(parts, plans, listed or [], results, strict=True):
-                    rent = part.partition.pack_rent
-                    part.partition.pack_rent = pack_rent_after(files, plan, rent, result.counts.bytes_added, self._settings)
         except CatalogOutage:
             raise  # the catalog is gone for good: the command stops
         except Exception as error:

@@ -304,50 +304,25 @@ def plan_pack(files: PartitionFiles, packed: Sequence[DataFileFacts], deletion_v
 NEXT_BATCH_OPENS = 2  # a batch's data file, and the position deletes it leaves on the pack
 
 
-def pack_rent_paid(packed_bytes: int, next_tier_bytes: int, batch_bytes: int, rent_paid: int = 0) -> bool:
+def pack_rent_paid(packed_bytes: int, next_tier_bytes: int, batch_bytes: int) -> bool:
     """Whether a pack of ``packed_bytes`` that each batch of ``batch_bytes`` repacks has cost about
-    as much as packing the next tier's ``next_tier_bytes`` with it. ``rent_paid``: the data bytes
-    the partition's packs have written since the next tier last joined (``pack_rent_after``), where
-    the sidecar knows them. Without them, a pack grown a batch at a time from nothing has rewritten
-    at least some ``packed_bytes ** 2 / (2 * batch_bytes)`` bytes, which reaches the price at
-    ``sqrt(2 * next_tier_bytes * batch_bytes)``.
-
-    Either way the next tier joins once the rent reaches the price: the cycle that minimises the
-    bytes rewritten a batch (``growth * m / 2 + next_tier_bytes / m`` over a cycle of ``m``
-    batches, for a pack that grows by ``growth`` a batch). The estimate takes the growth to be a
-    whole batch file; a pack grows by less (a batch's updates replace rows the pack holds, and the
-    sidecar's files are smaller than the writer's), so the estimate stays under the rent paid: on
-    bench e2e's region workload (3-5 KB batch files, under 1 KB of growth a batch) its 54 KB bases
-    joined only when the pack reached their tier, after some 20 batches, where about 12 write the
-    fewest bytes (docs/compactor.md, "Packs that the next batch packs again", says what counting
-    the rent gained there, and where its model of a steady growth falls short)."""
-    return max(rent_paid, packed_bytes * packed_bytes / (2 * batch_bytes)) >= next_tier_bytes
-
-
-def pack_rent_after(files: PartitionFiles, plan: RewritePlan, rent_paid: int, written: int, settings: CompactorConfig) -> int:
-    """The rent (``pack_rent_paid``) a partition's packs have paid once ``plan``, planned over
-    ``files``, committed ``written`` bytes of data files: none when it rewrote the partition's
-    largest file under the large size (the next tier joined, or a merge took them all, and a new
-    cycle begins); else ``written`` more. A conversion writes no data file and changes nothing.
-    With room for several packs, the largest file stays out of most of them and the rent only
-    grows; it is asked for only where the next batch would repack the pack, so it does not matter
-    there."""
-    if not plan.rewrite:
-        return rent_paid
-    packable = [f for f in files.data if size_class(f.size, settings) is not SizeClass.LARGE]
-    if packable and max(packable, key=lambda f: f.size).path in plan.rewrite:
-        return 0
-    return rent_paid + written
+    as much as packing the next tier's ``next_tier_bytes`` with it: grown a batch at a time from
+    nothing, it has rewritten some ``packed_bytes ** 2 / (2 * batch_bytes)`` bytes, which reaches
+    the price at ``sqrt(2 * next_tier_bytes * batch_bytes)``. That is also the cycle that
+    minimises the bytes rewritten a batch (``batch_bytes * m / 2 + next_tier_bytes / m`` over a
+    cycle of ``m`` batches). A pack that grows by less than a batch's bytes (the batch's updates
+    delete rows of the pack) merges later than that optimum: some 15% more bytes a batch with
+    bench e2e's region workload (5 KB files, 1 KB of growth)."""
+    return packed_bytes * packed_bytes >= 2 * next_tier_bytes * batch_bytes
 
 
 def plan_tier_pack(
-    files: PartitionFiles, settings: CompactorConfig, budget: float, deletion_vectors: bool = False, rent_paid: int = 0
+    files: PartitionFiles, settings: CompactorConfig, budget: float, deletion_vectors: bool = False
 ) -> RewritePlan | None:
     """The pack of the lowest tiers (``pack_tier``) that brings the partition within ``budget``,
     the rest's equality deletes converted in the same commit; None when no pack of at least two
     files under the large size does. The next tier joins a pack that fits when the next batch
-    would make the partition pack it again and its rent is paid (``pack_rent_paid``, with the
-    partition's ``rent_paid`` so far).
+    would make the partition pack it again and its rent is paid (``pack_rent_paid``).
     ``deletion_vectors``: the rest is left to the portability target's conversion, due within half
     its target, and the budget is judged as if it had run: judged with the rest's equality
     deletes, a pack on format v3 had to take every file of a small partition, a full rewrite every
@@ -367,7 +342,7 @@ def plan_tier_pack(
             continue
         repacked = read_cost_after(files, plan_pack(files, chosen), settings) + NEXT_BATCH_OPENS > budget
         chosen_bytes = sum(f.size for f in chosen)
-        if not (repacked and pack_rent_paid(chosen_bytes, sum(f.size for f in packed) - chosen_bytes, batch_bytes, rent_paid)):
+        if not (repacked and pack_rent_paid(chosen_bytes, sum(f.size for f in packed) - chosen_bytes, batch_bytes)):
             break
         chosen = packed
     if chosen is None:
@@ -375,16 +350,15 @@ def plan_tier_pack(
     return plan_pack(files, chosen, deletion_vectors=deletion_vectors)
 
 
-def plan_hot(files: PartitionFiles, settings: CompactorConfig, deletion_vectors: bool = False, pack_rent: int = 0) -> RewritePlan:
+def plan_hot(files: PartitionFiles, settings: CompactorConfig, deletion_vectors: bool = False) -> RewritePlan:
     """The cheapest work that brings a partition still being written back within its read
     budget (``policy.read_budget``): converting its equality deletes (no data rewritten); else
-    packing its smallest files, tier by tier, and converting the rest; else a full delete merge.
-    ``pack_rent``: the rent its packs have paid (``pack_rent_after``)."""
+    packing its smallest files, tier by tier, and converting the rest; else a full delete merge."""
     budget = budget_for_bytes(sum(f.size for f in files.data), settings)
     conversion = plan_conversion(files)
     if not conversion.empty and read_cost_after(files, conversion, settings) <= budget:
         return conversion
-    packed = plan_tier_pack(files, settings, budget, deletion_vectors, pack_rent)
+    packed = plan_tier_pack(files, settings, budget, deletion_vectors)
     if packed is not None:
         return packed
     return plan_rewrite(files, Work.DELETE_MERGE, settings, deletion_vectors)
@@ -398,17 +372,15 @@ def plan_for(
     *,
     portable: bool = False,
     deletion_vectors: bool = False,
-    pack_rent: int = 0,
 ) -> RewritePlan:
     """The plan of a candidate: a conversion alone for the portability target (``portable``:
     conversions, never data rewrites, whatever the partition's phase); against its read budget
-    for a partition still being written (``plan_hot``, with the rent its packs have paid,
-    ``pack_rent``); else the plan of its kind of work. ``deletion_vectors``: the table is format
-    v3 (``plan_rewrite``)."""
+    for a partition still being written; else the plan of its kind of work. ``deletion_vectors``:
+    the table is format v3 (``plan_rewrite``)."""
     if work is Work.RESOLVE_GLOBAL_DELETES:
         return plan_resolution(files)
     if work is Work.CONVERT and (portable or not hot):
         return plan_conversion(files)
     if hot:
-        return plan_hot(files, settings, deletion_vectors, pack_rent)
+        return plan_hot(files, settings, deletion_vectors)
     return plan_rewrite(files, work, settings, deletion_vectors)

@@ -87,10 +87,6 @@ class TrackedPartition:
     # When its oldest live equality-delete file was committed: what the portability target
     # measures (``policy.portability_work``), and the age in the status.
     oldest_write: float | None = None
-    # The data bytes its packs have written since the next tier last joined one
-    # (``plans.pack_rent_after``); forgotten with the partition or on a restart, when the plan
-    # estimates it instead.
-    pack_rent: int = 0
 
     @property
     def is_global(self) -> bool:

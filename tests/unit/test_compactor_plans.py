@@ -10,7 +10,6 @@ from icecdc.compactor.plans import (
     PartitionFiles,
     RewritePlan,
     keep_deletes_of_unchanged,
-    pack_rent_after,
     pack_rent_paid,
     pack_tier,
     plan_conversion,
@@ -149,43 +148,29 @@ def test_when_nothing_cheaper_fits_a_hot_partition_gets_a_full_delete_merge():
 
 
 def stream_into_one_partition(
-    partition_bytes: int,
-    batches: int,
-    settings: CompactorConfig,
-    batch_bytes: int = 25 * KB,
-    kept: float = 1.0,
-    rent_known: bool = True,
+    partition_bytes: int, batches: int, settings: CompactorConfig, batch_bytes: int = 25 * KB
 ) -> tuple[int, int]:
     """Batches of ``batch_bytes`` into one partition of ``partition_bytes``, each one data file and one
     equality-delete file, with ``plan_hot``'s plan committed whenever the read cost is over budget
     and then, as the portability target does, the rest converted: the bytes the writer wrote and
-    the bytes the plans wrote. Checks that every plan brings the partition within its budget.
-    Pessimistic on purpose: every equality delete is taken to hit every older file, and nothing
-    shrinks. Unless ``kept`` is under 1: then the batches update rows in place, a pack keeps that
-    share of the newest batch file's bytes (the rest replaced rows it holds, or the sidecar's
-    encoding is smaller), and a rewrite of the partition's largest file writes the partition's
-    bytes again, no more. ``rent_known``: the plans are given the rent the packs paid
-    (``pack_rent_after``), as the sidecar's are, else they estimate it."""
+    the bytes the plans rewrote. Checks that every plan brings the partition within its budget.
+    Pessimistic on purpose: every equality delete is taken to hit every older file."""
     data = {"base": (partition_bytes, 1)}  # path -> (size, data sequence number)
     deletes: list[LiveDeleteFile] = []
-    written = rewritten = rent = 0
+    written = rewritten = 0
 
     def listing() -> PartitionFiles:
         return PartitionFiles.of([LiveDataFile(p, size, 1000, seq) for p, (size, seq) in data.items()], deletes)
 
-    def commit(plan: RewritePlan, seq: int) -> int:
+    def commit(plan: RewritePlan, seq: int) -> None:
         nonlocal deletes
-        packed = sum(data[p][0] if p != f"d{seq}" else round(kept * data[p][0]) for p in plan.rewrite)
-        if kept < 1 and max(data, key=lambda p: data[p][0]) in plan.rewrite:
-            # The rows the packs hold replaced rows of the base: what is live stays the same.
-            packed = partition_bytes - sum(size for p, (size, _) in data.items() if p not in plan.rewrite)
+        packed = sum(data[p][0] for p in plan.rewrite)
         for p in plan.rewrite:
             del data[p]
         if plan.rewrite:
             data[f"pack{seq}"] = (packed, seq)
         deletes = [d for d in deletes if d.path not in plan.remove_deletes and d.referenced_data_file not in plan.convert]
         deletes += [pos(f"p-{p}-{seq}", seq, p) for p in plan.convert]
-        return packed if plan.rewrite else 0
 
     for seq in range(2, batches + 2):
         data[f"d{seq}"] = (batch_bytes, seq)
@@ -194,11 +179,10 @@ def stream_into_one_partition(
         files = listing()
         budget = budget_for_bytes(sum(size for size, _ in data.values()), settings)
         if read_cost_after(files, RewritePlan(Work.CONVERT), settings) > budget:
-            plan = plan_hot(files, settings, pack_rent=rent if rent_known else 0)
+            plan = plan_hot(files, settings)
             assert read_cost_after(files, plan, settings) <= budget
-            packed = commit(plan, seq)
-            rewritten += packed
-            rent = pack_rent_after(files, plan, rent, packed, settings)
+            rewritten += sum(f.size for f in files.data if f.path in plan.rewrite)
+            commit(plan, seq)
         commit(plan_conversion(listing()), seq)
     return written, rewritten
 
@@ -253,42 +237,6 @@ def test_a_base_of_a_few_dozen_kb_is_not_packed_with_every_batch():
 
 def test_the_rent_is_the_bytes_a_pack_grown_a_batch_at_a_time_has_rewritten():
     assert not pack_rent_paid(27 * KB, 80 * KB, 5 * KB) and pack_rent_paid(29 * KB, 80 * KB, 5 * KB)
-
-
-def test_the_rent_the_packs_paid_counts_where_the_sidecar_knows_it():
-    # A pack that grew 1 KB a batch is 15 KB after 15 batches and has written some 120 KB; the
-    # estimate from a 5 KB batch file says 22 KB.
-    assert not pack_rent_paid(15 * KB, 80 * KB, 5 * KB) and pack_rent_paid(15 * KB, 80 * KB, 5 * KB, rent_paid=120 * KB)
-    assert pack_rent_paid(29 * KB, 80 * KB, 5 * KB, rent_paid=0)  # unknown (a restart): the estimate
-    files, budget = one_slot(10)
-    assert set(plan_tier_pack(files, DEFAULTS, budget, rent_paid=79 * KB).rewrite) == {"pack", "d6"}
-    assert set(plan_tier_pack(files, DEFAULTS, budget, rent_paid=80 * KB).rewrite) == {"base", "pack", "d6"}
-
-
-def test_a_pack_adds_what_it_wrote_to_the_rent_and_the_next_tier_joining_ends_it():
-    files, _ = one_slot(10)
-    pack = RewritePlan(Work.DELETE_MERGE, ("pack", "d6"), ("base",))
-    assert pack_rent_after(files, pack, 30 * KB, 12 * KB, DEFAULTS) == 42 * KB
-    assert pack_rent_after(files, RewritePlan(Work.DELETE_MERGE, ("base", "pack", "d6")), 30 * KB, 90 * KB, DEFAULTS) == 0
-    assert pack_rent_after(files, RewritePlan(Work.CONVERT, convert=("base", "pack")), 30 * KB, 0, DEFAULTS) == 30 * KB
-    # A file over the large size is never packed: the largest of the others ends the cycle.
-    large = PartitionFiles.of([*files.data, LiveDataFile("large", 200 * MB, 10**6, 1)], files.deletes)
-    assert pack_rent_after(large, RewritePlan(Work.DELETE_MERGE, ("base", "pack", "d6")), 30 * KB, 90 * KB, DEFAULTS) == 0
-
-
-@pytest.mark.parametrize(("base_kb", "kept", "ceiling"), [(80, 0.2, 0.92), (150, 0.1, 0.8)])
-def test_packs_that_keep_part_of_each_batch_take_the_base_along_once_the_rent_they_paid_is_due(base_kb, kept, ceiling):
-    # As on bench e2e's small workloads: 5 KB batch files of which a pack keeps a kilobyte or less
-    # (the batch's updates replace rows it holds). The estimate of the rent takes a whole batch
-    # file a batch and leaves the base out longer than pays: with the rent the packs paid, 11% and
-    # 26% fewer bytes in this model (80 KB: 3.07 against 3.43 times the writer's bytes; 150 KB:
-    # 3.20 against 4.32).
-    def wrote(rent_known: bool) -> float:
-        written, rewritten = stream_into_one_partition(base_kb * KB, 300, DEFAULTS, 5 * KB, kept, rent_known)
-        return rewritten / written
-
-    estimated, paid = wrote(False), wrote(True)
-    assert paid <= ceiling * estimated, (paid, estimated)
 
 
 @pytest.mark.parametrize(("batches", "before"), [(72, 12.0), (200, 24.0)])
