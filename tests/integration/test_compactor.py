@@ -66,8 +66,7 @@ def until_answered(
     one), and a batch committed after the job re-read the table is not known yet, so nothing is
     due. ``--until-idle`` is not fooled there, since it reads every table's metadata before it
     stops (``idle_after_reconcile``); a test cannot ask for that read from beside the loop, so it
-    counts the events instead. (Found by a CI run that left the last batch's equality delete
-    unanswered.)"""
+    counts the events instead."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not (
         sidecar.feed.commit_events >= write.stats.commits and sidecar.idle(2.0) and holds()
