@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -43,6 +43,10 @@ BENCHMARKS = (
     Benchmark(
         "manifests",
         "point-lookup latency with N small manifests against the same data files with the manifests merged",
+    ),
+    Benchmark(
+        "manifest-merging",
+        "the writer's commit time against the table's live files and commit.manifest.min-count-to-merge",
     ),
     Benchmark(
         "global-deletes",
@@ -119,6 +123,35 @@ def positive_numbers(text: str, option: str) -> list[float]:
     if min(values) <= 0:
         raise UserError(f"{option}: every value must be above 0; got {text!r}")
     return values
+
+
+def table_property_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--table-property",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an Iceberg property of every table the bench creates, over icecdc's own (the tables' properties), "
+        "e.g. commit.manifest.min-count-to-merge=4; repeat for more (default: none)",
+    )
+
+
+def table_properties(args: argparse.Namespace) -> dict[str, str]:
+    """The ``--table-property`` options as a mapping."""
+    return dict(key_value(p, "--table-property") for p in args.table_property)
+
+
+def table_properties_said(properties: Mapping[str, str]) -> str:
+    """A summary's words for the tables' ``--table-property`` options ("" for none)."""
+    return "".join(f"table property {key}={value}; " for key, value in sorted(properties.items()))
+
+
+def key_value(text: str, option: str) -> tuple[str, str]:
+    """``KEY=VALUE``, split at the first ``=``, or a clear error."""
+    key, equals, value = text.partition("=")
+    if not (key.strip() and equals):
+        raise UserError(f"{option} wants KEY=VALUE, like commit.manifest.min-count-to-merge=4; got {text!r}")
+    return key.strip(), value.strip()
 
 
 def positive_integers(text: str, option: str) -> list[int]:

@@ -36,14 +36,21 @@ import argparse
 import contextlib
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 
-from icecdc.bench import out_argument, positive_integers, print_results
+from icecdc.bench import (
+    out_argument,
+    positive_integers,
+    print_results,
+    table_properties,
+    table_properties_said,
+    table_property_argument,
+)
 from icecdc.bench.harness import (
     FeedWriter,
     StageCost,
@@ -121,6 +128,7 @@ class ShapeResults:
     machine: str
     batches: int
     warm_up: int = 1  # batches per point before the measured ones
+    table_properties: dict[str, str] = field(default_factory=dict)  # every table's, over icecdc's
     batch_sizes: list[ShapePoint] = field(default_factory=list)
     fan_out: list[ShapePoint] = field(default_factory=list)
 
@@ -149,11 +157,15 @@ def measure(
     prefix_cut: bool = True,
     job: str = "spark",
     warm_up: int = 1,
+    properties: Mapping[str, str] | None = None,
 ) -> ShapePoint:
     from icecdc.jvm.bridge import JavaBridge
 
     run = f"{changes}_{tables}_{commit_threads}_{job}_{stack.run_id}"
-    specs = [orders_table(f"bench.shape_{run}_{i}", f"shape-{run}-{i}") for i in range(tables)]
+    specs = [
+        {**orders_table(f"bench.shape_{run}_{i}", f"shape-{run}-{i}"), "properties": dict(properties or {})}
+        for i in range(tables)
+    ]
     ingest = {"max_batch_records": changes, "commit_threads": commit_threads}
     config = clone(stack.config, tables=specs, commit_topic=f"shape-commits-{run}", ingest=ingest)
     topics = [t["topic"] for t in specs]
@@ -248,22 +260,44 @@ def run(
     jobs: Sequence[str] = ("driver",),
     driver_memory: str = "6g",
     warm_up: int = 1,
+    properties: Mapping[str, str] | None = None,  # every table's, over icecdc's
 ) -> ShapeResults:
-    results = ShapeResults(machine(), batches, warm_up)
+    results = ShapeResults(machine(), batches, warm_up, dict(properties or {}))
     with bench_stack("ingest-shape", state_dir, spark={"conf": {"spark.driver.memory": driver_memory}}) as stack:
         for size in changes:
             for cut in prefix_cuts:  # side by side, size by size
                 for job in jobs:
                     # One table commits on one thread whatever the setting; the point names the last.
                     results.batch_sizes.append(
-                        measure(stack, size, 1, batches, commit_threads[-1], shape, prefix_cut=cut, job=job, warm_up=warm_up)
+                        measure(
+                            stack,
+                            size,
+                            1,
+                            batches,
+                            commit_threads[-1],
+                            shape,
+                            prefix_cut=cut,
+                            job=job,
+                            warm_up=warm_up,
+                            properties=properties,
+                        )
                     )
         for count in tables:
             # Each commit_threads setting side by side, table count by table count.
             for threads in commit_threads if count > 1 else commit_threads[-1:]:
                 for job in jobs:
                     results.fan_out.append(
-                        measure(stack, fan_out_changes, count, batches, threads, shape, job=job, warm_up=warm_up)
+                        measure(
+                            stack,
+                            fan_out_changes,
+                            count,
+                            batches,
+                            threads,
+                            shape,
+                            job=job,
+                            warm_up=warm_up,
+                            properties=properties,
+                        )
                     )
     publish(out, "ingest-shape", results, _plot, summary)
     return results
@@ -322,7 +356,8 @@ def summary(results: ShapeResults) -> str:
         "driver Python growth MiB",
     ]
     return (
-        f"Medians of {results.batches} batches after {results.warm_up} warm-up batch(es); {results.machine}.\n\n"
+        f"Medians of {results.batches} batches after {results.warm_up} warm-up batch(es); "
+        f"{table_properties_said(results.table_properties)}{results.machine}.\n\n"
         + markdown_table(header, _rows(results.batch_sizes + results.fan_out))
         + "\n"
         + "".join(
@@ -419,6 +454,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default="6g",
         help="the driver JVM's heap (spark.driver.memory; the deployment examples give it 2g) (default: 6g)",
     )
+    table_property_argument(parser)
     out_argument(parser)
 
 
@@ -443,6 +479,7 @@ def main(args: argparse.Namespace) -> int:
         jobs,
         args.driver_memory,
         args.warm_up,
+        table_properties(args),
     )
     print_results(args.out, "ingest-shape", summary(results))
     return 0

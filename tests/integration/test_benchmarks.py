@@ -18,7 +18,10 @@ def test_e2e_benchmark_harness(tmp_path):
     """Every strategy (and the compacted copy) gets every series, the run ends with every table
     equal to the stream's final state (it fails otherwise), and JSON, plots and summary are written.
     The source sends key-only before-images (PostgreSQL's default), so every update and delete is
-    a global delete, which every strategy's table must end without applying wrongly."""
+    a global delete, which every strategy's table must end without applying wrongly. Every table
+    merges its manifests on each commit (``--table-property``), so the table without maintenance
+    ends with one manifest per content and partition spec (at icecdc's 8 its six batches would
+    leave theirs)."""
     out = tmp_path / "out"
     # The drain lasts until the sidecar has answered every partition (bounded): on a loaded
     # machine that takes longer than 15 s, and the run waits for it rather than measuring less.
@@ -49,6 +52,8 @@ def test_e2e_benchmark_harness(tmp_path):
         "3",
         "--before-image",
         "key",
+        "--table-property",
+        "commit.manifest.min-count-to-merge=2",
         timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -70,6 +75,9 @@ def test_e2e_benchmark_harness(tmp_path):
     # strategy is seen rewriting within the run.
     assert results["strategies"]["none"]["rewritten_bytes"] == 0
     assert results["strategies"]["none"]["series"][-1]["equality_delete_files"] > 0
+    assert results["table_properties"] == {"commit.manifest.min-count-to-merge": "2"}
+    # Data, equality deletes, global deletes (the unpartitioned spec's).
+    assert results["strategies"]["none"]["series"][-1]["manifests"] <= 3
     assert results["strategies"]["cron-10s"]["compaction_commits"] > 0
     assert results["strategies"]["icecdc"]["compaction_commits"] > 0
     # The sidecar left every partition merged (the drain waited for it): no live equality deletes.
@@ -93,6 +101,7 @@ def test_e2e_benchmark_harness(tmp_path):
         assert (out / name).stat().st_size > 0, name
     text = (out / "e2e.md").read_text()
     assert all(f"| {s} |" in text for s in strategies)
+    assert "table property commit.manifest.min-count-to-merge=2;" in text
 
 
 def test_rewrite_benchmark_harness(tmp_path):
@@ -152,6 +161,35 @@ def test_manifests_benchmark_harness(tmp_path):
         assert point["merged_manifests"] == 1 and len(point["lookup_ms"]) == len(point["merged_lookup_ms"]) == 5
         assert point["data_files"] >= point["manifests"]
     assert (out / "manifests.png").stat().st_size > 0 and "| 6 |" in (out / "manifests.md").read_text()
+
+
+def test_manifest_merging_benchmark_harness(tmp_path):
+    """A short ``icecdc bench manifest-merging``: every writer commit timed, merging on every
+    commit (min-count 2) leaves one data and one delete manifest where 8 leaves the commits' own,
+    and JSON, plot and summary are written."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench",
+        "manifest-merging",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--out",
+        str(out),
+        "--live-files",
+        "300",
+        "--min-counts",
+        "2,8",
+        "--commits",
+        "4",
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    results = orjson.loads((out / "manifest-merging.json").read_bytes())
+    points = {p["min_count_to_merge"]: p for p in results["series"]}
+    assert sorted(points) == [2, 8] and all(len(p["commit_ms"]) == 4 and p["live_files"] == 300 for p in points.values())
+    assert points[2]["manifests_after"] == 2 and points[8]["manifests_after"] == 1 + 4 + 4
+    assert points[2]["manifest_bytes_after"] > 0
+    assert (out / "manifest-merging.png").stat().st_size > 0 and "| 300 | 8 |" in (out / "manifest-merging.md").read_text()
 
 
 def test_global_deletes_benchmark_harness(tmp_path):

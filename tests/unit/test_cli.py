@@ -102,6 +102,18 @@ def test_lists_of_positive_numbers_are_checked(text):
         bench.positive_numbers(text, "--sizes")
 
 
+def test_key_value_options_split_at_the_first_equals_or_are_refused():
+    from icecdc.domain.errors import UserError
+
+    assert bench.key_value(" write.target=a=b ", "--table-property") == ("write.target", "a=b")
+    assert bench.key_value("k=", "--table-property") == ("k", "")
+    assert bench.table_properties_said({"b": "2", "a": "1"}) == "table property a=1; table property b=2; "
+    assert bench.table_properties_said({}) == ""
+    for text in ("k", "=v", " =v"):
+        with pytest.raises(UserError, match="--table-property wants KEY=VALUE"):
+            bench.key_value(text, "--table-property")
+
+
 def test_portable_snapshot_names_a_table_the_config_does_not_have(capsys, monkeypatch):
     # Refused before any catalog is opened: exit 2 and the name, as for every user error.
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):

@@ -37,7 +37,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import replace
 
-from icecdc.bench import out_argument, positive_numbers
+from icecdc.bench import out_argument, positive_numbers, table_properties, table_property_argument
 from icecdc.bench.e2e.runner import run
 from icecdc.bench.e2e.stream import Workload, large_workload
 from icecdc.bench.e2e.summaries import summary
@@ -144,6 +144,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--hot-read-budget", type=float, help="the sidecar's compactor.hot_read_budget (default: the configuration's default)"
     )
+    table_property_argument(parser)
     out_argument(parser, "plots")
 
 
@@ -188,6 +189,7 @@ def main(args: argparse.Namespace) -> int:
         age_sample_seconds=args.age_sample_seconds,
         workload_name=args.workload,
         staging_branch=args.staging_branch,
+        table_properties=table_properties(args),
     )
     print(summary(results))
     print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")

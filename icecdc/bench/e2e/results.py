@@ -85,6 +85,7 @@ class E2EResults:
     # the same of its oldest live global delete, sampled with it
     global_delete_ages: list[tuple[float, float | None]] = field(default_factory=list)
     staging_branch: str | None = None
+    table_properties: dict[str, str] = field(default_factory=dict)  # every table's, over icecdc's
     # (seconds into the run, how far main was behind the staging branch's head; None: no main yet)
     main_behind: list[tuple[float, float | None]] = field(default_factory=list)
     readers: list[ReaderProbe] = field(default_factory=list)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,7 @@ class RunSettings:
     hot_read_budget: float | None = None  # None: the compactor's default
     age_sample_seconds: float = 2.0
     staging_branch: str | None = None  # the sidecar's table's (None: not staged)
+    table_properties: Mapping[str, str] = field(default_factory=dict)  # every table's, over icecdc's
 
 
 def _config(base: Config, run_id: int, strategies: Sequence[str], run: RunSettings) -> Config:
@@ -77,6 +78,7 @@ def _config(base: Config, run_id: int, strategies: Sequence[str], run: RunSettin
             "format_version": run.format_version,
             "before_image": run.workload.before_image.value,
             **({"staging_branch": run.staging_branch} if run.staging_branch and s == ICECDC else {}),
+            "properties": dict(run.table_properties),
         }
         for s in slugs
     ]
@@ -282,6 +284,7 @@ def run(
     age_sample_seconds: float = 2.0,
     workload_name: str = "small",
     staging_branch: str | None = None,
+    table_properties: Mapping[str, str] | None = None,
 ) -> E2EResults:
     batches = max(2, round(minutes * 60 / batch_seconds))
     drain_max = drain_max_seconds if drain_max_seconds is not None else drain_seconds + 300.0
@@ -307,6 +310,7 @@ def run(
         hot_read_budget,
         age_sample_seconds,
         staging_branch,
+        dict(table_properties or {}),
     )
     results = E2EResults(
         machine(),
@@ -325,6 +329,7 @@ def run(
         workload_name=workload_name,
         age_sample_seconds=age_sample_seconds,
         staging_branch=staging_branch,
+        table_properties=dict(table_properties or {}),
     )
     # Fair scheduling, the probe's jobs in a pool of their own: under Spark's default (FIFO) the
     # writer's next job waited for the probe's copy of the whole table, 79 s at 1 GB partitions,

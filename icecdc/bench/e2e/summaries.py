@@ -6,6 +6,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from icecdc.bench import table_properties_said
 from icecdc.bench.e2e.probe import METRICS, REFERENCE, TITLES, on_portable
 from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, StrategyResult, latency_ratio
 from icecdc.bench.portability import AgeSummary, ReadOutcome
@@ -153,7 +154,9 @@ def summary(results: E2EResults) -> str:
         + f"; {results.workload.late_share:.1%} of updates and deletes on any row, the rest on the "
         f"{results.workload.recent_keys:,} most recent keys; partitioned by {', '.join(results.workload.partition_by)}; "
         f"before-images: {BEFORE_IMAGES[results.workload.before_image]}; "
-        f"format v{results.format_version}; hot read budget {results.hot_read_budget or 'default'}; probes every {results.probe_seconds:g}s; "
+        f"format v{results.format_version}; hot read budget {results.hot_read_budget or 'default'}; "
+        + table_properties_said(results.table_properties)
+        + f"probes every {results.probe_seconds:g}s; "
         f"{results.machine}. Bytes ingested per table: {ingested / 1e6:.1f} MB. "
         f"Latency columns: each query's latency over the compacted copy's in the same probe, the median over the "
         f"probes wholly in the second half of the writes / in the final probe, after the drain (final copy: "
