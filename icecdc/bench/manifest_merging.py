@@ -162,7 +162,8 @@ def run(live_files: Sequence[int], min_counts: Sequence[int], commits: int, out:
                 stack.spark.sql(f"DROP TABLE IF EXISTS {name}")  # not PURGE: the files named do not exist
             series.append(point)
             say(
-                f"{files:,} live files, min-count-to-merge {count}: a commit {statistics.median(point.commit_ms):.0f} ms "
+                ("the warm-up table, left out: " if len(series) == 1 else "")
+                + f"{files:,} live files, min-count-to-merge {count}: a commit {statistics.median(point.commit_ms):.0f} ms "
                 f"(p95 {percentile(point.commit_ms, 0.95):.0f}); {point.manifests_after} manifests, "
                 f"{point.manifest_bytes_after / 1e6:.2f} MB after"
             )
