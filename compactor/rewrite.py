@@ -85,6 +85,8 @@ class CompactionJob:
         target_file_size: int,
         engine: RewriteEngine = RewriteEngine.ARROW,
         key_index: KeyIndex | None = None,
+        *,
+        merge_manifests: bool = False,
     ) -> None:
         if partitions is not None and not partitions:
             raise ValueError("a compaction job needs at least one partition")
@@ -96,6 +98,7 @@ class CompactionJob:
         self._target = target_file_size
         self._engine = engine
         self._key_index = key_index
+        self._merge_manifests = merge_manifests
         self._listings: list[PartitionListing] | None = None
         self._files: list[PartitionFiles] | None = None
 
@@ -134,7 +137,7 @@ class CompactionJob:
         plan = plan_together(plans)
         if plan.empty:
             return [CompactionResult(p.work, at_start) for p in plans]
-        rewrite = PartitionRewrite(listings, self._target)
+        rewrite = PartitionRewrite(listings, self._target, merge_manifests=self._merge_manifests)
         converted: list[PositionDeleteFile] = []
         try:
             if plan.rewrite:
@@ -305,10 +308,13 @@ class PartitionCompaction:
         target_file_size: int,
         engine: RewriteEngine = RewriteEngine.ARROW,
         key_index: KeyIndex | None = None,
+        *,
+        merge_manifests: bool = False,
     ) -> None:
         self.table = table
+        partitions = None if partition is None else [partition]
         self._job = CompactionJob(
-            spark, table, layout, None if partition is None else [partition], io_properties, target_file_size, engine, key_index
+            spark, table, layout, partitions, io_properties, target_file_size, engine, key_index, merge_manifests=merge_manifests
         )
 
     def files(self) -> PartitionFiles | None:

@@ -291,6 +291,7 @@ def create_sidecar(
             settings.target_file_size_bytes,
             settings.rewrite_engine,
             key_index,
+            merge_manifests=settings.merge_manifests,
         )
 
     def serve(seconds: float) -> None:

@@ -59,8 +59,9 @@ def manifests_to_merge(small: Iterable[ManifestFacts], max_small_manifests: int)
     process (``actions.merge_data_manifests``); the delete manifests only when they alone are past
     the bound, by Iceberg's Spark action, since the core operation leaves them alone. The writer's
     own merging on commit (``commit.manifest.min-count-to-merge``, 8 on tables icecdc creates)
-    bounds those already; a Spark job for them on every check would hold the table's
-    portability conversions for its length."""
+    and the sidecar's commits, which merge both kinds (``compactor.merge_manifests``), bound
+    those already; a Spark job for them on every check would hold the table's portability
+    conversions for its length."""
     small = list(small)
     if len(small) <= max_small_manifests:
         return set(), set()

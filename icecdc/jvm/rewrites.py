@@ -61,13 +61,14 @@ class PartitionRewrite:
     """What one compaction job adds to and removes from its partitions (listed at one snapshot),
     committed as one snapshot."""
 
-    def __init__(self, listings: Sequence[PartitionListing], target_file_size: int) -> None:
+    def __init__(self, listings: Sequence[PartitionListing], target_file_size: int, *, merge_manifests: bool = False) -> None:
         if len({listing.snapshot.snapshot_id for listing in listings}) != 1:
             raise ValueError("a rewrite's partitions must be listed at one snapshot")
         self._listings = tuple(listings)
         self._listing = listings[0]
         self._table = self._listing.table
         self._target = target_file_size
+        self._merge_manifests = merge_manifests  # the commit merges the table's manifests too
         # Data file path -> its scan task, delete file path -> its handle, over every partition.
         self._tasks = {path: task for listing in listings for path, task in listing._tasks.items()}
         self._delete_handles = {path: handle for listing in listings for path, handle in listing._delete_handles.items()}
@@ -209,11 +210,11 @@ class PartitionRewrite:
         commits meanwhile still apply to them (and Iceberg's validation ignores them)."""
         table, start = self._table, self._listing.snapshot
 
-        def build() -> JavaObject:
+        def build(source: JavaObject) -> JavaObject:
             # Set even when nothing is written (every rewritten row was deleted): Iceberg's
             # validation ignores the writer's new equality deletes only when it is set, and would
             # otherwise fail the rewrite of fully deleted files on any batch that lands meanwhile.
-            update = table._java.newRewrite().validateFromSnapshot(start.snapshot_id).dataSequenceNumber(start.sequence_number)
+            update = source.newRewrite().validateFromSnapshot(start.snapshot_id).dataSequenceNumber(start.sequence_number)
             for path in rewritten:
                 update = update.deleteFile(self._tasks[path].file())
             for java in self._added.values():
@@ -222,7 +223,7 @@ class PartitionRewrite:
                 update = update.deleteFile(self._delete_handles[path])
             return update
 
-        return table.commit(self._what("a compaction"), build, self._tags(summary))
+        return table.commit(self._what("a compaction"), build, self._tags(summary), merge_manifests=self._merge_manifests)
 
     def commit_conversion(
         self, examined: Sequence[str], removed_deletes: Sequence[str], summary: Mapping[str, str]
@@ -238,9 +239,9 @@ class PartitionRewrite:
         same). The writer never fails because of it: its commits remove nothing."""
         table, start = self._table, self._listing.snapshot
 
-        def build() -> JavaObject:
+        def build(source: JavaObject) -> JavaObject:
             delta = (
-                table._java.newRowDelta()
+                source.newRowDelta()
                 .validateFromSnapshot(start.snapshot_id)
                 .validateDataFilesExist(list(examined))
                 .validateDeletedFiles()
@@ -251,7 +252,7 @@ class PartitionRewrite:
                 delta = delta.removeDeletes(self._delete_handles[path])
             return delta
 
-        return table.commit(self._what("a conversion"), build, self._tags(summary))
+        return table.commit(self._what("a conversion"), build, self._tags(summary), merge_manifests=self._merge_manifests)
 
     def _tags(self, summary: Mapping[str, str]) -> dict[str, str]:
         """The snapshot summary of this compaction's commit: who, what, where, from which snapshot."""

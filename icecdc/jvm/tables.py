@@ -31,6 +31,8 @@ from icecdc.runtime.outages import CatalogRetry
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+# Iceberg's TableProperties.MANIFEST_MIN_MERGE_COUNT.
+MANIFEST_MIN_MERGE_COUNT = "commit.manifest.min-count-to-merge"
 
 
 def _canonical(value: Any) -> Any:
@@ -322,11 +324,21 @@ class IcebergTable:
 
     # ---- committing ----
 
-    def commit(self, what: str, build: Callable[[], JavaObject], summary: Mapping[str, str]) -> CommittedSnapshot:
-        """Commit the snapshot-producing update ``build`` makes (a fresh one per attempt: a failed
-        Iceberg update cannot be committed again), tagged with ``summary`` and a commit id.
-        For the adapter's own modules; callers use the commit kinds (``commit_files`` here,
-        ``rewrites.PartitionRewrite.commit``)."""
+    def commit(
+        self,
+        what: str,
+        build: Callable[[JavaObject], JavaObject],
+        summary: Mapping[str, str],
+        *,
+        merge_manifests: bool = False,
+    ) -> CommittedSnapshot:
+        """Commit the snapshot-producing update ``build`` makes from the table (or transaction) it
+        is given (a fresh one per attempt: a failed Iceberg update cannot be committed again),
+        tagged with ``summary`` and a commit id. For the adapter's own modules; callers use the
+        commit kinds (``commit_files`` here, ``rewrites.PartitionRewrite.commit``).
+
+        ``merge_manifests``: the commit also merges the table's small manifests, data and delete
+        ones alike, into one of each (see ``_manifest_merging``)."""
         commit_id = uuid.uuid4().hex
         tags = {**summary, summary_keys.COMMIT_ID: commit_id}
         first_before: list[int] = []  # the current snapshot's id (-1: none) as the first attempt began
@@ -341,9 +353,12 @@ class IcebergTable:
                     return landed
             else:
                 first_before.append(before)
-            update = self.bridge.updates.tagged(build(), self.ref.branch, orjson.dumps(tags).decode())
+            transaction, kept = self._manifest_merging() if merge_manifests else (None, None)
+            update = self.bridge.updates.tagged(build(transaction or self._java), self.ref.branch, orjson.dumps(tags).decode())
             try:
-                update.commit()
+                update.commit()  # in a transaction: staged in it, committed with it
+                if transaction is not None:
+                    self._commit_restoring(transaction, kept)
             except Exception as error:
                 kind = translate(error)
                 if isinstance(kind, CommitStateUnknown):
@@ -356,6 +371,32 @@ class IcebergTable:
             return landed
 
         return self.call(what, attempt)
+
+    def _manifest_merging(self) -> tuple[JavaObject, str | None]:
+        """A transaction whose snapshot update merges the table's manifests as it commits: Iceberg
+        merges a commit's new manifest with the small ones of its bin only once the bin holds
+        ``commit.manifest.min-count-to-merge`` of them (8 on the tables icecdc creates, for the
+        writer's sake: merging on every commit costs it a batch over 50 tables 1.86 s against 1.28,
+        docs/BENCHMARKS.md, "Hot tables' manifests"), and that count is read from the table's
+        properties when the update is made. So the transaction sets it to 2 before making the
+        update and puts the table's own value back before committing (``_commit_restoring``): the
+        committed metadata never shows 2, the writer keeps its cheap commits, and the sidecar's
+        commits, one every batch or so on a hot table, bring the writer's manifests back to one
+        data and one delete manifest a bin. Iceberg's own ``RewriteManifests`` cannot do this: it
+        leaves delete manifests alone. What it does not guard against: a user changing the
+        property while such a commit is retried has the change undone by it. Returns the
+        transaction and the table's own value (None: not set)."""
+        transaction = self._java.newTransaction()
+        kept = transaction.table().properties().get(MANIFEST_MIN_MERGE_COUNT)
+        transaction.updateProperties().set(MANIFEST_MIN_MERGE_COUNT, "2").commit()
+        return transaction, None if kept is None else str(kept)
+
+    @staticmethod
+    def _commit_restoring(transaction: JavaObject, kept: str | None) -> None:
+        """Put the table's own min-count-to-merge, ``kept``, back in ``transaction`` and commit it."""
+        restore = transaction.updateProperties()
+        (restore.set(MANIFEST_MIN_MERGE_COUNT, kept) if kept is not None else restore.remove(MANIFEST_MIN_MERGE_COUNT)).commit()
+        transaction.commitTransaction()
 
     def _find(self, commit_id: str, stop_at: int) -> CommittedSnapshot | None:
         """Our snapshot in the history (as of the last refresh) since snapshot ``stop_at`` (-1:
@@ -395,7 +436,7 @@ class IcebergTable:
         what it rewrote, and Iceberg's own retry re-applies the delta on top of whatever
         committed meanwhile. Raises ``MissingPartitionSpec`` when a file's spec is gone."""
 
-        def build() -> JavaObject:
+        def build(_: JavaObject) -> JavaObject:
             # A batch's delta writes a manifest or two: its steps run on the committing thread,
             # not the shared pool (``caller_thread_executor`` says why).
             executor = self.bridge.caller_thread_executor
@@ -410,7 +451,7 @@ class IcebergTable:
         adds the batch's data files, given as content-file JSON. Raises ``MissingPartitionSpec``
         when a file's spec is gone."""
 
-        def build() -> JavaObject:
+        def build(_: JavaObject) -> JavaObject:
             (data_files,) = self._content_files(data)
             return self.bridge.updates.overwriteAll(self._java, self.bridge.caller_thread_executor, data_files)
 

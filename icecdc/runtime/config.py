@@ -336,6 +336,11 @@ class CompactorConfig(_Strict):
     # equality delete reaches half of it gets a conversion (or the table a resolution of its
     # global deletes), ranked ahead of every merge and pack (``policy.portability_work``).
     portable_within_seconds: float = Field(default=10.0, gt=0)
+    # The sidecar's commits also merge the table's small manifests, data and delete ones, into
+    # one of each (``IcebergTable.commit``, merge_manifests): a hot table read while it is written
+    # holds a few manifests, not the dozen the writer's own merging lets pile up, and the writer
+    # pays nothing for it (docs/compactor.md, "Manifests while writing").
+    merge_manifests: bool = True
     # How often every table's metadata is re-read, to catch what commit events missed.
     reconcile_seconds: float = Field(default=60.0, gt=0)
     # A failed compaction is retried after retry_base_seconds * 2^(n-1) (jittered, capped),

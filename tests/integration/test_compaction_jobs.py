@@ -8,6 +8,7 @@ and every job's snapshot must hold exactly its parent's rows (time travel)."""
 
 from __future__ import annotations
 
+import functools
 import time
 
 import hypothesis.strategies as st
@@ -57,8 +58,12 @@ job = st.tuples(
 history = st.lists(st.tuples(batch, st.one_of(st.none(), job)), min_size=3, max_size=5)
 
 
-def compact(history: History, chosen: tuple[list[int], Work], commit: Committer) -> list[CompactionResult]:
-    """One job of the chosen live partitions, one plan each, in one commit."""
+def compact(
+    history: History, chosen: tuple[list[int], Work], commit: Committer, *, merge_manifests: bool = False
+) -> list[CompactionResult]:
+    """One job of the chosen live partitions, one plan each, in one commit (which merges the
+    table's manifests too, with ``merge_manifests``: a transaction, retried over the writer's
+    commits as they land)."""
     ranks, work = chosen
     config = history.config
     loaded = table_metadata(config)
@@ -73,6 +78,7 @@ def compact(history: History, chosen: tuple[list[int], Work], commit: Committer)
         keys,
         config.catalog.properties,
         config.compactor.target_file_size_bytes,
+        merge_manifests=merge_manifests,
     )
     listed = compaction.files()
     assert listed is not None
@@ -86,7 +92,12 @@ def compact(history: History, chosen: tuple[list[int], Work], commit: Committer)
 
 @pytest.mark.slow
 @settings(max_examples=3, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
-@given(steps=history, format_version=st.sampled_from([2, 3]), large_file_ratio=st.sampled_from([0.75, 0.03]))
+@given(
+    steps=history,
+    format_version=st.sampled_from([2, 3]),
+    large_file_ratio=st.sampled_from([0.75, 0.03]),
+    merge_manifests=st.booleans(),
+)
 # Four partitions in one job while the writer moves rows between two of them.
 @example(
     steps=[
@@ -96,15 +107,22 @@ def compact(history: History, chosen: tuple[list[int], Work], commit: Committer)
     ],
     format_version=3,
     large_file_ratio=0.03,
+    merge_manifests=True,
 )
 def test_random_histories_with_jobs_of_several_partitions_keep_every_row(
-    spark, stack_config, steps, format_version, large_file_ratio
+    spark, stack_config, steps, format_version, large_file_ratio, merge_manifests
 ):
     unique = f"jobs{time.monotonic_ns()}"
     config = orders_of_format(
         compactor_config(stack_config, unique, target_file_size_bytes=64 * KB, large_file_ratio=large_file_ratio), format_version
     )
-    run_history(spark, config, [(k, REGIONS[k % 2], k // 2 % 2, k) for k in range(1, 41)], steps, compact)
+    run_history(
+        spark,
+        config,
+        [(k, REGIONS[k % 2], k // 2 % 2, k) for k in range(1, 41)],
+        steps,
+        functools.partial(compact, merge_manifests=merge_manifests),
+    )
 
 
 def _key(layout, partition) -> tuple:

@@ -25,10 +25,12 @@ from icecdc.compactor.status import collect, render
 from icecdc.domain.errors import CommitConflict
 from icecdc.domain.events import CompactionEvent, CompactionOutcome
 from icecdc.domain.layout import PartitionKey, TableLayout
+from icecdc.domain.tablespec import CREATED_TABLE_PROPERTIES
 from icecdc.ingest.records import records_to_dataframe
 from icecdc.ingest.writer import BatchWriter
+from icecdc.jvm import actions
 from icecdc.jvm.bridge import JavaBridge
-from icecdc.jvm.tables import IcebergTable
+from icecdc.jvm.tables import MANIFEST_MIN_MERGE_COUNT, IcebergTable
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config
 from tests.cdc import SourceDatabase, kafka_records, table_rows
@@ -128,9 +130,19 @@ def table_metadata(config: Config) -> TableMetadata:
 def compaction_of(
     spark, config: Config, layout: TableLayout, partition: PartitionKey, target: int, key_index: KeyIndex | None = None
 ) -> PartitionCompaction:
-    """``key_index``: conversions through it, in this process (else on executors)."""
+    """``key_index``: conversions through it, in this process (else on executors). Its commit
+    merges the table's manifests as the sidecar's do (``compactor.merge_manifests``)."""
     table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
-    return PartitionCompaction(spark, table, layout, partition, config.catalog.properties, target, key_index=key_index)
+    return PartitionCompaction(
+        spark,
+        table,
+        layout,
+        partition,
+        config.catalog.properties,
+        target,
+        key_index=key_index,
+        merge_manifests=config.compactor.merge_manifests,
+    )
 
 
 def partition_files(spark, name: str, region: str) -> dict[int, list]:
@@ -268,17 +280,22 @@ def test_only_the_settled_partition_is_compacted_while_the_hot_one_takes_writes(
     assert sample("icecdc_compactor_settle_to_compacted_seconds_count", {"table": table}) == 1
 
 
-def test_equality_deletes_on_a_large_file_become_position_deletes(spark, stack_config, unique):
-    # Files of 8 KB and more are "large" here, so the first batch's file qualifies. Settled the
-    # moment the writer stops: windows follow the cadence (three gaps between the two batches,
-    # long on a loaded machine) unless capped, and a hot partition gets the cheaper conversion.
-    config = compactor_config(
+def large_files_settled_at_once(stack_config: Config, unique: str) -> Config:
+    """Files of 8 KB and more are "large" (a first batch of 3,000 rows makes one), and a partition
+    is settled the moment the writer stops: windows follow the cadence (three gaps between two
+    batches, long on a loaded machine) unless capped, and a hot partition gets the cheaper
+    conversion."""
+    return compactor_config(
         stack_config,
         unique,
         target_file_size_bytes=32 * KB,
         large_file_ratio=0.25,
         settle={"min_seconds": 0, "initial_seconds": 0, "max_seconds": 0.001},
     )
+
+
+def test_equality_deletes_on_a_large_file_become_position_deletes(spark, stack_config, unique):
+    config = large_files_settled_at_once(stack_config, unique)
     name = qualified(config)
     with batch_writer(spark, config) as write:
         stream = Stream(spark, config, write)
@@ -288,12 +305,21 @@ def test_equality_deletes_on_a_large_file_become_position_deletes(spark, stack_c
         assert large.file_size_in_bytes >= 8 * KB
         stream([src.upsert(k, "eu", 7, 0) for k in (10, 20, 30)] + [src.delete(k) for k in (40, 50)])
         before = table_rows(spark, name)
+        table = IcebergTable(JavaBridge(spark), config.table_ref(config.tables[0]))
+        written = actions.current_manifests(table)
         sidecar = create_sidecar(config, spark)
         [event] = sidecar.run_once(poll_timeout=1.0)
         sidecar.close()
 
     assert event.outcome is CompactionOutcome.COMMITTED and event.kind == "delete-merge"
     assert event.data_files_rewritten == 0 and event.position_delete_files_added == 1
+    # The writer's manifests (a data and a delete manifest a batch, merged by its own commits only
+    # from 8 on) are merged by the sidecar's commit, data and delete ones alike, which leaves the
+    # table's own min-count-to-merge as it was.
+    assert sum(not m.deletes for m in written) == 2, written
+    merged = actions.current_manifests(table)
+    assert sum(not m.deletes for m in merged) == 1 and sum(m.deletes for m in merged) == 1, merged
+    assert table.properties()[MANIFEST_MIN_MERGE_COUNT] == CREATED_TABLE_PROPERTIES[MANIFEST_MIN_MERGE_COUNT]
     files = partition_files(spark, name, "eu")
     assert large.file_path in {f.file_path for f in files[0]}  # not rewritten
     assert files[EQUALITY_DELETES] == []
