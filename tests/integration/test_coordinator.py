@@ -229,9 +229,12 @@ def initial_rows(stream: Stream) -> list:
 @pytest.mark.slow
 def test_two_replicas_share_partitions_and_one_takes_over_when_the_other_dies(spark, stack_config, unique, tmp_path):
     # Manifests checked as often as snapshots, so that both kinds of maintenance commit within the
-    # test's two rounds of writes whatever their length.
+    # test's two rounds of writes whatever their length; and left to the maintenance to merge:
+    # the replicas' own commits would merge them first (``compactor.merge_manifests``).
     maintenance = {"interval_seconds": 10, "snapshot_retention_seconds": 30, "manifest_interval_seconds": 10}
-    config = with_table_properties(coordinated_config(stack_config, unique, maintenance=maintenance), ICEBERG_MANIFEST_MERGING)
+    config = with_table_properties(
+        coordinated_config(stack_config, unique, maintenance=maintenance, merge_manifests=False), ICEBERG_MANIFEST_MERGING
+    )
     name = qualified(config)
     replicas: dict[str, subprocess.Popen] = {}
     ended: dict[str, float] = {}
@@ -512,8 +515,10 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
             "manifest_interval_seconds": interval,
             "max_small_manifests": 8,
         },
+        merge_manifests=False,
     )
-    # Iceberg's own manifest merging, as on a table icecdc did not create: maintenance merges.
+    # Iceberg's own manifest merging, as on a table icecdc did not create, and the compactor's
+    # commits merging none (``compactor.merge_manifests``): the maintenance merges.
     data = with_table_properties(config, ICEBERG_MANIFEST_MERGING).model_dump(by_alias=True)
     data["ingest"] = {"source": "direct", "trigger_seconds": 0.5, "max_batch_records": 500, "http": {"port": None}}
     config = Config.model_validate(data)

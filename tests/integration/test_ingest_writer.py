@@ -409,10 +409,12 @@ def test_a_commit_finds_itself_and_counts_the_commits_that_landed_while_it_was_m
     ref = config.table_ref(config.tables[0])
     ours, theirs = IcebergTable(JavaBridge(spark), ref), IcebergTable(JavaBridge(spark), ref)
 
-    def build_while_two_others_land():
+    def build_while_two_others_land(table):
         for n in range(2):
-            theirs.commit(f"theirs {n}", theirs._java.newAppend, {"who": f"theirs {n}"})  # no files: a snapshot all the same
-        return ours._java.newAppend()
+            theirs.commit(
+                f"theirs {n}", lambda table: table.newAppend(), {"who": f"theirs {n}"}
+            )  # no files: a snapshot all the same
+        return table.newAppend()
 
     landed = ours.commit("ours", build_while_two_others_land, {"who": "ours"})
     ours.refresh()
