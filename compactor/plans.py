@@ -300,11 +300,11 @@ def plan_pack(files: PartitionFiles, packed: Sequence[DataFileFacts], deletion_v
 # workload (80 KB partitions, 5 KB batches) 12 times the bytes written after 72 batches, 24 times
 # after 200, growing without bound (docs/compactor.md, "Packs that the next batch packs again").
 # So that pack takes the next tier along once the rewriting it costs has paid for that, as ski
-# rental buys once the rent paid reaches the price: ``pack_rent_paid``.
+# rental buys once the rent paid reaches the price: ``next_tier_worth_packing``.
 NEXT_BATCH_OPENS = 2  # a batch's data file, and the position deletes it leaves on the pack
 
 
-def pack_rent_paid(packed_bytes: int, next_tier_bytes: int, batch_bytes: int) -> bool:
+def next_tier_worth_packing(packed_bytes: int, next_tier_bytes: int, batch_bytes: int) -> bool:
     """Whether a pack of ``packed_bytes`` that each batch of ``batch_bytes`` repacks has cost about
     as much as packing the next tier's ``next_tier_bytes`` with it: grown a batch at a time from
     nothing, it has rewritten some ``packed_bytes ** 2 / (2 * batch_bytes)`` bytes, which reaches
@@ -322,7 +322,7 @@ def plan_tier_pack(
     """The pack of the lowest tiers (``pack_tier``) that brings the partition within ``budget``,
     the rest's equality deletes converted in the same commit; None when no pack of at least two
     files under the large size does. The next tier joins a pack that fits when the next batch
-    would make the partition pack it again and its rent is paid (``pack_rent_paid``).
+    would make the partition pack it again and its rent is paid (``next_tier_worth_packing``).
     ``deletion_vectors``: the rest is left to the portability target's conversion, due within half
     its target, and the budget is judged as if it had run: judged with the rest's equality
     deletes, a pack on format v3 had to take every file of a small partition, a full rewrite every
@@ -342,7 +342,7 @@ def plan_tier_pack(
             continue
         repacked = read_cost_after(files, plan_pack(files, chosen), settings) + NEXT_BATCH_OPENS > budget
         chosen_bytes = sum(f.size for f in chosen)
-        if not (repacked and pack_rent_paid(chosen_bytes, sum(f.size for f in packed) - chosen_bytes, batch_bytes)):
+        if not (repacked and next_tier_worth_packing(chosen_bytes, sum(f.size for f in packed) - chosen_bytes, batch_bytes)):
             break
         chosen = packed
     if chosen is None:

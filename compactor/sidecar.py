@@ -1,5 +1,5 @@
 """``icecdc compact``: the sidecar loop. Each turn it serves the group protocol, reads events,
-reconciles with table metadata when due, and does one piece of work that ``turns`` picks: a
+reconciles with table metadata when due, and does one piece of work that ``scheduler`` picks: a
 maintenance run due on a table it maintains, or a compaction of the best due partition it owns.
 A maintenance run that commits nothing (orphan removal) is only begun in the loop and runs
 beside it (``MaintenanceRunner.start``).
@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from icecdc.compactor import turns
+from icecdc.compactor import scheduler
 from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.feed import EVENT_TAIL, EventFeed, EventTopics
 from icecdc.compactor.key_index import KeyIndex
@@ -114,9 +114,9 @@ class CompactorSidecar:
         self._quiet = IdleClock(clock(), catalog_waits())
         self.stats = CompactorStats()
         self._maintenance_deferred = False  # the last turn put a conversion ahead of due maintenance
-        self.pace = turns.RewritePace()  # how fast this replica's rewrites go (``turns.convert_first``)
+        self.pace = scheduler.RewritePace()  # how fast this replica's rewrites go (``scheduler.convert_first``)
         self._converted_ahead = False  # the last turn put coming conversions ahead of a rewrite
-        # How long each maintenance run last took, by (table, kind) (``turns.holding_seconds``).
+        # How long each maintenance run last took, by (table, kind) (``scheduler.holding_seconds``).
         self._maintenance_seconds: dict[tuple[str, MaintenanceKind], float] = {}
 
     @property
@@ -127,7 +127,7 @@ class CompactorSidecar:
         return self._owned(self.tracker.candidates(now), now)
 
     def _owned(self, candidates: list[Candidate], now: float) -> list[Candidate]:
-        return turns.owned_candidates(
+        return scheduler.owned_candidates(
             candidates, self.membership.owns, lambda table: self.activity.maintenance_running(table, now)
         )
 
@@ -148,7 +148,7 @@ class CompactorSidecar:
                 (t.name for t in self.config.tables if t.name in self.layouts), self.membership.owns_maintenance, now
             )
             settings = self.config.compactor
-            step = turns.next_step(
+            step = scheduler.next_step(
                 due,
                 self.candidates(now),
                 settings.partitions_per_job,
@@ -156,23 +156,23 @@ class CompactorSidecar:
                 self._maintenance_deferred,
             )
             coming = self._owned(self.tracker.coming_conversions(now), now)
-            holding = turns.holding_seconds(step, self.pace, self._maintenance_seconds)
+            holding = scheduler.holding_seconds(step, self.pace, self._maintenance_seconds)
             margin, per_job = conversion_margin(settings), settings.partitions_per_job
-            ahead = turns.convert_first(step, coming, holding, now, margin, per_job, self._converted_ahead)
+            ahead = scheduler.convert_first(step, coming, holding, now, margin, per_job, self._converted_ahead)
             self._converted_ahead, step = ahead is not step, ahead
-            self._maintenance_deferred = bool(due) and isinstance(step, turns.Compact)
-            if isinstance(step, turns.Maintain) and not step.kind.commits:
+            self._maintenance_deferred = bool(due) and isinstance(step, scheduler.Compact)
+            if isinstance(step, scheduler.Maintain) and not step.kind.commits:
                 # Begun here and run beside the loop: the turn goes on.
                 self.maintenance.start(step.table, step.kind)
                 continue
-            if isinstance(step, turns.Maintain):
+            if isinstance(step, scheduler.Maintain):
                 began = self._clock()
                 done = self.maintenance.run(step.table, step.kind)
                 self._maintenance_seconds[step.table, step.kind] = self._clock() - began
                 if done is None:
                     continue
                 self.stats.maintenance.append(done)
-            elif isinstance(step, turns.Compact):
+            elif isinstance(step, scheduler.Compact):
                 events = self._compact(step.candidates)
             break
         committed = next((e.table for e in events if e.outcome is CompactionOutcome.COMMITTED), None)
@@ -200,7 +200,7 @@ class CompactorSidecar:
         return events
 
     def idle(self, until_idle: float) -> bool:
-        """Whether ``--until-idle`` may stop the sidecar now (``turns.idle``): no commit event and no
+        """Whether ``--until-idle`` may stop the sidecar now (``scheduler.idle``): no commit event and no
         wait on the catalog for ``until_idle`` seconds (``icecdc.domain.idle``), nothing to do."""
         now = self._clock()
         self._quiet.activity(self.feed.last_commit_event)
@@ -210,7 +210,7 @@ class CompactorSidecar:
         # and what lands meanwhile is answered after it.
         waiting = waiting or any(p.compacting for p in self.tracker) or self.maintenance.running_beside
         waiting = waiting or self.staging.pending
-        return turns.idle(
+        return scheduler.idle(
             joined=self.membership.joined,
             quiet_seconds=self._quiet.quiet_seconds(now),
             until_idle=until_idle,
@@ -231,7 +231,7 @@ class CompactorSidecar:
         log.info("compactor %s watching %s", self.replica, ", ".join(t.name for t in self.config.tables))
         while not stop.is_set():
             now = self._clock()
-            events = self.run_once(poll_timeout=turns.poll_timeout(bool(self.candidates(now)), self.tracker.next_due(), now))
+            events = self.run_once(poll_timeout=scheduler.poll_timeout(bool(self.candidates(now)), self.tracker.next_due(), now))
             if not events and until_idle is not None and self.idle(until_idle) and self.idle_after_reconcile(until_idle):
                 log.info("no commit event for %.0fs and nothing left to do: stopping", until_idle)
                 break

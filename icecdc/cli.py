@@ -98,17 +98,17 @@ def _cmd_status(args: argparse.Namespace) -> int:
 
 
 def _cmd_portable_snapshot(args: argparse.Namespace) -> int:
-    from icecdc import readers
+    from icecdc import portable_snapshot
 
     config = load_config(args.config)
     unknown = [t for t in args.table if t not in {c.name for c in config.tables}]
     if unknown:
         raise UserError(f"not a configured table: {', '.join(unknown)}")
-    found = readers.portable_snapshots(config, args.table or None)
+    found = portable_snapshot.portable_snapshots(config, args.table or None)
     if args.json:
-        print(json.dumps({table: readers.to_dict(p) for table, p in found.items()}, indent=2))
+        print(json.dumps({table: portable_snapshot.to_dict(p) for table, p in found.items()}, indent=2))
     else:
-        print("\n".join(readers.describe(table, p) for table, p in found.items()))
+        print("\n".join(portable_snapshot.describe(table, p) for table, p in found.items()))
     return 0
 
 

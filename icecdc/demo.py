@@ -6,7 +6,7 @@ upstream is an ``orders`` table partitioned by region and day: three past days l
 more days in bursts of changes, where orders change soon after they are placed.
 
 By default (``--source postgres``) the table lives in a throwaway PostgreSQL cluster, changed by
-SQL transactions (``icecdc.sources.orders``), and the real Debezium connector reads it (its
+SQL transactions (``icecdc.testbed.orders``), and the real Debezium connector reads it (its
 snapshot, then the replication stream) and produces to the broker as Kafka Connect would. With
 ``--source synthetic`` a generator writes the Debezium events itself, with two malformed records
 among them. Either way the ingester mirrors the topic into Iceberg while the compactor sidecar
@@ -38,15 +38,15 @@ from icecdc.runtime import kafka
 from icecdc.runtime.broker import EmbeddedBroker
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config, embedded_config
-from icecdc.sources.postgres import PostgresError, server_bindir
+from icecdc.testbed.postgres import PostgresError, server_bindir
 from icecdc.workload import ORDERS_SCHEMA, OrdersWorkload, orders_table
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from icecdc.sources.debezium import DebeziumPostgresSource
-    from icecdc.sources.orders import OrdersTransactions
-    from icecdc.sources.postgres import ThrowawayPostgres
+    from icecdc.testbed.connector import DebeziumPostgresSource
+    from icecdc.testbed.orders import OrdersTransactions
+    from icecdc.testbed.postgres import ThrowawayPostgres
 
 DEMO_TABLE = orders_table("demo.orders", "shop.public.orders")
 # PostgreSQL at its default REPLICA IDENTITY: updates and deletes carry the key alone.
@@ -215,8 +215,8 @@ class PostgresUpstream:
     until_idle: float | None = None
 
     def __init__(self, state_dir: Path) -> None:
-        from icecdc.sources.orders import OrdersTransactions
-        from icecdc.sources.postgres import ThrowawayPostgres
+        from icecdc.testbed.orders import OrdersTransactions
+        from icecdc.testbed.postgres import ThrowawayPostgres
 
         missing = postgres_missing()
         if missing:
@@ -232,7 +232,7 @@ class PostgresUpstream:
         self.source: DebeziumPostgresSource | None = None
 
     def start(self, config: Config) -> None:
-        from icecdc.sources.debezium import DebeziumPostgresSource
+        from icecdc.testbed.connector import DebeziumPostgresSource
 
         self.postgres.start()
         with self.postgres.connect() as db:
@@ -268,7 +268,7 @@ class PostgresUpstream:
         _step(f"PostgreSQL: {workload.counts.describe()}")
 
     def expected_rows(self) -> list[tuple[Any, ...]]:
-        from icecdc.sources.orders import table_rows
+        from icecdc.testbed.orders import table_rows
 
         with self.postgres.connect() as db:
             return table_rows(db, SOURCE_TABLE)

@@ -24,9 +24,9 @@ import pyarrow as pa
 from icecdc.domain.layout import TableLayout
 from icecdc.domain.sourcespec import SourceRules
 from icecdc.ingest.batch import Image, SourceOffset
+from icecdc.ingest.batch_decisions import JobResult, Position, TruncateAt, WriteSpread, WrittenFile
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
-from icecdc.ingest.plan import JobResult, Position, TruncateAt, WriteSpread, WrittenFile
 from icecdc.ingest.prefixes import SchemaPrefixes
 from icecdc.ingest.records import PolledRecords
 from icecdc.ingest.stages import (

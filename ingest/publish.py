@@ -12,7 +12,7 @@ from tenacity import RetryCallState, retry, retry_if_result, stop_after_attempt,
 
 from icecdc.domain.events import CommitEvent
 from icecdc.ingest import metrics
-from icecdc.ingest.plan import DeadLetter
+from icecdc.ingest.batch_decisions import DeadLetter
 
 log = logging.getLogger(__name__)
 

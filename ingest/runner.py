@@ -7,14 +7,14 @@ import threading
 from typing import TYPE_CHECKING
 
 from icecdc.domain.errors import UserError
-from icecdc.ingest.publish import CommitEventPublisher
-from icecdc.ingest.sources import (
+from icecdc.ingest.kafka_reader import (
     DirectKafkaSource,
     kafka_connector_available,
     kafka_stream,
     run_direct,
     run_streaming,
 )
+from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.writer import BatchWriter, IngestStats
 from icecdc.runtime import kafka
 from icecdc.runtime.catalog import catalog_check, ensure_tables

@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.domain.sourcespec import SourceRules, TruncateMode, UnavailableValues
 from icecdc.ingest.batch import Image, KeyChange, KeyResult, reduce_key, to_key_change
+from icecdc.ingest.batch_decisions import erased_by_truncate
 from icecdc.ingest.debezium import (
     NEW_KEY_HEADER,
     OLD_KEY_HEADER,
@@ -45,7 +46,6 @@ from icecdc.ingest.debezium import (
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.fastparse import FAST_COLUMNS, FastParser, change_columns, key_text
 from icecdc.ingest.filemeta import FileKind, describe, parquet_footer
-from icecdc.ingest.plan import erased_by_truncate
 from icecdc.ingest.prefixes import CUT_PREFIX
 from icecdc.ingest.reduce import GLOBAL_PARTITION, plain_rows, reduce_plain_keys
 from icecdc.ingest.unavailable import unavailable_detail

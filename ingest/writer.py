@@ -14,7 +14,7 @@ A crash anywhere before 4 leaves only unreferenced files (orphans); after 4 the 
 make the replay a no-op.
 
 ``BatchRunner`` keeps that order over what it is given (the tables, the job, the dead-letter
-topic, the commit events), with ``plan`` deciding; ``BatchWriter`` wires it to Iceberg, Spark and
+topic, the commit events), with ``batch_decisions`` deciding; ``BatchWriter`` wires it to Iceberg, Spark and
 Kafka.
 """
 
@@ -35,12 +35,12 @@ from icecdc.domain.errors import MissingPartitionSpec, NoSuchTable
 from icecdc.domain.events import CommitEvent
 from icecdc.domain.layout import TableLayout, layout_from_pyiceberg
 from icecdc.domain.sourcespec import SourceRules
-from icecdc.ingest import metrics, plan, unavailable
+from icecdc.ingest import batch_decisions, metrics, unavailable
 from icecdc.ingest import offsets as offset_log
+from icecdc.ingest.batch_decisions import DeadLetter, IngestStats, JobResult, Position, TableCommit, Truncates, WrittenFile
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.job import BatchInput, BatchJob
-from icecdc.ingest.plan import DeadLetter, IngestStats, JobResult, Position, TableCommit, Truncates, WrittenFile
 from icecdc.ingest.prefixes import SchemaPrefixes
 from icecdc.ingest.publish import CommitEventPublisher, DeadLetterTopic
 from icecdc.ingest.unavailable import Key, unavailable_detail
@@ -165,7 +165,7 @@ class BatchRunner:
 
     def topic_positions(self, committed: Mapping[str, offset_log.Offsets]) -> dict[Position, int]:
         """(topic, partition) -> next offset to read, each topic as committed by its own table."""
-        return plan.topic_positions(self.layouts, committed)
+        return batch_decisions.topic_positions(self.layouts, committed)
 
     @property
     def prefixes(self) -> SchemaPrefixes:
@@ -179,7 +179,7 @@ class BatchRunner:
         positions = self.topic_positions(committed)
         first = job = self._job.run(batch, self.layouts, positions, tag, {})
         self.stats.last_job_seconds = job.seconds
-        redos = plan.Redos(tag, positions)
+        redos = batch_decisions.BatchRedos(tag, positions)
         while (redo := redos.after(job)) is not None:
             self._discard(job)
             for table, changes in redo.schema_changes.items():
@@ -214,7 +214,7 @@ class BatchRunner:
                 metrics.SCHEMA_CHANGES.labels(table, change.kind.value).inc()
                 log.info("%s: %s (the source's schema changed)", table, change, extra={"table": table})
             self._failpoint("after-schema-change")
-        self.layouts[table] = plan.reloaded_layout(self.layouts[table], self._load_layout(table))
+        self.layouts[table] = batch_decisions.reloaded_layout(self.layouts[table], self._load_layout(table))
 
     def _finish(
         self,
@@ -236,7 +236,7 @@ class BatchRunner:
         self._failpoint("after-files")
 
         followed: dict[str, list[unavailable.MovedImage]] = {}
-        letters = plan.dead_letters(first, job, truncated) + self._resolve_unavailable(tag, job, truncated, followed)
+        letters = batch_decisions.dead_letters(first, job, truncated) + self._resolve_unavailable(tag, job, truncated, followed)
         if letters:
             self._dead_letters.send(letters)
             self.stats.count_dead_letters(letters)
@@ -246,7 +246,7 @@ class BatchRunner:
         self._count_not_written(job)
 
         commits_started = self._clock()
-        done = self._commit_all(plan.table_commits(tag, committed, first, job, truncated, letters), job)
+        done = self._commit_all(batch_decisions.table_commits(tag, committed, first, job, truncated, letters), job)
         ended = self._clock()
         commits = {table: snapshot for table, snapshot, _ in done}
         self._carry_moves(job, commits, truncated, followed)
@@ -275,7 +275,7 @@ class BatchRunner:
             followed[table] = resolution.followed
             if resolution.rows:
                 job.files[table].extend(self._job.write_rows(layout, resolution.rows, tag))
-            letters += plan.unresolvable_letters(table, resolution.unresolvable, _unresolvable_detail)
+            letters += batch_decisions.unresolvable_letters(table, resolution.unresolvable, _unresolvable_detail)
             metrics.UNAVAILABLE_ROWS.labels(table, "resolved").inc(len(resolution.rows))
             metrics.UNAVAILABLE_ROWS.labels(table, "dead-lettered").inc(len(resolution.unresolvable))
             log.info(
@@ -377,7 +377,7 @@ class BatchRunner:
                 # no live file used any more: add it again and name it in this batch's files.
                 spec_id = table.ensure_unpartitioned_spec()
                 self.layouts[name] = replace(layout, global_spec_id=spec_id)
-                deletes = [plan.with_spec_id(d, missing.spec_id, spec_id) for d in planned.deletes]
+                deletes = [batch_decisions.with_spec_id(d, missing.spec_id, spec_id) for d in planned.deletes]
                 snapshot = table.commit_files(planned.what, planned.data, deletes, planned.summary)
         seconds = self._clock() - commit_started
         global_deletes = planned.rows(FileKind.GLOBAL_DELETE)
@@ -402,7 +402,7 @@ class BatchRunner:
                 self.rules[name].before_image.value,
                 extra={"table": name},
             )
-        event = plan.commit_event(planned, snapshot, layout, job.unknown_columns.get(name, {}))
+        event = batch_decisions.commit_event(planned, snapshot, layout, job.unknown_columns.get(name, {}))
         with self._bookkeeping:  # the publisher keeps undelivered events to send again
             self._events.publish(event)
         return snapshot, seconds
@@ -475,10 +475,10 @@ class BatchWriter:
         self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in names}
         rules = {table.name: table.source_rules for table in config.tables}
         for name, layout in layouts.items():
-            if plan.may_delete_globally(layout, rules[name]) and layout.global_spec_id is None:
+            if batch_decisions.may_delete_globally(layout, rules[name]) and layout.global_spec_id is None:
                 layouts[name] = replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
         cores = spark.sparkContext.defaultParallelism
-        spread = plan.WriteSpread.for_source(config.ingest.max_batch_records, len(names), cores)
+        spread = batch_decisions.WriteSpread.for_source(config.ingest.max_batch_records, len(names), cores)
         self.job = BatchJob(
             rules,
             config.catalog.properties,

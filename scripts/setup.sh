@@ -5,7 +5,7 @@
 #   - the PostgreSQL JDBC driver from Debian, for a JDBC catalog on PostgreSQL (Spark's JDBC
 #     catalog finds it in /usr/share/java; when missing and run as root; otherwise it says so and
 #     goes on: only that catalog needs it);
-#   - PostgreSQL's server from Debian, for the real Debezium source (icecdc/sources/; when missing
+#   - PostgreSQL's server from Debian, for the real Debezium source (icecdc/testbed/; when missing
 #     and run as root; otherwise it says so and goes on: only that source needs it);
 #   - a virtualenv (the active one, $VIRTUAL_ENV, or ./.venv) with icecdc (psycopg among its
 #     dependencies, pyiceberg's driver for a catalog on PostgreSQL), its test deps, the

@@ -294,8 +294,8 @@ class FeedWriter:
 
     def polled_by_topic(self, pairs: Mapping[str, Sequence[tuple[bytes | None, bytes | None]]]) -> PolledRecords:
         """The next batch with each topic's own records, as the direct reader hands it over."""
+        from icecdc.ingest.kafka_reader import source_rows
         from icecdc.ingest.records import PolledRecords
-        from icecdc.ingest.sources import source_rows
 
         rows = [row for topic, records in pairs.items() for row in source_rows(topic, records, self._offset)]
         self._offset += max((len(records) for records in pairs.values()), default=0)

@@ -1,7 +1,7 @@
 """Whether a live table is portable, from plain values: how old its oldest live equality delete
 is (readers such as pyiceberg, Snowflake or Databricks cannot apply one), what a run's samples
 of that age add up to, and whether a reader's read of a snapshot was exact. Pure: the bench reads
-the table's metadata and the readers' rows (``icecdc.bench.readers``) and hands the values here.
+the table's metadata and the readers' rows (``icecdc.bench.engine_readers``) and hands the values here.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from icecdc.bench.harness import FeedWriter, StageCost, bench_stack, clone, last
 from icecdc.bench.ingest import ChangingTable, base_sql
 from icecdc.bench.report import machine, markdown_table, publish, pyplot
 from icecdc.domain import summary as summary_keys
-from icecdc.ingest.plan import ROWS_PER_WRITE_TASK
+from icecdc.ingest.batch_decisions import ROWS_PER_WRITE_TASK
 from icecdc.options import embedded_stack_arguments
 from icecdc.runtime.fileio import file_io
 from icecdc.workload import REGIONS, orders_table

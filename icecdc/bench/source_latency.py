@@ -2,7 +2,7 @@
 to the first Iceberg snapshot that shows it, at a steady rate of transactions.
 
 Each run drives ``--rate`` transactions a second for ``--seconds`` into an ``orders`` table of a
-throwaway PostgreSQL cluster (``icecdc.sources.orders``: single-statement transactions in
+throwaway PostgreSQL cluster (``icecdc.testbed.orders``: single-statement transactions in
 autocommit, inserts, updates that move rows between regions, deletes, some statements of several
 rows), which the real Debezium connector streams to the broker as Kafka Connect would, and which
 ``icecdc ingest`` (the direct reader, in this process) mirrors into an Iceberg table partitioned
@@ -39,8 +39,8 @@ from icecdc.bench.harness import BenchStack, bench_stack, clone, progress
 from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
 from icecdc.domain.errors import UserError
 from icecdc.options import state_dir_argument
-from icecdc.sources.orders import OrdersTransactions
-from icecdc.sources.postgres import ThrowawayPostgres
+from icecdc.testbed.orders import OrdersTransactions
+from icecdc.testbed.postgres import ThrowawayPostgres
 from icecdc.workload import ORDERS_SCHEMA, orders_table
 
 NAME = "source-latency"
@@ -174,8 +174,8 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
     from icecdc.ingest.runner import run_ingest
     from icecdc.runtime import kafka
     from icecdc.runtime.catalog import pyiceberg_catalog
-    from icecdc.sources.debezium import DebeziumPostgresSource
-    from icecdc.sources.orders import table_rows
+    from icecdc.testbed.connector import DebeziumPostgresSource
+    from icecdc.testbed.orders import table_rows
 
     source_table = f"orders_{stack.run_id}_{run}"
     # One key range per connection: a connection's updates and deletes pick among its own keys.

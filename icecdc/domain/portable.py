@@ -1,6 +1,6 @@
 """Which snapshot a reader that cannot apply equality deletes but can name its snapshot
 (pyiceberg, Polars, DuckDB by snapshot id) reads exactly: the newest one in the current
-snapshot's history that holds no equality delete. Pure: an adapter hands the snapshots' summaries here (``icecdc.readers``).
+snapshot's history that holds no equality delete. Pure: an adapter hands the snapshots' summaries here (``icecdc.portable_snapshot``).
 
 While the writer writes, the current snapshot usually holds its last batch's equality deletes
 until the sidecar converts them (``compactor.portable_within_seconds``). The snapshot the

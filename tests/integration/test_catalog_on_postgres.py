@@ -24,7 +24,7 @@ from icecdc.runtime.broker import free_port
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config, expand_env
 from icecdc.runtime.spark import DEBIAN_JAVA_DIR, JDBC_DRIVERS
-from icecdc.sources.postgres import PostgresError, ThrowawayPostgres, server_bindir
+from icecdc.testbed.postgres import PostgresError, ThrowawayPostgres, server_bindir
 from tests.integration.test_catalog_outage import UNTIL_IDLE_SECONDS, ChangeFeed, json_lines, outage_config, ready
 from tests.integration.test_coordinator import stop, wait_for
 from tests.processes import start_icecdc, write_config

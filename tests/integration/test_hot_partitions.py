@@ -15,7 +15,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 
-from icecdc.compactor import turns
+from icecdc.compactor import scheduler
 from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_conversion, plan_hot, plan_rewrite
 from icecdc.compactor.policy import PORTABLE_SHARE, Work
 from icecdc.compactor.rewrite import Committer, CompactionResult
@@ -228,7 +228,7 @@ def test_no_equality_delete_outlives_the_portability_target_beside_a_writer(spar
     by_commit = collections.Counter(e.snapshot_id for e in converted)
     assert max(by_commit.values()) == len(REGIONS), by_commit
     longest = max(e.finished_ms - e.started_ms for e in converted) / 1000
-    bound = PORTABLE_SHARE * target + turns.IDLE_POLL_SECONDS + (len(REGIONS) + 1) * longest
+    bound = PORTABLE_SHARE * target + scheduler.IDLE_POLL_SECONDS + (len(REGIONS) + 1) * longest
     assert max(ages) <= max(bound, target), (ages, bound, [(e.reason, e.finished_ms - e.started_ms) for e in converted])
     assert ages[-1] == 0.0 and converted[-1].portable, ages
     assert table_rows(spark, qualified(config)) == src.expected_rows()

@@ -10,9 +10,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from icecdc.ingest.kafka_reader import run_streaming
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.runner import run_ingest
-from icecdc.ingest.sources import run_streaming
 from icecdc.ingest.stages import KAFKA_SCHEMA
 from icecdc.ingest.writer import BatchWriter
 from icecdc.runtime import kafka

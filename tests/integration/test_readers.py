@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 from pyiceberg.table.snapshots import ancestors_of
 
+from icecdc.bench.engine_readers import Reader, duckdb_connection, read_all, read_pyiceberg
 from icecdc.bench.portability import ReadOutcome, exactness
-from icecdc.bench.readers import Reader, duckdb_connection, read_all, read_pyiceberg
 from icecdc.compactor.metadata import head_snapshot
 from icecdc.compactor.sidecar import create_sidecar
 from icecdc.domain import summary
-from icecdc.readers import portable_snapshot, portable_snapshots
+from icecdc.portable_snapshot import portable_snapshot, portable_snapshots
 from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, SourceDatabase, orders_table
@@ -58,7 +58,7 @@ def batch_snapshot(table, snapshot_id: int) -> int | None:
 
 
 class PortableProbes:
-    """Reads of the newest portable snapshot (``icecdc.readers.portable_snapshot``), each against
+    """Reads of the newest portable snapshot (``icecdc.portable_snapshot.portable_snapshot``), each against
     the model's rows as of the batch it holds (recorded after every batch by ``batch_written``)."""
 
     def __init__(self, config: Config, source: SourceDatabase, connection: Any) -> None:

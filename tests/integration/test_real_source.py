@@ -22,8 +22,8 @@ from confluent_kafka import TopicPartition
 from icecdc.ingest.runner import run_ingest
 from icecdc.runtime import kafka
 from icecdc.runtime.config import Config, TableConfig
-from icecdc.sources.debezium import DebeziumPostgresSource
-from icecdc.sources.postgres import PostgresError, ThrowawayPostgres, server_bindir
+from icecdc.testbed.connector import DebeziumPostgresSource
+from icecdc.testbed.postgres import PostgresError, ThrowawayPostgres, server_bindir
 from tests.cdc import ORDERS_PARTITIONING, ORDERS_SCHEMA, REGIONS, table_rows
 from tests.integration.test_ingest_process import UNTIL_IDLE_SECONDS
 

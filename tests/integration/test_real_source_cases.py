@@ -21,12 +21,12 @@ from typing import Any
 import pytest
 
 from icecdc.ingest import metrics
-from icecdc.ingest.plan import IngestStats
+from icecdc.ingest.batch_decisions import IngestStats
 from icecdc.ingest.runner import run_ingest
 from icecdc.runtime import kafka
 from icecdc.runtime.config import Config, TableConfig
-from icecdc.sources.debezium import DebeziumPostgresSource
-from icecdc.sources.postgres import ThrowawayPostgres
+from icecdc.testbed.connector import DebeziumPostgresSource
+from icecdc.testbed.postgres import ThrowawayPostgres
 from tests.integration.test_ingest_process import UNTIL_IDLE_SECONDS
 from tests.integration.test_real_source import CONTEXT_HEADERS, read_changes, wait_for_key
 

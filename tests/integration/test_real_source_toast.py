@@ -15,7 +15,7 @@ from icecdc.ingest import metrics
 from icecdc.ingest.debezium import UNAVAILABLE_PLACEHOLDER
 from icecdc.ingest.runner import run_ingest
 from icecdc.runtime.config import TableConfig
-from icecdc.sources.debezium import DebeziumPostgresSource
+from icecdc.testbed.connector import DebeziumPostgresSource
 from tests.integration.test_ingest_process import UNTIL_IDLE_SECONDS
 from tests.integration.test_ingest_writer import read_topic
 from tests.integration.test_real_source import postgres, wait_for_key  # noqa: F401  (postgres: the module's cluster)

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from icecdc.bench.engine_readers import read_pyiceberg
 from icecdc.bench.portability import ReadOutcome, exactness
-from icecdc.bench.readers import read_pyiceberg
 from icecdc.compactor import status
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.domain.portable import MainMove, SnapshotFacts, decide_main

@@ -18,9 +18,9 @@ from icecdc.domain.errors import MissingPartitionSpec
 from icecdc.domain.events import CommitEvent, PartitionDelta
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import DEFAULT_RULES
+from icecdc.ingest.batch_decisions import MAX_REDOS, JobResult, TablesKeptChanging, TruncateAt, WrittenFile, erased_by_truncate
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
-from icecdc.ingest.plan import MAX_REDOS, JobResult, TablesKeptChanging, TruncateAt, WrittenFile, erased_by_truncate
 from icecdc.ingest.publish import DeliveryError
 from icecdc.ingest.writer import BatchRunner
 from icecdc.jvm.tables import CommittedSnapshot

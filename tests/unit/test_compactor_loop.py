@@ -15,7 +15,7 @@ import orjson
 import pyarrow as pa
 import pytest
 
-from icecdc.compactor import metrics, turns
+from icecdc.compactor import metrics, scheduler
 from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.feed import EventFeed, EventTopics
 from icecdc.compactor.key_index import KeyIndex
@@ -436,74 +436,74 @@ def test_orphan_removal_is_begun_in_the_loop_and_runs_beside_it():
 
 def test_maintenance_goes_first_then_the_best_candidate_then_nothing():
     due = [("db.t", MaintenanceKind.MANIFESTS)]
-    assert turns.next_step(due, [CANDIDATE]) == turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
-    assert turns.next_step([], [CANDIDATE]) == turns.Compact((CANDIDATE,))
-    assert turns.next_step([], []) is None
+    assert scheduler.next_step(due, [CANDIDATE]) == scheduler.Maintain("db.t", MaintenanceKind.MANIFESTS)
+    assert scheduler.next_step([], [CANDIDATE]) == scheduler.Compact((CANDIDATE,))
+    assert scheduler.next_step([], []) is None
 
 
 def test_a_conversion_the_portability_target_asks_for_goes_ahead_of_maintenance_once_then_they_take_turns():
     due = [("db.t", MaintenanceKind.MANIFESTS)]
     conversion = dataclasses.replace(CANDIDATE, work=Work.CONVERT, hot=True, due_by=5.0)
     ranked = [conversion, CANDIDATE]
-    assert turns.next_step(due, ranked) == turns.Compact((conversion,))
-    assert turns.next_step(due, ranked, maintenance_deferred=True) == turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
+    assert scheduler.next_step(due, ranked) == scheduler.Compact((conversion,))
+    assert scheduler.next_step(due, ranked, maintenance_deferred=True) == scheduler.Maintain("db.t", MaintenanceKind.MANIFESTS)
     # With no maintenance due, the conversions go on one after another.
-    assert turns.next_step([], ranked, maintenance_deferred=True) == turns.Compact((conversion,))
+    assert scheduler.next_step([], ranked, maintenance_deferred=True) == scheduler.Compact((conversion,))
     # Work for reads and file counts never goes ahead of maintenance.
-    assert turns.next_step(due, [CANDIDATE]) == turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
+    assert scheduler.next_step(due, [CANDIDATE]) == scheduler.Maintain("db.t", MaintenanceKind.MANIFESTS)
 
 
 MB = 1024 * 1024
 
 
 def test_coming_conversions_go_ahead_of_a_rewrite_that_would_hold_them_past_their_due_time():
-    pace = turns.RewritePace(bytes_per_second=10 * MB, measured=True)
+    pace = scheduler.RewritePace(bytes_per_second=10 * MB, measured=True)
     merge = dataclasses.replace(job_candidate("big", 96 * MB), cost=96 * MB)
     coming = [
         dataclasses.replace(job_candidate(p, 10, hot=True, work=Work.CONVERT), due_by=due_by, reason="r")
         for p, due_by in (("a", 112.0), ("b", 115.0))
     ]
     margin = 5.0  # due at 107 and 110
-    step = turns.Compact((merge,))
-    seconds = turns.holding_seconds(step, pace, {})
+    step = scheduler.Compact((merge,))
+    seconds = scheduler.holding_seconds(step, pace, {})
     assert seconds == pytest.approx(9.6)  # at that pace
-    converted = turns.convert_first(step, coming, seconds, 100.0, margin, 16)
-    assert isinstance(converted, turns.Compact)
+    converted = scheduler.convert_first(step, coming, seconds, 100.0, margin, 16)
+    assert isinstance(converted, scheduler.Compact)
     assert [c.partition_path for c in converted.candidates] == ["a", "b"]  # both, in one job
     assert "ahead of a rewrite expected to take 9.6s" in converted.candidates[0].reason
     # A rewrite that ends before the first comes due, no conversion coming, or a conversion
     # already the step: left as it is.
-    assert turns.convert_first(step, coming, seconds, 96.0, margin, 16) == step
-    assert turns.convert_first(step, [], seconds, 100.0, margin, 16) == step
-    due = turns.Compact((dataclasses.replace(coming[0], due_by=101.0),))
-    assert turns.convert_first(due, coming, seconds, 100.0, margin, 16) == due
-    assert turns.convert_first(None, coming, seconds, 100.0, margin, 16) is None
+    assert scheduler.convert_first(step, coming, seconds, 96.0, margin, 16) == step
+    assert scheduler.convert_first(step, [], seconds, 100.0, margin, 16) == step
+    due = scheduler.Compact((dataclasses.replace(coming[0], due_by=101.0),))
+    assert scheduler.convert_first(due, coming, seconds, 100.0, margin, 16) == due
+    assert scheduler.convert_first(None, coming, seconds, 100.0, margin, 16) is None
     # Once: right after such a conversion the rewrite goes, whatever has landed meanwhile.
-    assert turns.convert_first(step, coming, seconds, 100.0, margin, 16, converted_ahead=True) == step
+    assert scheduler.convert_first(step, coming, seconds, 100.0, margin, 16, converted_ahead=True) == step
 
 
 def test_coming_conversions_go_ahead_of_a_maintenance_run_as_long_as_its_last():
     coming = [dataclasses.replace(job_candidate("a", 10, hot=True, work=Work.CONVERT), due_by=112.0, reason="r")]
-    merge = turns.Maintain("db.t", MaintenanceKind.MANIFESTS)
-    never_timed = turns.holding_seconds(merge, turns.RewritePace(), {})
-    assert never_timed == turns.UNTIMED_MAINTENANCE_SECONDS
-    converted = turns.convert_first(merge, coming, never_timed, 100.0, 5.0)
+    merge = scheduler.Maintain("db.t", MaintenanceKind.MANIFESTS)
+    never_timed = scheduler.holding_seconds(merge, scheduler.RewritePace(), {})
+    assert never_timed == scheduler.UNTIMED_MAINTENANCE_SECONDS
+    converted = scheduler.convert_first(merge, coming, never_timed, 100.0, 5.0)
     assert (
-        isinstance(converted, turns.Compact)
+        isinstance(converted, scheduler.Compact)
         and "ahead of a rewrite-manifests expected to take 60.0s" in converted.candidates[0].reason
     )
     # Only conversions coming due within it: a target of days converts nothing early.
     far = [dataclasses.replace(coming[0], due_by=100.0 + 86_400)]
-    assert turns.convert_first(merge, far, never_timed, 100.0, 43_200.0) == merge
-    quick = turns.holding_seconds(merge, turns.RewritePace(), {("db.t", MaintenanceKind.MANIFESTS): 0.2})
-    assert turns.convert_first(merge, coming, quick, 100.0, 5.0) == merge
+    assert scheduler.convert_first(merge, far, never_timed, 100.0, 43_200.0) == merge
+    quick = scheduler.holding_seconds(merge, scheduler.RewritePace(), {("db.t", MaintenanceKind.MANIFESTS): 0.2})
+    assert scheduler.convert_first(merge, coming, quick, 100.0, 5.0) == merge
 
 
 def test_orphan_removal_holds_neither_the_loop_nor_the_compactions():
     """It commits nothing and spares every file younger than an hour: it runs beside the loop,
     so no conversion goes ahead of it, and its started event pauses no compaction."""
-    orphans = turns.Maintain("db.t", MaintenanceKind.ORPHANS)
-    assert turns.holding_seconds(orphans, turns.RewritePace(), {("db.t", MaintenanceKind.ORPHANS): 20.0}) == 0.0
+    orphans = scheduler.Maintain("db.t", MaintenanceKind.ORPHANS)
+    assert scheduler.holding_seconds(orphans, scheduler.RewritePace(), {("db.t", MaintenanceKind.ORPHANS): 20.0}) == 0.0
     assert not MaintenanceKind.ORPHANS.commits and MaintenanceKind.EXPIRE.commits and MaintenanceKind.MANIFESTS.commits
     activity = TableActivity(max_seconds=600)
     started = MaintenanceEvent("db.t", MaintenanceKind.ORPHANS, MaintenanceOutcome.STARTED, "r1", 1_000, 1_000)
@@ -514,12 +514,12 @@ def test_orphan_removal_holds_neither_the_loop_nor_the_compactions():
 
 
 def test_the_rewrite_pace_is_what_this_replicas_jobs_measured():
-    pace = turns.RewritePace()
-    assert pace.bytes_per_second == turns.DEFAULT_REWRITE_BYTES_PER_SECOND and not pace.measured
+    pace = scheduler.RewritePace()
+    assert pace.bytes_per_second == scheduler.DEFAULT_REWRITE_BYTES_PER_SECOND and not pace.measured
     pace.observe(96 * MB, 1, 5.0)  # the first measurement replaces the assumption
     assert pace.bytes_per_second == pytest.approx(20 * MB)
     pace.observe(36 * MB, 1, 5.0)  # 8 MB/s: a weighted mean moves toward it
-    assert pace.bytes_per_second == pytest.approx(20 * MB + turns.PACE_WEIGHT * (8 * MB - 20 * MB))
+    assert pace.bytes_per_second == pytest.approx(20 * MB + scheduler.PACE_WEIGHT * (8 * MB - 20 * MB))
     pace.observe(MB, 1, 0.0)  # no time measured: nothing learned
     assert pace.seconds_for([dataclasses.replace(CANDIDATE, cost=pace.bytes_per_second * 2)]) == pytest.approx(2.0)
 
@@ -537,11 +537,11 @@ def test_small_settled_partitions_of_a_table_share_a_job_up_to_its_limits():
     )
     fits = [job_candidate(p, 20, work=Work.MINOR) for p in "efgh"]
     ranked = [best, other_table, hot, big, *fits]
-    assert turns.job_partitions(ranked, 16, 100) == (best, *fits)  # 10 + 4 x 20 fit in 100
-    assert turns.job_partitions(ranked, 3, 100) == (best, *fits[:2])
-    assert turns.job_partitions(ranked, 16, 60) == (best, *fits[:2])  # the third would not fit
-    assert turns.job_partitions(ranked, 1, 100) == (best,)
-    assert turns.next_step([], ranked, 16, 100) == turns.Compact((best, *fits))
+    assert scheduler.job_partitions(ranked, 16, 100) == (best, *fits)  # 10 + 4 x 20 fit in 100
+    assert scheduler.job_partitions(ranked, 3, 100) == (best, *fits[:2])
+    assert scheduler.job_partitions(ranked, 16, 60) == (best, *fits[:2])  # the third would not fit
+    assert scheduler.job_partitions(ranked, 1, 100) == (best,)
+    assert scheduler.next_step([], ranked, 16, 100) == scheduler.Compact((best, *fits))
 
 
 def test_the_portability_targets_conversions_due_together_share_one_job_whatever_their_bytes():
@@ -553,9 +553,9 @@ def test_the_portability_targets_conversions_due_together_share_one_job_whatever
     other_table = dataclasses.replace(job_candidate("f", 10, "db.u", work=Work.CONVERT), due_by=100.0)
     settled = job_candidate("g", 10)
     ranked = [*due[:2], other_table, *due[2:], for_budget, settled]
-    assert turns.job_partitions(ranked, 16, 100) == tuple(due)
-    assert turns.job_partitions(ranked, 3, 100) == tuple(due[:3])
-    assert turns.job_partitions([settled, *due], 16, 100) == (settled,)  # a settled job takes no conversion along
+    assert scheduler.job_partitions(ranked, 16, 100) == tuple(due)
+    assert scheduler.job_partitions(ranked, 3, 100) == tuple(due[:3])
+    assert scheduler.job_partitions([settled, *due], 16, 100) == (settled,)  # a settled job takes no conversion along
 
 
 @pytest.mark.parametrize(
@@ -564,21 +564,21 @@ def test_the_portability_targets_conversions_due_together_share_one_job_whatever
     ids=["hot", "conversion", "larger than a job"],
 )
 def test_a_hot_partition_a_conversion_or_a_large_partition_gets_a_job_of_its_own(best):
-    assert turns.job_partitions([best, job_candidate("b", 10), job_candidate("c", 10)], 16, 100) == (best,)
+    assert scheduler.job_partitions([best, job_candidate("b", 10), job_candidate("c", 10)], 16, 100) == (best,)
 
 
 def test_only_owned_candidates_on_tables_without_running_maintenance():
     other = Candidate("db.u", "p=us", Work.MINOR, "", 1.0, 1.0)
-    owned = turns.owned_candidates([CANDIDATE, other], lambda table, path: path != "p=us", lambda table: False)
+    owned = scheduler.owned_candidates([CANDIDATE, other], lambda table, path: path != "p=us", lambda table: False)
     assert owned == [CANDIDATE]
-    assert turns.owned_candidates([CANDIDATE], lambda t, p: True, lambda table: table == "db.t") == []
+    assert scheduler.owned_candidates([CANDIDATE], lambda t, p: True, lambda table: table == "db.t") == []
 
 
 def test_idle_needs_the_group_silence_and_nothing_due_or_waiting():
     quiet = {"joined": True, "quiet_seconds": 10.0, "until_idle": 5.0, "has_candidates": False, "waiting": False}
-    assert turns.idle(**quiet)
+    assert scheduler.idle(**quiet)
     for key, value in (("joined", False), ("quiet_seconds", 1.0), ("has_candidates", True), ("waiting", True)):
-        assert not turns.idle(**{**quiet, key: value}), key
+        assert not scheduler.idle(**{**quiet, key: value}), key
 
 
 # ---- the event feed ----

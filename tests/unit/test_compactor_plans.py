@@ -10,7 +10,7 @@ from icecdc.compactor.plans import (
     PartitionFiles,
     RewritePlan,
     keep_deletes_of_unchanged,
-    pack_rent_paid,
+    next_tier_worth_packing,
     pack_tier,
     plan_conversion,
     plan_hot,
@@ -236,7 +236,7 @@ def test_a_base_of_a_few_dozen_kb_is_not_packed_with_every_batch():
 
 
 def test_the_rent_is_the_bytes_a_pack_grown_a_batch_at_a_time_has_rewritten():
-    assert not pack_rent_paid(27 * KB, 80 * KB, 5 * KB) and pack_rent_paid(29 * KB, 80 * KB, 5 * KB)
+    assert not next_tier_worth_packing(27 * KB, 80 * KB, 5 * KB) and next_tier_worth_packing(29 * KB, 80 * KB, 5 * KB)
 
 
 @pytest.mark.parametrize(("batches", "before"), [(72, 12.0), (200, 24.0)])

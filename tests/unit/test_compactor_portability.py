@@ -12,7 +12,7 @@ import orjson
 import pytest
 from pydantic import ValidationError
 
-from icecdc.compactor import metrics, status, turns
+from icecdc.compactor import metrics, scheduler, status
 from icecdc.compactor.compaction_runner import CompactionRunner
 from icecdc.compactor.outcomes import Outcome
 from icecdc.compactor.plans import PartitionFiles, plan_for
@@ -185,14 +185,14 @@ def test_global_deletes_are_resolved_first_once_due():
     ("has_candidates", "next_due", "timeout"),
     [
         (True, 1000.5, 0.0),
-        (False, None, turns.IDLE_POLL_SECONDS),
+        (False, None, scheduler.IDLE_POLL_SECONDS),
         (False, 1000.25, 0.25),
-        (False, 999.0, turns.IDLE_POLL_SECONDS),
+        (False, 999.0, scheduler.IDLE_POLL_SECONDS),
     ],
     ids=["work to do", "nothing waiting", "a conversion due soon", "due but not ours to do"],
 )
 def test_the_loop_waits_for_events_no_longer_than_the_next_conversion(has_candidates, next_due, timeout):
-    assert turns.poll_timeout(has_candidates, next_due, 1000.0) == timeout
+    assert scheduler.poll_timeout(has_candidates, next_due, 1000.0) == timeout
 
 
 # ---- the plan: conversions only ----

@@ -26,7 +26,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from icecdc.compactor import turns
+from icecdc.compactor import scheduler
 from icecdc.compactor.outcomes import BackingOff, Compacting, Outcome
 from icecdc.compactor.policy import PartitionStats, global_work, needed_work
 from icecdc.compactor.settle import Phase, phase
@@ -193,15 +193,15 @@ class TrackerMachine(RuleBasedStateMachine):
     def _turn(self, pause: float) -> Job | None:
         """Time passes, then the sidecar picks its work and begins its job, if it has work."""
         self.now += pause
-        step = turns.next_step(
+        step = scheduler.next_step(
             [], self.tracker.candidates(self.now), SETTINGS.partitions_per_job, SETTINGS.target_file_size_bytes
         )
         if step is None:
             return None
-        assert isinstance(step, turns.Compact)
+        assert isinstance(step, scheduler.Compact)
         job = step.candidates
         assert len({c.table for c in job}) == 1 and len(job) <= SETTINGS.partitions_per_job
-        assert len(job) == 1 or all(turns.is_due_conversion(c) for c in job) or not any(c.hot for c in job), (
+        assert len(job) == 1 or all(scheduler.is_due_conversion(c) for c in job) or not any(c.hot for c in job), (
             "a hot partition gets a job of its own, but for the portability target's conversions due together"
         )
         begun = []

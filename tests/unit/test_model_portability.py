@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import hypothesis.strategies as st
 from hypothesis import event, given, settings
 
-from icecdc.compactor import turns
+from icecdc.compactor import scheduler
 from icecdc.compactor.outcomes import Outcome
 from icecdc.compactor.plans import PartitionFiles, RewritePlan, plan_for
 from icecdc.compactor.policy import PORTABLE_SHARE, Candidate, PartitionStats, conversion_margin
@@ -47,7 +47,7 @@ TABLE = "db.orders"
 # How fast rewrites go (bytes of their estimated cost a second; None: jobs take no time). A job's
 # fixed cost alone is 4 MiB, so at these a one-partition rewrite takes 1-2 s and a job of the
 # four partitions of two regions and two days 4-8 s, past the margin a due conversion has: the
-# coming conversions must go first (``turns.convert_first``).
+# coming conversions must go first (``scheduler.convert_first``).
 PACES = (None, 2 * 1024 * KB, 4 * 1024 * KB)
 
 step = st.tuples(
@@ -65,7 +65,7 @@ class Run:
     """One history under way: the model table, its commit times, and the sidecar's tracker."""
 
     def __init__(
-        self, format_version: int, key_only: bool, partition_by: list[str], pace: turns.RewritePace | None = None
+        self, format_version: int, key_only: bool, partition_by: list[str], pace: scheduler.RewritePace | None = None
     ) -> None:
         self.pace = pace  # how fast rewrites go (None: every job takes no time)
         self.layout = orders_layout(partition_by, format_version)
@@ -154,18 +154,18 @@ class Run:
         """Every job due now, one after another, as the sidecar's turns run them."""
         converted_ahead = False
         for _ in range(50):
-            step = turns.next_step(
+            step = scheduler.next_step(
                 [], self.tracker.candidates(self.now), CONFIG.partitions_per_job, CONFIG.target_file_size_bytes
             )
             if self.pace is not None:
                 coming = self.tracker.coming_conversions(self.now)
                 margin, per_job = conversion_margin(CONFIG), CONFIG.partitions_per_job
-                holding = turns.holding_seconds(step, self.pace, {})
-                ahead = turns.convert_first(step, coming, holding, self.now, margin, per_job, converted_ahead)
+                holding = scheduler.holding_seconds(step, self.pace, {})
+                ahead = scheduler.convert_first(step, coming, holding, self.now, margin, per_job, converted_ahead)
                 converted_ahead, step = ahead is not step, ahead
             if step is None:
                 return
-            assert isinstance(step, turns.Compact)
+            assert isinstance(step, scheduler.Compact)
             self._job(step.candidates, during)
             during = ()
         raise AssertionError("the sidecar never ran out of due work")
@@ -199,7 +199,7 @@ class Run:
         for batch in during:
             self.write(batch)
         # A rewrite takes the time its pace says (a conversion none): what is live now waits for it.
-        seconds = self.pace.seconds_for(candidates) if self.pace is not None and turns.rewrites(candidates[0]) else 0.0
+        seconds = self.pace.seconds_for(candidates) if self.pace is not None and scheduler.rewrites(candidates[0]) else 0.0
         waited = [self.now + seconds - self.committed_at[d.sequence_number] for d in self.live_equality_deletes()]
         assert all(age <= TARGET for age in waited), f"a {seconds:.1f}s rewrite held equality deletes past the target: {waited}"
         self.now += seconds
@@ -226,7 +226,7 @@ class Run:
     pace=st.sampled_from(PACES),
 )
 def test_no_equality_delete_outlives_the_target_while_the_writer_writes(steps, format_version, key_only, partition_by, pace):
-    run = Run(format_version, key_only, partition_by, turns.RewritePace(pace, measured=True) if pace else None)
+    run = Run(format_version, key_only, partition_by, scheduler.RewritePace(pace, measured=True) if pace else None)
     run.write([(k, REGIONS[k % 2], k % 2, k) for k in range(1, 31)])
     run.turn(())
     for gap, batch, during in steps:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from icecdc.domain.portable import TOTAL_EQUALITY_DELETES, PortableSnapshot, SnapshotFacts, newest_portable
-from icecdc.readers import describe, to_dict
+from icecdc.portable_snapshot import describe, to_dict
 
 
 def snapshot(snapshot_id: int, equality_deletes: int | None, seconds: float) -> SnapshotFacts:

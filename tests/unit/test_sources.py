@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from icecdc.runtime.config import KafkaConfig
-from icecdc.sources import postgres
-from icecdc.sources.debezium import DebeziumPostgresSource, EngineSpec
-from icecdc.sources.postgres import PostgresError, ThrowawayPostgres, server_bindir
+from icecdc.testbed import postgres
+from icecdc.testbed.connector import DebeziumPostgresSource, EngineSpec
+from icecdc.testbed.postgres import PostgresError, ThrowawayPostgres, server_bindir
 
 
 def executable(path: Path) -> Path:

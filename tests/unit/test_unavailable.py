@@ -28,6 +28,7 @@ from pyiceberg.types import BinaryType, LongType, NestedField, StringType
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import SourceRules, UnavailableValues
 from icecdc.ingest.batch import Image, KeyChange, Moved, reduce_key
+from icecdc.ingest.batch_decisions import WriteSpread
 from icecdc.ingest.debezium import (
     NEW_KEY_HEADER,
     OLD_KEY_HEADER,
@@ -38,7 +39,6 @@ from icecdc.ingest.debezium import (
     unavailable_columns,
 )
 from icecdc.ingest.job import BatchJob
-from icecdc.ingest.plan import WriteSpread
 from icecdc.ingest.records import PolledRecords
 from icecdc.ingest.unavailable import (
     KEEP_MOVES_BATCHES,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from icecdc.ingest.plan import ROWS_PER_WRITE_TASK, WriteSpread
+from icecdc.ingest.batch_decisions import ROWS_PER_WRITE_TASK, WriteSpread
 
 
 def test_one_table_up_to_a_task_of_records_is_one_task_hashed_by_key() -> None:

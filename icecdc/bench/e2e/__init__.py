@@ -19,7 +19,7 @@ last write, how long until a maintenance commit touched it.
 Whether the sidecar's table is portable while it is written: every ``age_sample_seconds`` the age
 of its oldest live equality delete (from its metadata), and at every probe a read of it by
 readers that cannot apply equality deletes (pyiceberg's scan, DuckDB's iceberg extension,
-``icecdc.bench.readers``), compared with Spark's read of the same snapshot. The ``large`` workload
+``icecdc.bench.engine_readers``), compared with Spark's read of the same snapshot. The ``large`` workload
 has partitions of users' sizes (a wide text column most updates keep, 16 partitions or
 ``--buckets``, all written every batch), where a rewrite costs what the partition costs: its
 write amplification over the writing phase is reported beside its read ratios. With

@@ -79,7 +79,7 @@ class ReaderProbe:
     snapshot_id: int | None
     outcomes: dict[str, ReadOutcome]  # reader -> exact / wrong / refused, against Spark's read
     read_ms: dict[str, float]
-    # The newest snapshot with no live equality delete (``icecdc.readers``), read by the same
+    # The newest snapshot with no live equality delete (``icecdc.portable_snapshot``), read by the same
     # readers under ``on_portable(reader)``: how far behind the current one it was.
     portable_seconds_behind: float | None = None
 
@@ -212,7 +212,7 @@ class Probe:
     def _read_portably(self) -> ReaderProbe:
         """The sidecar's table read by pyiceberg and DuckDB (its keys), against Spark's read of the
         same snapshot (Spark applies equality deletes; the final check holds it to the stream)."""
-        from icecdc.readers import portable_snapshot
+        from icecdc.portable_snapshot import portable_snapshot
 
         name = self._names[ICECDC]
         began = round(time.monotonic() - self._started, 1)
@@ -235,7 +235,7 @@ class Probe:
         self, table: Any, name: str, snapshot_id: int, named: Callable[[str], str]
     ) -> tuple[dict[str, ReadOutcome], dict[str, float]]:
         """Each reader's outcome on one snapshot against Spark's read of it, and its time (ms)."""
-        from icecdc.bench.readers import duckdb_connection, key_digest, read_duckdb, read_pyiceberg
+        from icecdc.bench.engine_readers import duckdb_connection, key_digest, read_duckdb, read_pyiceberg
 
         spark_read = self._spark.sql(
             f"SELECT count(*), count(DISTINCT id), coalesce(sum(id), 0) FROM {name} VERSION AS OF {snapshot_id}"

@@ -1,6 +1,6 @@
 """Real change sources for the demo and the tests: a throwaway PostgreSQL cluster
-(:mod:`icecdc.sources.postgres`) and the Debezium PostgreSQL connector in its own process,
-producing to Kafka as Kafka Connect would (:mod:`icecdc.sources.debezium`).
+(:mod:`icecdc.testbed.postgres`) and the Debezium PostgreSQL connector in its own process,
+producing to Kafka as Kafka Connect would (:mod:`icecdc.testbed.connector`).
 
 Plumbing for the commands (the demo) and the tests only: the ingester and the compactor read
 Kafka topics and never know where the changes came from. Needs the ``postgres`` extra

@@ -227,7 +227,7 @@ def erased_by_truncate(lsn: int | None, truncate_at: int | None) -> bool:
     return lsn is not None and truncate_at is not None and lsn < truncate_at
 
 
-class Redos:
+class BatchRedos:
     """The redos of one batch. A batch whose records ask for new columns, or hold a truncate, is
     done again once the tables are ready for it (rare: a schema change, a truncate); a redo after a
     truncate reads only what follows it, since what precedes it is emptied with the table: on the

