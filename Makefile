@@ -12,8 +12,8 @@ export VENV
 # (a PostgreSQL cluster, a Debezium run) are made once, except the bench smoke tests, each a unit
 # of its own (tests/conftest.py). Three on 2 cores: with two the tests' waits (settle windows,
 # brokers, JVM starts) leave a core idle, with four the cores are saturated and the suite is no
-# faster (docs/BENCHMARKS.md, "Tests: the suite's time (2026-11-28)", has the runs). Each worker runs
-# its own Spark JVM (about 1.5 GiB).
+# faster (docs/contributing.md, "The suite's time", has the runs). Each worker runs its own Spark
+# JVM (about 1.5 GiB).
 WORKERS ?= 3
 PYTEST = $(VENV)/bin/python -m pytest --durations=15 -n $(WORKERS) --dist loadfile
 

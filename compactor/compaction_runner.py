@@ -1,29 +1,32 @@
 """Running one compaction job of one due partition, or of several small settled ones of a table
-(``turns.job_partitions``): confirm the leases, list and plan each partition at the current
-snapshot, announce each (``started``, with the starting snapshot), rewrite, commit once through
-the coordinator's gate, and report each partition's outcome (``outcomes``) as a compaction event,
-metrics and a log line. Every client is injected, so each outcome can be driven by fakes in a unit test.
+(``scheduler.job_partitions``), step by step: begin (mark the partitions compacting), list their
+files, plan each at the current snapshot, work (announce each with its starting snapshot,
+rewrite, commit once through the coordinator's gate), and resolve each partition's outcome
+(``outcomes``) into a compaction event, metrics and a log line. Every client is injected, so a
+unit test can drive each outcome with fakes.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Protocol
 
-from icecdc.compactor import metrics, outcomes
+from icecdc.compactor import metrics
+from icecdc.compactor.job_progress import Failure, JobPartition, JobPhases, JobUnderWay, failure_of, partition_key
 from icecdc.compactor.key_index import KeyIndex
 from icecdc.compactor.outcomes import Outcome
-from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, plan_for
-from icecdc.compactor.policy import Candidate, Work
+from icecdc.compactor.plans import PartitionFiles, RewritePlan
+from icecdc.compactor.policy import Candidate
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.domain import summary
 from icecdc.domain.errors import CatalogOutage
-from icecdc.domain.events import CompactionCounts, CompactionEvent
+from icecdc.domain.events import CompactionEvent
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.jvm.tables import CommittedSnapshot, Snapshot
 from icecdc.runtime.config import CompactorConfig
@@ -65,54 +68,6 @@ class Publisher(Protocol):
 CompactionFactory = Callable[[str, TableLayout, Sequence[PartitionKey] | None], Compaction]
 
 
-@dataclass(frozen=True)
-class JobPartition:
-    """One partition of a compaction job as the job goes on: why it was chosen, the lease slot
-    it is in, which attempt in a row this is, then its plan at the starting snapshot, what the
-    job did to it, and how it ended (``started`` until then)."""
-
-    candidate: Candidate
-    partition: TrackedPartition
-    slot: int
-    attempt: int
-    reason: str
-    plan: RewritePlan | None = None  # None until the job has listed and planned it
-    counts: CompactionCounts | None = None  # from the starting snapshot on, if it has work
-    outcome: Outcome = Outcome.STARTED
-
-    @property
-    def has_work(self) -> bool:
-        return self.plan is not None and not self.plan.empty
-
-    @property
-    def kind(self) -> Work:
-        """The plan's work once planned (it may find less to do), else what it was chosen for."""
-        return self.plan.work if self.plan is not None and self.has_work else self.candidate.work
-
-    def ending(self, failure: tuple[Outcome, str] | None) -> tuple[Outcome, str]:
-        """How its attempt ended, when the job ended in ``failure`` (None: it did not fail):
-        the job commits once, so every partition it had work for shares its end; one with
-        nothing to do at the starting snapshot was skipped whatever became of the others."""
-        if self.plan is not None and self.plan.empty:
-            return Outcome.SKIPPED, f"{self.reason}; nothing to rewrite at the current snapshot"
-        return failure or (Outcome.COMMITTED, self.reason)
-
-
-@dataclass
-class JobPhases:
-    """Where a job's time went, for its log line: listing the partitions, the work itself (rewrite
-    or conversion), the commit through the gate (its wait for the writer's quiet window included)
-    and the re-read of the table after it."""
-
-    listing: float = 0.0
-    work: float = 0.0
-    commit: float = 0.0
-    reread: float = 0.0
-
-    def __str__(self) -> str:
-        return f"list {self.listing:.1f}s, work {self.work:.1f}s, commit {self.commit:.1f}s, re-read {self.reread:.1f}s"
-
-
 class CompactionRunner:
     def __init__(
         self,
@@ -147,9 +102,26 @@ class CompactionRunner:
 
     def run(self, job: Sequence[tuple[Candidate, TrackedPartition]], layout: TableLayout) -> list[CompactionEvent]:
         """One compaction job of the candidates' partitions, all of one table (one, or several
-        that ``turns.job_partitions`` grouped): one event per partition. The job commits once for
-        all, so every partition with work in it ends in the same outcome; a partition with
+        that ``scheduler.job_partitions`` grouped): one event per partition. The job commits once
+        for all, so every partition with work in it ends in the same outcome; a partition with
         nothing to do at the starting snapshot is skipped on its own."""
+        under_way = self._begin(job, layout)
+        failure: Failure | None = None
+        try:
+            self._confirm_leases(under_way)
+            compaction = self._compactions(under_way.table, layout, under_way.keys)
+            plans = under_way.plan(self._list(under_way, compaction), self._settings)
+            if under_way.has_work:
+                self._announce(under_way, compaction.starting_snapshot)
+                self._work(under_way, compaction, plans)
+        except CatalogOutage:
+            raise  # the catalog is gone for good: the command stops
+        except Exception as error:  # noqa: BLE001 (any other error is the job's outcome; ``_failed`` logs it)
+            failure = self._failed(under_way, error)
+        return self._resolve(under_way, failure)
+
+    def _begin(self, job: Sequence[tuple[Candidate, TrackedPartition]], layout: TableLayout) -> JobUnderWay:
+        """Marks each partition compacting in the tracker, counts its start and shows it at once."""
         table = job[0][0].table
         started = self._clock()
         slot_count = self._leases.ownership.slots
@@ -163,105 +135,86 @@ class CompactionRunner:
             )
             for c, p in job
         ]
-        slots = sorted({part.slot for part in parts})
         for part in parts:
             metrics.STARTED.labels(table, part.kind.value).inc()
         self._on_start()
-        what = f"compacting {table} {', '.join(c.partition_path or '(unpartitioned)' for c, _ in job)}"
+        return JobUnderWay(table, layout, parts, started)
 
-        def confirm_leases() -> None:
-            for slot in slots:
-                self._leases.confirm(slot, what)
+    def _confirm_leases(self, job: JobUnderWay) -> None:
+        for slot in job.slots:
+            self._leases.confirm(slot, job.what)
 
-        phases = JobPhases()
-        # The portability target's deadline, for the conversions it asked for: the commit does not
-        # wait for the writer's quiet window past it.
-        commit_by = min((c.due_by for c, _ in job if c.due_by is not None), default=None)
+    def _list(self, job: JobUnderWay, compaction: Compaction) -> list[PartitionFiles] | None:
+        """Each partition's live files at the starting snapshot (None: the table is empty)."""
+        listed = compaction.files()
+        job.phases.listing = self._clock() - job.started
+        return listed
 
-        def through_gate(commit: Callable[[], CommittedSnapshot]) -> CommittedSnapshot:
-            at = self._clock()
-            try:
-                return self._gate.commit(table, commit, before_attempt=confirm_leases, commit_by=commit_by)
-            finally:
-                phases.commit += self._clock() - at
+    def _announce(self, job: JobUnderWay, start: Snapshot) -> None:
+        """Publishes each partition with work as started, with the snapshot the job starts from."""
+        job.start_from(start.snapshot_id, start.sequence_number)
+        for part in job.parts:
+            if part.has_work:
+                self._publisher.compaction(self._event(part, job.started, job.started))
 
-        failure: tuple[Outcome, str] | None = None
+    def _work(self, job: JobUnderWay, compaction: Compaction, plans: Sequence[RewritePlan]) -> None:
+        """Rewrites or converts the planned files and commits them once (``_commit``)."""
+        working = self._clock()
+        results = compaction.run(plans, {summary.COMPACTOR: self._replica}, functools.partial(self._commit, job))
+        job.phases.work = self._clock() - working - job.phases.commit
+        job.finish_with([result.counts for result in results])
+
+    def _commit(self, job: JobUnderWay, attempt: Callable[[], CommittedSnapshot]) -> CommittedSnapshot:
+        """One commit through the gate, which confirms the leases before each attempt."""
+        at = self._clock()
         try:
-            confirm_leases()
-            keys = None if parts[0].partition.is_global else [_key(part.partition, layout) for part in parts]
-            compaction = self._compactions(table, layout, keys)
-            listed = compaction.files()
-            phases.listing = self._clock() - started
-            plans = (
-                [RewritePlan(part.candidate.work) for part in parts]  # an empty table: nothing to rewrite anywhere
-                if listed is None
-                else [
-                    plan_for(
-                        part.candidate.work,
-                        files,
-                        self._settings,
-                        hot=part.candidate.hot,
-                        portable=part.candidate.due_by is not None,
-                        deletion_vectors=layout.format_version >= 3,
-                    )
-                    for part, files in zip(parts, listed, strict=True)
-                ]
+            return self._gate.commit(
+                job.table, attempt, before_attempt=functools.partial(self._confirm_leases, job), commit_by=job.commit_by
             )
-            parts = [replace(part, plan=plan) for part, plan in zip(parts, plans, strict=True)]
-            if any(part.has_work for part in parts):
-                start = compaction.starting_snapshot
-                at_start = CompactionCounts(
-                    starting_snapshot_id=start.snapshot_id, starting_sequence_number=start.sequence_number
-                )
-                parts = [replace(part, counts=at_start) if part.has_work else part for part in parts]
-                for part in parts:
-                    if part.has_work:
-                        self._publisher.compaction(self._event(part, started, started))
-                working = self._clock()
-                results = compaction.run(plans, {summary.COMPACTOR: self._replica}, through_gate)
-                phases.work = self._clock() - working - phases.commit
-                parts = [
-                    replace(part, counts=result.counts) if part.has_work else part
-                    for part, result in zip(parts, results, strict=True)
-                ]
-        except CatalogOutage:
-            raise  # the catalog is gone for good: the command stops
-        except Exception as error:
-            outcome = outcomes.outcome_of(error)
-            failure = (outcome, f"{type(error).__name__}: {error}" if outcome is Outcome.FAILED else str(error))
-            if outcome is Outcome.FENCED:
-                self._gate.lease_lost(table)
-            elif outcome is Outcome.FAILED:
-                log.exception("compaction of %s failed", what)
+        finally:
+            job.phases.commit += self._clock() - at
+
+    def _failed(self, job: JobUnderWay, error: Exception) -> Failure:
+        """How the job ends after ``error``: the gate counts a fenced job as a lease conflict,
+        and an unexpected failure is logged with its traceback."""
+        failure = failure_of(error)
+        if failure[0] is Outcome.FENCED:
+            self._gate.lease_lost(job.table)
+        elif failure[0] is Outcome.FAILED:
+            log.exception("compaction of %s failed", job.what)
+        return failure
+
+    def _resolve(self, job: JobUnderWay, failure: Failure | None) -> list[CompactionEvent]:
+        """Re-reads the table (``on_finish``), then ends and reports each partition."""
         finishing = self._clock()
-        self._on_finish(table)
+        self._on_finish(job.table)
         now = self._clock()
-        phases.reread = now - finishing
-        events = []
-        for part in parts:
-            resolution = self._tracker.resolve(part.partition, *part.ending(failure), started=started, now=now, rng=self._rng)
-            if resolution.settled_for is not None:
-                metrics.SETTLE_TO_COMPACTED.labels(table).observe(resolution.settled_for)
-            finished = self._event(replace(part, outcome=resolution.outcome, reason=resolution.reason), started, now)
-            self._record(finished, phases)
-            events.append(finished)
-        self._follow_key_index(table, parts, layout, [e.outcome for e in events])
+        job.phases.reread = now - finishing
+        events = [self._end(job, part, failure, now) for part in job.parts]
+        self._follow_key_index(job, [event.outcome for event in events])
         return events
 
-    def _follow_key_index(self, table: str, parts: Sequence[JobPartition], layout: TableLayout, ended: Sequence[Outcome]) -> None:
-        """A settled partition whose data a committed job rewrote leaves the key index (its
-        conversions are done; were it written again, its next conversion rebuilds it); and the
-        index's size per table goes to the metrics."""
+    def _end(self, job: JobUnderWay, part: JobPartition, failure: Failure | None, now: float) -> CompactionEvent:
+        """The partition's next state in the tracker, and its final event, published and logged."""
+        resolution = self._tracker.resolve(part.partition, *part.ending(failure), started=job.started, now=now, rng=self._rng)
+        if resolution.settled_for is not None:
+            metrics.SETTLE_TO_COMPACTED.labels(job.table).observe(resolution.settled_for)
+        finished = self._event(replace(part, outcome=resolution.outcome, reason=resolution.reason), job.started, now)
+        self._record(finished, job.phases)
+        return finished
+
+    def _follow_key_index(self, job: JobUnderWay, ended: Sequence[Outcome]) -> None:
+        """A settled partition whose data a committed job rewrote leaves the key index
+        (``JobPartition.leaves_key_index``); the index's size per table goes to the metrics."""
         if self._key_index is None:
             return
-        for part, outcome in zip(parts, ended, strict=True):
-            rewrote = part.plan is not None and bool(part.plan.rewrite) and part.plan.work not in CONVERSIONS
-            if outcome is Outcome.COMMITTED and rewrote and not part.candidate.hot and not part.partition.is_global:
-                self._key_index.drop((table, _key(part.partition, layout)))
+        for part, outcome in zip(job.parts, ended, strict=True):
+            if part.leaves_key_index(outcome):
+                self._key_index.drop((job.table, partition_key(part.partition, job.layout)))
         held = self._key_index.usage(lambda partition: partition[0] if isinstance(partition, tuple) else partition)
-        held_bytes, held_keys = held.get(table, (0, 0))
-        metrics.KEY_INDEX_BYTES.labels(table).set(held_bytes)
-        metrics.KEY_INDEX_KEYS.labels(table).set(held_keys)
+        held_bytes, held_keys = held.get(job.table, (0, 0))
+        metrics.KEY_INDEX_BYTES.labels(job.table).set(held_bytes)
+        metrics.KEY_INDEX_KEYS.labels(job.table).set(held_keys)
 
     def _event(self, part: JobPartition, started: float, finished: float) -> CompactionEvent:
         portability = self._tracker.portability(part.candidate.table)
@@ -309,8 +262,3 @@ class CompactionRunner:
                 "replica": self._replica,
             },
         )
-
-
-def _key(partition: TrackedPartition, layout: TableLayout) -> PartitionKey:
-    """The partition's values, in the order of the table's partition fields."""
-    return tuple(partition.partition.get(t.name) for t in layout.partition)

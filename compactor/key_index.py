@@ -1,24 +1,9 @@
 """The sidecar's key index of one table: for each data file of the partitions it keeps portable,
-the file's key columns (row ``i`` is the key at position ``i``) and its data sequence number, so
-that converting a batch's equality deletes reads the new files' keys and the delete files, not
-every data file of the partition (docs/compactor.md, "The key index").
-
-Free of I/O: the caller lists the live files, reads the key columns the index does not hold
-(``reconcile`` says which), and hands them in (``add``).
-
-- Which rows an equality delete removes follows the spec's sequence-number rules: a delete of
-  sequence number ``e`` removes the rows with its keys from the files with ``d < e`` it is asked
-  about (of its partition, or of every partition for a global delete); a key may be in several
-  files across its history, and each such row is reported.
-- The index follows the table's live files, not its own idea of them: ``reconcile`` against each
-  listing drops the files a rewrite (ours or anyone's) removed and names the ones it lacks.
-- Rows already deleted: the positions a file's position deletes remove are kept beside the file,
-  keyed by the exact set of position-delete files they come from (delete files are immutable), so
-  a key whose old rows are already deleted is not reported as new, and the earlier positions a
-  new deletion vector must carry are known without reading them again. Rows are never removed
-  from a file's keys: positions are row numbers.
-- Memory is bounded (``max_bytes``): past it the least recently used partitions are evicted;
-  their next conversion reads their keys again and rebuilds them.
+the file's key columns, its data sequence number and the positions its position deletes already
+remove, so that converting a batch's equality deletes reads the new files' keys and the delete
+files, not every data file of the partition (docs/compactor.md, "The key index"). It follows the
+table's live files (``reconcile``), not its own idea of them, and its memory is bounded
+(``max_bytes``). Free of I/O: the caller lists the live files and reads the key columns it lacks.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ lease, announce it, wait for the compactions already under way and for the write
 
 A run that does not commit (orphan removal) waits for nothing and holds nothing back: the sidecar
 begins it in its loop and runs it beside the loop (``start``), so the daily listing of a large
-table's location does not hold the portability conversions (it took 16-20 s on bench e2e's 2 GB
-table, and equality deletes lived that long).
+table's location does not hold the portability conversions, and equality deletes do not live as
+long as the listing takes (docs/BENCHMARKS.md, row "Portability age").
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ new state; the tracker keeps it.
   work to do once it settles), failures are forgotten. Except a conversion the portability
   target asked for: it answers nothing, so the read budget and the settle rules still judge the
   partition it leaves (converting every batch at once, it would otherwise answer every write
-  and the read budget would never be asked: bench e2e saw 100 files pile up);
+  and the read budget would never be asked while files pile up);
 - conflict, failed: retried after ``retry_base_seconds * 2^(n-1)``, jittered between half and
   full, capped at ``retry_max_seconds``; after ``max_attempts`` the partition is given up until
   it is written again, and the outcome becomes ``abandoned``;

@@ -240,18 +240,15 @@ def keep_deletes_of_unchanged(plan: RewritePlan, files: PartitionFiles, unchange
 # with files of tier ``t`` or lower, and only when packing the lower tiers alone does not bring the
 # partition within its budget. Each file a pack makes is at least the size of the largest it packed
 # and usually of the next tier, so a row is rewritten about once per tier it climbs, log4 of (the
-# bytes the writer added / a batch's), not once per batch: packing everything under a quarter of
-# the largest file, as before, rewrote the last pack with each batch's few KB (a write
-# amplification of 105 while writing on 35 MB partitions, 1.4 in tiers; docs/BENCHMARKS.md,
-# "Users' partition sizes: the read cost counts bytes").
+# bytes the writer added / a batch's), not once per batch (docs/BENCHMARKS.md, row "Write
+# amplification").
 PACK_FAN_IN = 4
 # Files under this size are all of the lowest tier: a batch file's few KB cost their open, not
 # their bytes, and packing them together is cheap. Not larger: every file under the floor is the
 # same tier, so a partition whose largest file is under it is rewritten whole by every pack, one
-# batch after another. At 64 KB that was the base of every partition of bench e2e's region
-# workload once the compactor's files gave a dictionary only to columns whose values repeat (the
-# base went from 80 to 54 KB; docs/BENCHMARKS.md, "Small hot partitions: where the sidecar's bytes
-# go"). Above 64 KB the tiers are the same as with a floor of 64 KB (a factor of 4 apart).
+# batch after another, and a small partition's compacted base can be under 64 KB
+# (docs/BENCHMARKS.md, row "Write amplification"). Above 64 KB the tiers are the same as with a
+# floor of 64 KB (a factor of 4 apart).
 PACK_TIER_FLOOR_BYTES = 4 * 1024
 
 
@@ -296,11 +293,10 @@ def plan_pack(files: PartitionFiles, packed: Sequence[DataFileFacts], deletion_v
 # A pack the next batch makes the partition pack again (the budget has no room for that batch's
 # file and its position deletes) is rewritten with every batch until it reaches the next tier:
 # with one such slot, as on a partition of a few hundred KB, a tier's floor sets how far it grows,
-# and a row was rewritten some (floor / batch bytes) times: in a model of bench e2e's region
-# workload (80 KB partitions, 5 KB batches) 12 times the bytes written after 72 batches, 24 times
-# after 200, growing without bound (docs/compactor.md, "Packs that the next batch packs again").
-# So that pack takes the next tier along once the rewriting it costs has paid for that, as ski
-# rental buys once the rent paid reaches the price: ``next_tier_worth_packing``.
+# and a row is rewritten some (floor / batch bytes) times, growing without bound
+# (docs/compactor.md, "Packs that the next batch packs again"). So that pack takes the next tier
+# along once the rewriting it costs has paid for that, as in the ski-rental problem, which buys
+# once the rent paid reaches the price: ``next_tier_worth_packing``.
 NEXT_BATCH_OPENS = 2  # a batch's data file, and the position deletes it leaves on the pack
 
 
@@ -311,8 +307,7 @@ def next_tier_worth_packing(packed_bytes: int, next_tier_bytes: int, batch_bytes
     the price at ``sqrt(2 * next_tier_bytes * batch_bytes)``. That is also the cycle that
     minimises the bytes rewritten a batch (``batch_bytes * m / 2 + next_tier_bytes / m`` over a
     cycle of ``m`` batches). A pack that grows by less than a batch's bytes (the batch's updates
-    delete rows of the pack) merges later than that optimum: some 15% more bytes a batch with
-    bench e2e's region workload (5 KB files, 1 KB of growth)."""
+    delete rows of the pack) merges somewhat later than that optimum."""
     return packed_bytes * packed_bytes >= 2 * next_tier_bytes * batch_bytes
 
 
@@ -322,11 +317,12 @@ def plan_tier_pack(
     """The pack of the lowest tiers (``pack_tier``) that brings the partition within ``budget``,
     the rest's equality deletes converted in the same commit; None when no pack of at least two
     files under the large size does. The next tier joins a pack that fits when the next batch
-    would make the partition pack it again and its rent is paid (``next_tier_worth_packing``).
+    would make the partition pack it again and the rewriting that costs has paid for it
+    (``next_tier_worth_packing``).
     ``deletion_vectors``: the rest is left to the portability target's conversion, due within half
     its target, and the budget is judged as if it had run: judged with the rest's equality
-    deletes, a pack on format v3 had to take every file of a small partition, a full rewrite every
-    batch (a write amplification of 4.5 while writing)."""
+    deletes, a pack on format v3 would take every file of a small partition, a full rewrite every
+    batch."""
     packable = sorted((f for f in files.data if size_class(f.size, settings) is not SizeClass.LARGE), key=lambda f: f.size)
     if len(packable) < 2:
         return None

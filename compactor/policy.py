@@ -2,27 +2,11 @@
 statistics, and which partition goes first (expected benefit over cost). What one compaction
 touches, file by file, is ``plans``.
 
-Read cost is counted in file opens for one full scan, plus the bytes it reads counted in opens:
-every data file and every position-delete file (or deletion vector) is one open, every
-equality-delete file ``EQUALITY_DELETE_WEIGHT`` opens (a reader builds a set of its keys and
-probes every row of every older data file of the partition against it), and every
-``OPEN_FILE_COST_BYTES`` of data one more. Measured on one partition of 21 batch files (Spark 3.5,
-Iceberg 1.10; docs/compactor.md, "The policy"): with 21 equality-delete files a count took 2.1x
-the compacted partition's time, with the same deletes as 20 position-delete files 1.5x, which
-makes an equality-delete file cost about three data-file opens. A fully compacted partition costs
-``ceil(bytes / target)`` opens plus its bytes.
-
-Why bytes count: counted in files alone, a 35 MB partition compacted cost one read and its budget
-three, so a few-KB batch file cost as much as the 35 MB base, and the budget sent the sidecar to
-rewrite MBs for every batch's KBs (a write amplification of 105 while writing, 1.4 since;
-docs/BENCHMARKS.md, "Users' partition sizes: the read cost counts bytes"). Iceberg's own split
-planning weighs a file the same way (``read.split.open-file-cost``, 4 MB by default), and the
-end-to-end bench's aggregation read about 10 ms, some 5 MB of its reading, per extra file.
-
-The policy has a fixed point: after a compaction, the partition has at most one small file, no
-equality deletes older than the compaction, only position deletes on large files that carry few
-deleted rows, and no medium files that would pack into fewer (``medium_files_pack``);
-``needed_work`` finds nothing in that state, and ``plans.plan_rewrite`` plans nothing.
+Read cost is counted in file opens for one full scan (docs/compactor.md, "The policy"): one for
+every data file and position-delete file, ``EQUALITY_DELETE_WEIGHT`` for every equality-delete
+file, and one for every ``OPEN_FILE_COST_BYTES`` of data, so that a small batch file does not
+cost as much as a large base. The policy has a fixed point: after a compaction ``needed_work``
+finds nothing, and ``plans.plan_rewrite`` plans nothing.
 """
 
 from __future__ import annotations
@@ -35,10 +19,13 @@ from icecdc.domain.events import CompactionKind
 from icecdc.runtime.config import CompactorConfig
 
 MIB = 1024 * 1024
-# What an equality-delete file costs a full scan, in data-file opens (measured, see above).
+# What an equality-delete file costs a full scan, in data-file opens: a reader builds a set of its
+# keys and probes every row of every older data file of the partition against it (measured:
+# docs/compactor.md, "The policy").
 EQUALITY_DELETE_WEIGHT = 3
 # What opening one more file costs a full scan, in bytes read: Iceberg's default
-# ``read.split.open-file-cost`` (see above).
+# ``read.split.open-file-cost``. Counting bytes keeps the budget from rewriting a large base for
+# every small batch (docs/BENCHMARKS.md, row "Users' partition sizes").
 OPEN_FILE_COST_BYTES = 4 * MIB
 # Every compaction costs a commit and a Spark job, whatever its size: the cost of a tiny
 # compaction is not zero, or it would always rank first.
@@ -204,11 +191,11 @@ def medium_files_pack(files: int, data_bytes: int, settings: CompactorConfig) ->
     Amoro's "enough content" for its undersized segment files. Together they make at least one
     target file, and on average two fit in one, so the two smallest do and a pack that takes them
     smallest first (``row_merge.bins``) makes fewer files: each pack leaves fewer medium files, and
-    the packs end. Without it a partition of medium files (a bulk load's, 18 MB each against the
-    128 MB target) stayed as it was until deletes spread over it, and then the settled rule for
-    position deletes on medium files rewrote the whole partition in the middle of the stream
-    (docs/BENCHMARKS.md, "Portability at 1 GB partitions, with changes that reach old rows"); packed
-    once it settles, its files are large, and later deletes on them stay position deletes."""
+    the packs end. Without it a partition of medium files (a bulk load's) stays as it is until
+    deletes spread over it, and then the settled rule for position deletes on medium files
+    rewrites the whole partition in the middle of the stream (docs/BENCHMARKS.md, row "Users'
+    partition sizes"); packed once it settles, its files are large, and later deletes on them stay
+    position deletes."""
     target = settings.target_file_size_bytes
     return files >= 2 and target <= data_bytes <= files * target / 2
 

@@ -1,22 +1,10 @@
 """One compaction job, of one partition or of several small ones of a table, as ONE Iceberg
-commit, through the Java adapter:
-
-1. list each partition's live files at the starting snapshot (``icecdc.jvm.listing``; for the
-   table's global deletes, the files of every partition they apply to) and plan each from them
-   (``plans``);
-2. rewrite the chosen data files with their deletes applied, as target-sized files (with pyarrow
-   on executors, ``row_merge``, or through Iceberg's Spark reader and writer: the
-   ``compactor.rewrite_engine``);
-3. compute position deletes (deletion vectors on format v3) for the files whose equality deletes
-   are converted, on executors (``positions.convert``);
-4. commit one ``RewriteFiles`` that validates from the starting snapshot and gives the new data
-   files the starting sequence number, so that equality deletes the writer commits meanwhile
-   still apply to them (docs/compactor.md), tagged in the snapshot summary; or, for a conversion
-   alone (``Work.CONVERT``, ``Work.RESOLVE_GLOBAL_DELETES``), one ``RowDelta``
-   (``PartitionRewrite.commit_conversion``).
-
-Files written by a compaction that does not commit are deleted, unless the commit's outcome is
-unknown (then orphan-file removal takes them, since they may be referenced).
+commit, through the Java adapter: list each partition's live files at the starting snapshot and
+plan from them (``plans``), rewrite the chosen data files with their deletes applied
+(``row_merge`` or Spark), compute position deletes for the converted files (``positions``), and
+commit one ``RewriteFiles`` at the starting sequence number, or one ``RowDelta`` for a conversion
+alone (docs/compactor.md, "One compaction, one commit"). Files of a compaction that does not
+commit are deleted, unless the commit's outcome is unknown: they may be referenced.
 """
 
 from __future__ import annotations

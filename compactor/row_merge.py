@@ -2,16 +2,11 @@
 rewrite engine, ``compactor.rewrite_engine``): one job item per output file, a bin of one
 partition's data files that together fit the target size.
 
-Spark's Iceberg reader applies equality deletes row by row: at 20M rows two thirds of a delete
-merge's time went there, and even with no delete at all Spark's row-based read and write ran at
-0.15x of pyarrow reading and writing the same bytes (docs/BENCHMARKS.md, "Rewrite throughput").
-Here each data file's deleted rows are found as a conversion finds them (``positions``: its key
-columns only, against the keys of the equality deletes that apply to it, plus what its position
-deletes and deletion vectors already remove), the file is read whole in the table's current
-schema (``fileio.read_parquet_rows``), the deleted rows are filtered out as one vectorized mask,
-and the bin is written as one Parquet file with the table's field ids. Which deletes apply to
-which file is not decided here: it is what Iceberg's own scan planning attached to each file's
-scan task, so global deletes and every sequence-number rule come with it.
+Spark's Iceberg reader applies equality deletes row by row, and its row-based read and write is
+slower than pyarrow's on the same bytes (docs/BENCHMARKS.md, row "Rewrite throughput"). Here a
+file's deleted rows are found as a conversion finds them (``positions``) and filtered out as one
+vectorized mask. Which deletes apply to which file is not decided here: Iceberg's own scan
+planning attached them to each file's scan task, so every sequence-number rule comes with it.
 """
 
 from __future__ import annotations

@@ -2,19 +2,12 @@
 maintenance triggers in one place): the loop asks, does it, and asks again.
 
 One piece of work per turn, so that the group protocol is served between two (a rebalance waits
-for whatever this replica is doing). Maintenance due on a table this replica maintains goes
-before compactions: a busy replica always has a partition to compact, so maintenance placed after
-them would never run (found by the two-replica test), and it comes due seldom (expiry every
-``interval_seconds``, a manifest check at most once a minute, each skipped at once when it would
-do nothing). Except a conversion the portability target asks for (``policy.Candidate.due_by``):
-it goes ahead of due maintenance once, then maintenance has its turn. A maintenance run can take
-tens of seconds on a busy machine (a Spark job), and a reader that cannot apply equality deletes
-fails on the table all that time (bench e2e saw a 30 s manifest rewrite hold the oldest equality
-delete past 40 s); taking turns bounds each one's wait by one run of the other. Otherwise the
-best-ranked due partition this replica owns, on a table no maintenance run is touching, with the
-small settled partitions that share its job (``job_partitions``). And a rewrite or a maintenance
-run that would still run when a coming conversion comes due lets the coming conversions go first
-(``convert_first``).
+for whatever this replica is doing). Due maintenance goes before compactions, since a busy
+replica always has a partition to compact; a conversion the portability target asks for goes
+ahead of it once, so that each waits at most one run of the other. Then the best-ranked partition
+on a table no maintenance run is touching, with the small ones that share its job
+(``job_partitions``); conversions coming due go ahead of a step that would hold them past their
+deadline (``convert_first``). Free of I/O.
 """
 
 from __future__ import annotations
@@ -94,10 +87,10 @@ def rewrites(c: Candidate) -> bool:
 
 def is_due_conversion(c: Candidate) -> bool:
     """A conversion the portability target asks for now. Those of one table share a job and its
-    one ``RowDelta``: a batch that wrote 16 partitions makes 16 of them due together, and one at a
-    time (a listing, the key reads and a commit each, some 0.3 s) the last waited 5 s for the
-    others, past the target (docs/BENCHMARKS.md, "Users' partition sizes: the read cost counts
-    bytes"). They rewrite no data, so the job's byte bound does not apply."""
+    one ``RowDelta``: a batch that wrote many partitions makes them all due together, and one at a
+    time (a listing, the key reads and a commit each) the last would wait past the target for the
+    others (docs/BENCHMARKS.md, row "Portability age"). They rewrite no data, so the job's byte
+    bound does not apply."""
     return c.due_by is not None and c.work is Work.CONVERT
 
 
@@ -123,9 +116,9 @@ def next_step(
 
 # What a rewrite is assumed to get through, in bytes of its estimated cost a second, until this
 # replica has timed one of its own (``RewritePace`` then uses what it measures): a third of what
-# the minor compactions of 98 MB partitions reached on 2 cores with nothing beside them (1.7-2.4 s
-# each, some 45 MB/s; bench e2e's large workload, 2026-11-27), since beside a writer and readers
-# they go slower, and guessing a rewrite too long only puts a conversion early.
+# minor compactions reach with nothing beside them (docs/BENCHMARKS.md, row "Rewrite
+# throughput"), since beside a writer and readers they go slower, and guessing a rewrite too long
+# only puts a conversion early.
 DEFAULT_REWRITE_BYTES_PER_SECOND = 16 * 1024 * 1024
 # The weight of the newest job in the pace (an exponentially weighted mean).
 PACE_WEIGHT = 0.3
@@ -154,10 +147,9 @@ class RewritePace:
         return sum(c.cost for c in job) / self.bytes_per_second
 
 
-# How long a maintenance run never timed on a table is assumed to take: the orphan-file listing
-# of a 2 GB table took 12-16 s beside a writer on 2 cores (bench e2e's large workload, 2026-11-27),
-# and a larger table's takes longer. Finite, so that only conversions coming due within it go
-# first (a target of days converts nothing early).
+# How long a maintenance run never timed on a table is assumed to take: longer than a large
+# table's orphan-file listing beside a writer (docs/BENCHMARKS.md, row "Portability age"). Finite,
+# so that only conversions coming due within it go first (a target of days converts nothing early).
 UNTIMED_MAINTENANCE_SECONDS = 60.0
 
 
@@ -189,9 +181,8 @@ def convert_first(
     take (``holding_seconds``). The loop does one job at a time, so a merge, a pack or a
     maintenance run that starts just before a batch's equality deletes come due holds them for
     its whole length (a settled partition's merge beside a hot one, a hot partition past its
-    ceiling, an orphan-file listing: tens of seconds on a large table; the listing held them
-    16 s in bench e2e's large workload). Converted first, they wait only if they land while the
-    step runs. Once only (``converted_ahead``: the last step was such a conversion): a writer
+    ceiling, an orphan-file listing on a large table). Converted first, they wait only if they
+    land while the step runs. Once only (``converted_ahead``: the last step was such a conversion): a writer
     whose batches keep landing during the conversions would otherwise hold the step off for
     ever. Conversions and global resolutions rewrite nothing and are left as they are."""
     if converted_ahead or step is None or not coming:

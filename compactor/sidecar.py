@@ -1,15 +1,15 @@
 """``icecdc compact``: the sidecar loop. Each turn it serves the group protocol, reads events,
 reconciles with table metadata when due, and does one piece of work that ``scheduler`` picks: a
-maintenance run due on a table it maintains, or a compaction of the best due partition it owns.
-A maintenance run that commits nothing (orphan removal) is only begun in the loop and runs
-beside it (``MaintenanceRunner.start``).
-Everything else lives in one class each: the event feed (``feed``), the group (``membership``),
-metadata reads (``reconcile``), the runners (``compaction_runner``, ``maintenance_runner``), the
-mains of staged tables (``staging``), the status (``status``); ``create_sidecar`` wires them to Kafka, the catalog and Spark.
+maintenance run due on a table it maintains, or a compaction of the best due partitions it owns.
+Orphan removal commits nothing, so the loop only begins it and it runs beside the loop
+(``MaintenanceRunner.start``). The parts live in modules of their own (``feed``, ``membership``,
+``reconcile``, the runners, ``staging``, ``status``); ``create_sidecar`` wires them to Kafka, the
+catalog and Spark.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -246,40 +246,112 @@ class CompactorSidecar:
         self.publisher.close()
 
 
+@dataclass(frozen=True)
+class _Coordination:
+    """What the replicas share through Kafka: who runs what on which table (``activity``), the
+    group's leases (``membership``), every replica's events in and out, and the commit gate."""
+
+    activity: TableActivity
+    membership: Membership
+    feed: EventFeed
+    publisher: EventPublisher
+    gate: CommitGate
+
+
 def create_sidecar(
     config: Config, spark: SparkSession, health: Health | None = None, clock: Callable[[], float] = time.time
 ) -> CompactorSidecar:
     """A sidecar wired to Kafka, the catalog and Spark; it has joined its consumer group (or
     waited three session timeouts for it) when this returns."""
-    settings, coordination = config.compactor, config.coordinator
-    replica = settings.replica_id or default_replica_id()
+    replica = config.compactor.replica_id or default_replica_id()
     health = health or Health(float("inf"))
     retry = CatalogRetry(config.catalog.retry, "compact", health)
-    tracker = PartitionTracker(settings)
+    tracker = PartitionTracker(config.compactor)
     reconciler = Reconciler(config, tracker, retry, clock)
-    activity = TableActivity(coordination.max_compaction_seconds)
+    shared = _coordination(config, replica, tracker, reconciler, health, clock)
+    table = _catalog_tables(config, spark, retry)
+    staged = [t.name for t in config.tables if t.staging_branch]
+    staging = StagedTables(staged, table, shared.membership.owns_maintenance, clock)
+    status = StatusWriter(config, replica, tracker, shared.membership.owns, clock, lambda: staging.mains)
+    compactions = _compaction_runner(config, replica, spark, table, shared, tracker, reconciler, status, clock)
+    maintenance = _maintenance_runner(config, replica, table, shared, clock)
+    sidecar = CompactorSidecar(
+        config=config,
+        replica=replica,
+        tracker=tracker,
+        reconciler=reconciler,
+        feed=shared.feed,
+        membership=shared.membership,
+        compactions=compactions,
+        maintenance=maintenance,
+        activity=shared.activity,
+        status=status,
+        publisher=shared.publisher,
+        health=health,
+        staging=staging,
+        clock=clock,
+        catalog_waits=retry.waits,
+    )
+    _wait_joined(config, replica, shared.membership)
+    return sidecar
+
+
+def _coordination(
+    config: Config, replica: str, tracker: PartitionTracker, reconciler: Reconciler, health: Health, clock: Callable[[], float]
+) -> _Coordination:
+    """Creates the event topics, then joins the group, reads the events and opens the gate."""
     topics = EventTopics(config.commit_topic, config.compaction_topic, config.maintenance_topic)
     kafka.ensure_topics(config.kafka, [topics.commits, topics.compactions, topics.maintenance])
-    membership = Membership(PartitionLeases(config, replica), activity, settings.consumer_group, health, reconciler.force)
-    consumer = kafka.tail_consumer(
-        config.kafka, f"{settings.consumer_group}.events", [topics.commits, topics.compactions, topics.maintenance], EVENT_TAIL
-    )
-    feed = EventFeed(consumer, topics, [t.name for t in config.tables], tracker, activity, clock)
+    activity = TableActivity(config.coordinator.max_compaction_seconds)
+    leases = PartitionLeases(config, replica)
+    membership = Membership(leases, activity, config.compactor.consumer_group, health, reconciler.force)
+    feed = _event_feed(config, topics, tracker, activity, clock)
     publisher = EventPublisher(kafka.producer(config.kafka), topics, activity)
-    gate = CommitGate(coordination, feed.writer, feed.poll, clock=clock)
+    gate = CommitGate(config.coordinator, feed.writer, feed.poll, clock=clock)
+    return _Coordination(activity, membership, feed, publisher, gate)
+
+
+def _event_feed(
+    config: Config, topics: EventTopics, tracker: PartitionTracker, activity: TableActivity, clock: Callable[[], float]
+) -> EventFeed:
+    """The feed of every replica's events and the ingester's commit events, read from the
+    latest ``EVENT_TAIL`` of each topic partition."""
+    consumer = kafka.tail_consumer(
+        config.kafka,
+        f"{config.compactor.consumer_group}.events",
+        [topics.commits, topics.compactions, topics.maintenance],
+        EVENT_TAIL,
+    )
+    return EventFeed(consumer, topics, [t.name for t in config.tables], tracker, activity, clock)
+
+
+def _catalog_tables(config: Config, spark: SparkSession, retry: CatalogRetry) -> Callable[[str], IcebergTable]:
+    """The tables by name through one Java bridge, each opened once and shared by both runners."""
     bridge = JavaBridge(spark)
     if local_warehouse(config.catalog.properties):
         write_local_files_in_process(bridge)
-    tables: dict[str, IcebergTable] = {}
-    key_index = KeyIndex(settings.key_index_max_bytes) if settings.key_index_max_bytes else None
 
+    @functools.cache
     def table(name: str) -> IcebergTable:
-        if name not in tables:
-            tables[name] = IcebergTable(bridge, config.table_ref(name), retry)
-        return tables[name]
+        return IcebergTable(bridge, config.table_ref(name), retry)
 
-    staging = StagedTables([t.name for t in config.tables if t.staging_branch], table, membership.owns_maintenance, clock)
-    status = StatusWriter(config, replica, tracker, membership.owns, clock, lambda: staging.mains)
+    return table
+
+
+def _compaction_runner(
+    config: Config,
+    replica: str,
+    spark: SparkSession,
+    table: Callable[[str], IcebergTable],
+    shared: _Coordination,
+    tracker: PartitionTracker,
+    reconciler: Reconciler,
+    status: StatusWriter,
+    clock: Callable[[], float],
+) -> CompactionRunner:
+    """The runner of compaction jobs on Spark's executors, with the key index they share."""
+    settings = config.compactor
+    key_index = KeyIndex(settings.key_index_max_bytes) if settings.key_index_max_bytes else None
 
     def compaction(name: str, layout: TableLayout, partitions: Sequence[PartitionKey] | None) -> CompactionJob:
         return CompactionJob(
@@ -294,57 +366,51 @@ def create_sidecar(
             merge_manifests=settings.merge_manifests,
         )
 
-    def serve(seconds: float) -> None:
-        membership.serve()
-        feed.poll(seconds)
-
-    compactions = CompactionRunner(
+    return CompactionRunner(
         replica=replica,
         settings=settings,
         tracker=tracker,
-        leases=membership,
-        gate=gate,
+        leases=shared.membership,
+        gate=shared.gate,
         compactions=compaction,
-        publisher=publisher,
+        publisher=shared.publisher,
         clock=clock,
         on_start=lambda: status.write(force=True),
         key_index=key_index,
         on_finish=reconciler.reconcile,
     )
-    maintenance = MaintenanceRunner(
+
+
+def _maintenance_runner(
+    config: Config, replica: str, table: Callable[[str], IcebergTable], shared: _Coordination, clock: Callable[[], float]
+) -> MaintenanceRunner:
+    """The runner of table maintenance, on the schedule that starts now."""
+    settings = config.coordinator.maintenance
+
+    def serve(seconds: float) -> None:
+        shared.membership.serve()
+        shared.feed.poll(seconds)
+
+    return MaintenanceRunner(
         replica=replica,
-        settings=coordination.maintenance,
-        schedule=MaintenanceSchedule(coordination.maintenance, started=clock()),
-        activity=activity,
-        leases=membership,
-        gate=gate,
-        publisher=publisher,
+        settings=settings,
+        schedule=MaintenanceSchedule(settings, started=clock()),
+        activity=shared.activity,
+        leases=shared.membership,
+        gate=shared.gate,
+        publisher=shared.publisher,
         serve=serve,
         clock=clock,
         maintenance=lambda name: TableMaintenance(table(name), {summary.COMPACTOR: replica}),
     )
-    sidecar = CompactorSidecar(
-        config=config,
-        replica=replica,
-        tracker=tracker,
-        reconciler=reconciler,
-        feed=feed,
-        membership=membership,
-        compactions=compactions,
-        maintenance=maintenance,
-        activity=activity,
-        status=status,
-        publisher=publisher,
-        health=health,
-        staging=staging,
-        clock=clock,
-        catalog_waits=retry.waits,
-    )
-    if not membership.wait_joined(coordination.session_timeout_seconds * 3):
-        log.warning(
-            "replica %s has not joined consumer group %s yet; it compacts nothing until it has", replica, settings.consumer_group
-        )
-    return sidecar
+
+
+def _wait_joined(config: Config, replica: str, membership: Membership) -> None:
+    """Waits up to three session timeouts for the group's first assignment; a replica that has
+    none yet goes on, and compacts nothing until it has one."""
+    if not membership.wait_joined(config.coordinator.session_timeout_seconds * 3):
+        group = config.compactor.consumer_group
+        log.warning("replica %s has not joined consumer group %s yet; it compacts nothing until it has", replica, group)
 
 
 def run_compactor(

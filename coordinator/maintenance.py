@@ -1,20 +1,10 @@
-"""Table maintenance: snapshot expiry, orphan-file removal and manifest rewrites.
-
-What maintenance must never do is decided here, in plain functions:
-- expire the starting snapshot of a running compaction (its commit validates the history from
-  that snapshot and would fail), or the ingester's newest offsets snapshot: exactly-once
-  recovery walks back from the current snapshot to the newest one that records source offsets
-  (``icecdc.domain.summary.OFFSETS``), so that snapshot and every one after it must stay; nor, on
-  a staged table, the snapshots between main and its staging branch's head (main moves forward
-  along them). All are spared by moving the expiry cutoff back to the oldest of them;
-  ``expireOlderThan`` keeps everything newer;
-- remove a file that a commit in flight is about to reference: only files older than
-  ``orphan_age_seconds`` (at least an hour, far beyond a micro-batch or a compaction) are taken.
-
-- announce a run (which stops the table's compactions on every replica until it ends) that has
-  nothing to do: expiry and manifest merges are checked first, cheaply, and skipped when idle.
-
-Running them is Iceberg's own Spark actions, through the Java adapter (``icecdc.jvm.actions``).
+"""Table maintenance: snapshot expiry, orphan-file removal and manifest rewrites
+(docs/coordinator.md, "Maintenance"). What maintenance must never do is decided here, in plain
+functions: expire the starting snapshot of a running compaction, the ingester's newest offsets
+snapshot or, on a staged table, the snapshots between main and its branch's head (the cutoff
+moves back to the oldest of them); remove a file younger than ``orphan_age_seconds``, which a
+commit in flight may be about to reference; announce a run that has nothing to do. Running them
+is Iceberg's own actions, through the Java adapter (``icecdc.jvm.actions``).
 """
 
 from __future__ import annotations

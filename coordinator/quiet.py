@@ -21,8 +21,8 @@ GUARD_SHARE = 0.25
 JUST_AFTER_SHARE = 0.1
 # A writer this share of its gap past its expected commit is late: a slow batch, or it has
 # stopped. Its next commit may come at any moment or never, so no moment is quieter than now:
-# waiting on would only hold the compaction (a sidecar waited the whole 30 s bound for a writer
-# that had written its last batch, and the last batch's equality deletes lived 37 s).
+# waiting on would only hold the compaction, and a writer that has written its last batch would
+# keep its equality deletes alive for the whole bound.
 LATE_SHARE = 0.5
 
 

@@ -1,18 +1,10 @@
 """``icecdc demo``: the whole pipeline on one machine with nothing running beforehand.
 
-It starts the embedded broker and writes the configuration it uses to
-``<state_dir>/icecdc.yaml`` (so every other command can be pointed at the same stack). The
-upstream is an ``orders`` table partitioned by region and day: three past days loaded, then four
-more days in bursts of changes, where orders change soon after they are placed.
-
-By default (``--source postgres``) the table lives in a throwaway PostgreSQL cluster, changed by
-SQL transactions (``icecdc.testbed.orders``), and the real Debezium connector reads it (its
-snapshot, then the replication stream) and produces to the broker as Kafka Connect would. With
-``--source synthetic`` a generator writes the Debezium events itself, with two malformed records
-among them. Either way the ingester mirrors the topic into Iceberg while the compactor sidecar
-runs beside it: today's partitions stay hot, yesterday's cool down and get compacted. At the end
-the demo checks the table against ``SELECT *`` in PostgreSQL (or against the state the synthetic
-feed implies), says what differs if anything, and shows every partition's files and deletes.
+It starts the embedded broker, writes its configuration to ``<state_dir>/icecdc.yaml``, and feeds
+an ``orders`` table partitioned by region and day, from a throwaway PostgreSQL through the real
+Debezium connector (``--source postgres``) or from generated events (``--source synthetic``).
+The ingester and the compactor sidecar run side by side; at the end the demo checks the table
+against the source and shows every partition's files and deletes.
 """
 
 from __future__ import annotations
@@ -75,7 +67,8 @@ def _step(message: str) -> None:
 
 def demo_config(state_dir: Path, port: int, table: dict[str, Any] = DEMO_TABLE) -> Config:
     # Small numbers for a small feed: every demo file is "small" under an 8 MB target, and a
-    # partition settles after three of its usual gaps between writes (4 to 30 s).
+    # partition settles after three of its usual gaps between writes, clamped to 4 s at least and
+    # 30 s at most.
     return embedded_config(
         state_dir,
         port,

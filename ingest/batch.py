@@ -1,26 +1,15 @@
 """The per-batch upsert rule, kept pure: which row version survives a micro-batch, and in which
 partitions an equality delete must be written for its key.
 
-Why every surviving key gets equality deletes (not only updates and deletes): Iceberg applies an
-equality delete to data files with a strictly lower sequence number, so a delete committed with a
-batch never hits that batch's own data files, and a key that did not exist costs one harmless
-delete row (the compactor drops it). In exchange, upserts are idempotent: a re-delivered insert
-or a Debezium re-snapshot (op ``r``) of an existing key replaces the row instead of duplicating it.
+Every surviving key gets equality deletes, not only updates and deletes, so that upserts are
+idempotent (docs/ingest.md, "Why equality deletes for every surviving key"): a delete committed
+with a batch never hits that batch's own data files.
 
-Where an earlier version of a key may live: the partition of its final after-image, and the
-partition the row had before each update or delete in the batch (the first one is the state
-before the batch; later ones are harmless). That old partition comes from the before-image when
-the source's before-images are full (``SourceRules.before_image``), from the key alone when the
-partition source columns are all key columns, and is otherwise unknown: then, by
-``SourceRules.unknown_partition``, the key is deleted in every partition (a global equality
-delete in the batch's own commit; it never hits the batch's own files, which share its sequence
-number), or the change is dead-lettered, or the row is taken not to have moved.
-
-Values the source did not send (``unavailable``: Debezium's placeholder for an unchanged TOAST
-value) are folded in source order: such a column takes the value of the key's previous
-after-image in the batch; what no change of the batch holds stays ``unresolved``, with the key
-whose earlier version holds it (the key itself before the batch, or the old key of a primary-key
-change), for the driver to read from the table (``unavailable``).
+An earlier version of a key may live in the partition of its final after-image or in the one
+the row had before each update or delete; where that old partition is unknown,
+``SourceRules.unknown_partition`` decides (docs/ingest.md, "Sources as they are: before-images").
+Unchanged TOAST values take the key's previous after-image in the batch; the rest stay
+``unresolved`` for the driver to read from the table (docs/ingest.md, "Unchanged TOAST values").
 """
 
 from __future__ import annotations

@@ -40,10 +40,9 @@ class TruncateAt:
 Truncates = Mapping[str, Mapping[Position, TruncateAt]]
 
 # A write task reduces and writes this many records at most; a batch of up to this size is
-# written by one task, so it adds one file per touched partition and kind. At 200,000 the
-# reduce-and-write stage of a 200,000-change batch was one task of 6 s on one core while the
-# other idled (docs/BENCHMARKS.md); at 100,000 such a batch takes both cores, and a source at the
-# default ``max_batch_records`` (50,000) still writes one file per partition and kind.
+# written by one task, so it adds one file per touched partition and kind. Larger, a large batch
+# is one task on one core while the others idle (docs/BENCHMARKS.md, row "Records a second"); a
+# source at the default ``max_batch_records`` (50,000) still writes one file per partition and kind.
 ROWS_PER_WRITE_TASK = 100_000
 
 
@@ -55,9 +54,8 @@ class WriteSpread:
     Sized from the largest batch the source can deliver, since the job cannot count its input
     before it runs. Up to ``ROWS_PER_WRITE_TASK`` records one task writes the batch, so each
     touched partition gets one file per kind. A source of several tables would then leave the
-    other cores idle while one task writes every table's files (a batch over 50 tables writes
-    some 1,200, about 1.8 ms each); hashing by table alone gives each core whole tables, so no
-    partition gets a second file."""
+    other cores idle while one task writes every table's many small files; hashing by table
+    alone gives each core whole tables, so no partition gets a second file."""
 
     tasks: int
     whole_tables: bool = False

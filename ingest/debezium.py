@@ -15,14 +15,9 @@ form per Iceberg type (so they survive Spark's shuffle as JSON and compare exact
 | timestamp(tz)         | int, microseconds since 1970-01-01T00:00:00 UTC   |
 | binary                | str, base64                                       |
 
-Which Debezium encoding goes into which column type is the table in docs/ingest.md ("Values");
-the Connect schema's logical type names the unit of an integer (``io.debezium.time.Timestamp``
-millis, ``MicroTimestamp`` micros, ``NanoTimestamp`` nanos, truncated to micros; a time of day
-``Time`` millis, ``MicroTime`` micros, ``NanoTime`` nanos, into a ``long`` column as microseconds
-of the day) and integers are taken as microseconds when there is no schema to say. ISO-8601
-strings (``ZonedTimestamp``, ``ZonedTime``, ``IsoDate``...) are accepted for dates, timestamps and
-times; a zone-less ISO string for a ``timestamptz`` column is taken as UTC, a zoned one for a
-``timestamp`` column is converted to UTC.
+Which Debezium encoding goes into which column type is the table in docs/ingest.md ("Values"):
+the Connect schema's logical type names an integer's unit, and integers are taken as
+microseconds when there is no schema to say.
 
 Records that are not row changes are told apart, not rejected (``Control``): truncates
 (``op: t``), logical decoding messages (``op: m``), heartbeats and transaction metadata.

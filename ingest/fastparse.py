@@ -1,33 +1,9 @@
 """The parse stage's fast path: the common Debezium records of one table read by Arrow's
-vectorized JSON reader instead of one ``orjson.loads`` and one Python decode per record. Pure:
-bytes in, the parsed rows of the records it takes out (the others go to the Python path,
-``debezium``, in ``stages``).
-
-What makes it pay on real connector records is not the JSON reader alone: most of a record with
-the Connect schema wrapper (``{"schema": ..., "payload": ...}``, about 3 KB) is its schema, the
-same bytes on every record of a table version. The schema is read once per distinct text (its
-fields compared with the table's columns as ``evolution.compare`` does, its logical types read as
-``debezium.logical_types`` does) and only the payloads are parsed, in one call per chunk of a
-topic's records; the values are checked and converted column by column (``pyarrow.compute``),
-and the key and the reduce stage's JSON payload are rendered column by column too, as orjson
-writes them, with ``batch.to_key_change``'s rule for where an earlier version of the key may
-live; a record with a string to escape, or a partition transform other than identity, day and
-hour, is rendered one by one with ``to_key_change`` itself and orjson.
-
-A record the fast path cannot take as the Python path would goes to the Python path, whole, so
-every dead-letter reason and every rule stays where it is: a tombstone; anything but a compact
-``{"schema":...,"payload":{...}}`` or a bare ``{...}`` on one line; a schema that asks for a
-column change or that the table cannot take; a column sent as a variable-scale decimal (the
-table's records all go the Python way); an op other than c, r, u, d; a null or absent ``source``,
-row image or key value; a value that is not canonical or not provably read as ``decode_value``
-reads it (a decimal to quantize, an int out of range, a JSON type the column does not take, an
-ISO-8601 text outside the strict form read here, a float that is not finite or a negative zero,
-base64 that is not padded); Debezium's unavailable-value placeholder when the
-table resolves or dead-letters it; a delete carrying a primary-key change's header when the table
-resolves unavailable values; a bare after-image with fields the table lacks; a before-image
-without a partition value when the partition is read from it; a change the rules dead-letter;
-and any chunk Arrow's reader refuses (bad JSON, a type conflict), split in halves until the
-records it refuses are found.
+vectorized JSON reader instead of one ``orjson.loads`` and one Python decode per record. The
+Connect schema wrapper is read once per distinct text and only the payloads are parsed. Pure:
+bytes in, the parsed rows of the records it takes out. A record it cannot take exactly as the
+Python path (``debezium``) would goes to the Python path, whole, so every dead-letter reason and
+rule stays there (docs/ingest.md, "The fast parse path").
 """
 
 from __future__ import annotations

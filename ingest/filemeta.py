@@ -5,10 +5,8 @@ call for the whole commit (``java/IcecdcUpdates.java``), computing the column me
 value and null counts, lower and upper bounds) from the footer with Iceberg's own code and the
 table's metrics configuration (``MetricsConfig.forTable``: its ``write.metadata.metrics.*``
 properties, as they are at the commit): exactly what Iceberg's own writers register, without
-opening the file again (about 15 ms a file, the largest cost of a small batch's commit before
-descriptions) and without computing them in Python, where a batch over 50 tables spent a
-quarter of its write stage on pyiceberg's statistics of 1,224 small files (docs/BENCHMARKS.md,
-"Ingest over 50 tables: Hadoop's chmod in process, metrics in the JVM").
+opening the file again and without computing them in Python, either of which was a large share
+of a small batch's cost (docs/BENCHMARKS.md, row "Many tables in one batch").
 """
 
 from __future__ import annotations

@@ -25,21 +25,13 @@ from icecdc.domain.layout import TableLayout
 from icecdc.domain.sourcespec import SourceRules
 from icecdc.ingest.batch import Image, SourceOffset
 from icecdc.ingest.batch_decisions import JobResult, Position, TruncateAt, WriteSpread, WrittenFile
+from icecdc.ingest.batch_files import write_file
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, merge_changes
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.prefixes import SchemaPrefixes
 from icecdc.ingest.records import PolledRecords
-from icecdc.ingest.stages import (
-    GROUP_ORDER,
-    PARSED,
-    PARSED_SCHEMA,
-    RESULT_SCHEMA,
-    ArrowStage,
-    Tag,
-    parse_stage,
-    reduce_and_write_stage,
-    write_file,
-)
+from icecdc.ingest.stage_rows import GROUP_ORDER, PARSED, PARSED_SCHEMA, RESULT_SCHEMA, ArrowStage, Tag
+from icecdc.ingest.stages import parse_stage, reduce_and_write_stage
 from icecdc.ingest.unavailable import MovedImage, SourceRecord, UnresolvedRow
 
 if TYPE_CHECKING:
@@ -60,7 +52,7 @@ def _written(fact: Mapping[str, Any]) -> WrittenFile:
 
 
 def read_result(rows: Iterable[Mapping[str, Any]], seconds: float, in_driver: bool = False) -> JobResult:
-    """The job's rows (``stages.RESULT``) as plain values."""
+    """The job's rows (``stage_rows.RESULT``) as plain values."""
     result = JobResult(seconds, in_driver=in_driver)
     changes: dict[str, list[ColumnChange]] = defaultdict(list)
     for row in rows:
@@ -99,8 +91,8 @@ def read_result(rows: Iterable[Mapping[str, Any]], seconds: float, in_driver: bo
     return result
 
 
-# Parse tasks of a job in the driver, on threads: one a core, at most four (the Python between
-# Arrow's calls holds the GIL). On 2 cores two took a 200,000-record parse from 1.5 s to 0.8-1.3 s.
+# Parse tasks of a job in the driver, on threads: one a core, at most four, since the Python
+# between Arrow's calls holds the GIL (docs/BENCHMARKS.md, row "Records a second").
 _CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)  # not on macOS
 DRIVER_PARSE_TASKS = max(1, min(4, _CORES))
 
@@ -194,7 +186,7 @@ class BatchJob:
     def _run_on_spark(
         self, df: DataFrame, by_topic: Mapping[str, TableLayout], parse: ArrowStage, write: ArrowStage
     ) -> list[Any]:
-        # Each Python task costs about 0.1 s besides its records (the runner, the function
+        # Each Python task has a fixed cost besides its records (the runner, the function
         # shipped), and a source may hand over many small partitions (one per 10,000 records
         # from the direct reader, one per topic partition from Kafka): no more parse tasks than
         # two per core, which still evens out uneven partitions.

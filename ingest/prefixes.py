@@ -1,18 +1,11 @@
 """The wrapper prefixes cut from records before they reach the Python workers.
 
-The real connector's values carry their Connect schema: ``{"schema":...,"payload":`` is about
-2.4 KB of a 3 KB record, the same bytes on every record of a table version. Handing it to the
-parse stage costs more than parsing the payloads (for 200,000 changes, 600 MB through Arrow
-instead of 115 MB), so the fast path reports the prefix each topic's whole records carry
-(``Tag.PREFIX``) and the next batches cut it where the records are: on the JVM for Spark's Kafka
-source (``cut_frame``), in the driver for the direct reader (``cut_records``), a byte comparison
-either way. A cut record names its prefix by id (``CUT_PREFIX``); the parse stage parses its
-payload as it would the whole record's, and puts the prefix back for a record it parses one by
-one, so dead letters carry the bytes Kafka held.
-
-Ids are never reused and prefixes never dropped (a table has a handful of schema versions over
-its life), so a redo of a batch, which may learn a new prefix, still reads the ids it was cut
-with.
+The real connector's values carry their Connect schema: ``{"schema":...,"payload":`` is most of
+a record, the same bytes on every record of a table version, and handing it to the parse stage
+costs more than parsing the payloads. The fast path reports each topic's prefix (``Tag.PREFIX``)
+and the next batches cut it: on the JVM for Spark's Kafka source (``cut_frame``), in the driver
+for the direct reader (``cut_records``). Ids are never reused and prefixes never dropped, so a
+redo of a batch still reads the ids it was cut with (docs/ingest.md, "The fast parse path").
 """
 
 from __future__ import annotations
@@ -31,7 +24,7 @@ class SchemaPrefixes:
     """Every prefix learned, by id, and the one each topic's records are cut with."""
 
     def __init__(self) -> None:
-        self.learning = True  # off: records stay whole (``bench ingest-shape --prefix-cut off``)
+        self.learning = True  # off: records stay whole (the ingest-shape bench's ``--prefix-cut off``)
         self._ids: dict[bytes, int] = {}
         self.known: list[bytes] = []  # by id
         self._current: dict[str, int] = {}  # topic -> the id of its newest prefix

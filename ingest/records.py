@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from icecdc.ingest.prefixes import CUT_PREFIX, SchemaPrefixes
-from icecdc.ingest.stages import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
+from icecdc.ingest.stage_rows import KAFKA_SCHEMA, KAFKA_SCHEMA_WITH_HEADERS
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-# ``stages.KAFKA_SCHEMA`` in Arrow: what a Spark Python worker hands the parse stage.
+# ``stage_rows.KAFKA_SCHEMA`` in Arrow: what a Spark Python worker hands the parse stage.
 KAFKA_ARROW = pa.schema(
     [
         ("key", pa.binary()),
@@ -57,10 +57,10 @@ class PolledRecords:
     ``headers`` as (name, value) pairs when the source reads them).
 
     Either form has each topic's known wrapper prefix cut from its values first: on Spark that
-    saves their trip to the Python workers; in the driver, copying them into Arrow (a 3 KB
-    connector record is 2.4 KB of prefix: 1.5 s of a 200,000-record batch whole). The cut works
-    on the records in place, so it is made once, and so is each form: a batch done again (a redo
-    after a schema change or a truncate) reads the same one."""
+    saves their trip to the Python workers; in the driver, copying them into Arrow, since the
+    prefix is most of a connector record. The cut works on the records in place, so it is made
+    once, and so is each form: a batch done again (a redo after a schema change or a truncate)
+    reads the same one."""
 
     def __init__(self, spark: SparkSession, records: list[dict[str, Any]]) -> None:
         self.spark = spark

@@ -1,20 +1,17 @@
 """The two executor-side stages of a micro-batch, as ``mapInArrow`` functions over Arrow record
 batches: parse Kafka records; then, after one shuffle by (table, key), reduce each key to what the
-batch commits and write one Parquet file per (table, partition, kind) of the task's share. Only
-offset marks, rejected records and the facts of written files ever reach the driver, all in the
-one result of one Spark job (marks and rejects pass through the write stage untouched).
+batch commits and write its files (``batch_files``). Only offset marks, rejected records and the
+facts of written files reach the driver, in the one result of one Spark job. The stages commit
+nothing; the rows they pass on are declared in ``stage_rows``.
 
 One shuffle, not two: grouping by partition as well would give one file per partition per batch
-instead of one per partition per write task, at the price of a second shuffle that costs more
-than it saves; the writer sizes the number of write tasks so that small batches use one.
-
-Rows travel between stages with JSON payloads (orjson), so one plan serves tables of any schema.
+instead of one per partition per write task, and the second shuffle costs more than it saves (a
+small batch has one write task anyway). Rows travel with JSON payloads (orjson), so one plan
+serves tables of any schema.
 """
 
 from __future__ import annotations
 
-import enum
-import uuid
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import groupby
@@ -25,10 +22,11 @@ import orjson
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from icecdc.domain.layout import PartitionKey, TableLayout
+from icecdc.domain.layout import TableLayout
 from icecdc.domain.sourcespec import SourceRules, TruncateMode, UnavailableValues
 from icecdc.ingest.batch import Image, KeyChange, KeyResult, reduce_key, to_key_change
 from icecdc.ingest.batch_decisions import erased_by_truncate
+from icecdc.ingest.batch_files import write_file
 from icecdc.ingest.debezium import (
     NEW_KEY_HEADER,
     OLD_KEY_HEADER,
@@ -45,105 +43,11 @@ from icecdc.ingest.debezium import (
 )
 from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_changes
 from icecdc.ingest.fastparse import FAST_COLUMNS, FastParser, change_columns, key_text
-from icecdc.ingest.filemeta import FileKind, describe, parquet_footer
+from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.prefixes import CUT_PREFIX
 from icecdc.ingest.reduce import GLOBAL_PARTITION, plain_rows, reduce_plain_keys
+from icecdc.ingest.stage_rows import PARSED, PASSED_THROUGH, RESULT, ArrowStage, Tag
 from icecdc.ingest.unavailable import unavailable_detail
-from icecdc.runtime.fileio import write_new_parquet
-
-_DDL_TYPES = {
-    pa.string(): "string",
-    pa.binary(): "binary",
-    pa.int32(): "int",
-    pa.int64(): "long",
-    pa.bool_(): "boolean",
-    pa.list_(pa.string()): "array<string>",
-}
-
-
-def _ddl(schema: pa.Schema) -> str:
-    """The Spark DDL of an Arrow schema, so each stage's row shape is declared once."""
-    return ", ".join(f"{f.name} {_DDL_TYPES[f.type]}" for f in schema)
-
-
-# What Spark's Kafka source yields (the foreachBatch writer's input contract); with
-# ``includeHeaders`` (read when a table resolves unavailable values: the key-change headers) a
-# ``headers`` column follows.
-KAFKA_SCHEMA = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
-HEADERS_FIELD = "headers array<struct<key:string,value:binary>>"
-KAFKA_SCHEMA_WITH_HEADERS = f"{KAFKA_SCHEMA}, {HEADERS_FIELD}"
-PARSED = pa.schema(
-    [
-        ("table", pa.string()),
-        ("topic", pa.string()),
-        ("kafka_partition", pa.int32()),
-        ("offset", pa.int64()),
-        ("lsn", pa.int64()),  # a truncate's (the redo after it drops the table's changes below it)
-        ("records", pa.int64()),
-        ("key", pa.string()),  # a change's: the JSON object of its key columns (``fastparse.key_text``)
-        ("op", pa.string()),
-        # A change's after-image (canonical JSON), its partition (or a written file's), where an
-        # earlier version may live, and whether that is unknown (``fastparse.change_columns``).
-        ("after", pa.binary()),
-        ("partition", pa.string()),
-        ("prior", pa.list_(pa.string())),
-        ("global_delete", pa.bool_()),
-        # A change's unavailable columns and primary-key change (``_unavailable_fields``), null
-        # in the common case; the payload of the other tags that have one.
-        ("change", pa.binary()),
-        ("reason", pa.string()),
-        ("detail", pa.string()),
-        ("raw_key", pa.binary()),
-        ("raw_value", pa.binary()),
-    ]
-)
-# The write stage's output: the parse stage's marks and rejects as they came, and one row per
-# written file (op = data or delete, with its path, partition, record count and size).
-RESULT = pa.schema(
-    [
-        *PARSED,
-        ("path", pa.string()),
-        ("record_count", pa.int64()),
-        ("file_size", pa.int64()),
-        ("description", pa.string()),
-    ]
-)
-PARSED_SCHEMA, RESULT_SCHEMA = _ddl(PARSED), _ddl(RESULT)
-
-
-class Tag(str, enum.Enum):
-    """The ``op`` of a parsed row that is not a change (a change's ``op`` is its Debezium op, a
-    written file's its ``FileKind``); all but SKIP pass through the write stage to the driver."""
-
-    # Per (table, topic, partition) and input batch, the highest offset read and how many records.
-    MARK = "mark"
-    # A tombstone: advances offsets and nothing else (never leaves the write stage).
-    SKIP = "skip"
-    # Per (table, parse task): the column changes the records' schemas ask for.
-    SCHEMA = "schema"
-    # Per (table, parse task): the source fields the table lacks and will not get (counted).
-    COLUMNS = "columns"
-    # Per (table, parse task): the records that are not row changes (counted by kind).
-    CONTROL = "control"
-    # One per truncate record: its table, topic, partition, offset and LSN.
-    TRUNCATE = "truncate"
-    # From the write stage: a key's row with values the batch does not hold (``change``: the
-    # row, its unresolved columns, the key whose earlier version holds them, where that version
-    # may live), with its last record (for a dead letter); the driver resolves it.
-    UNRESOLVED = "unresolved"
-    # From the write stage: a key's last image before a primary-key change moved it (``change``:
-    # the new key, the image).
-    MOVED = "moved"
-    # Per (topic, parse task) that took whole wrapped records: the wrapper prefix the last one
-    # carried (``raw_value``), to be cut from the topic's next records (``prefixes``).
-    PREFIX = "prefix"
-
-
-PASSED_THROUGH = frozenset({Tag.MARK, Tag.SCHEMA, Tag.COLUMNS, Tag.CONTROL, Tag.TRUNCATE, Tag.PREFIX})
-
-ArrowStage = Callable[[Iterable[pa.RecordBatch]], Iterator[pa.RecordBatch]]
-# The order the write stage reads the parsed rows in: each key's changes together, in source order.
-GROUP_ORDER = ("table", "key", "kafka_partition", "offset")
 
 
 class _TableTally:
@@ -251,8 +155,10 @@ def _tally_rows(table: str, tally: _TableTally) -> list[dict[str, Any]]:
     return rows
 
 
-def _header_reader(column: pa.Array, index: int) -> Headers:
+def _header_reader(column: pa.Array | None, index: int) -> Headers:
     """One record's headers, read from the Arrow column only when asked for (few records are)."""
+    if column is None:
+        return _no_headers
 
     def header(name: str) -> bytes | None:
         for pair in column[index].as_py() or ():
@@ -348,9 +254,31 @@ def parse_stage(
     here: that is the exactly-once filter. ``truncate_lsns``: table -> the LSN of the truncate a
     redo applies, below which its changes are skipped. The records the fast path takes
     (``fastparse``) are parsed there, the others here, one by one; ``fast=False`` parses every
-    record here (the property tests and ``bench parse`` compare the two). ``prefixes``: the
+    record here (the property tests and ``python -m benchmarks parse`` compare the two). ``prefixes``: the
     wrapper prefixes cut from the values, by the id a record's ``CUT_PREFIX`` names (``ingest.prefixes``)."""
     known = list(prefixes)
+
+    def parsed_row(record: dict[str, Any], headers: Headers, tallies: Mapping[str, _TableTally]) -> dict[str, Any]:
+        """The row of a record the fast path did not take: parsed here, or rejected."""
+        topic = record["topic"]
+        row: dict[str, Any] = {"topic": topic, "kafka_partition": record["partition"], "offset": record["offset"]}
+        layout = layouts_by_topic.get(topic)
+        prefix = record.get(CUT_PREFIX)
+        if prefix is not None:
+            record["value"] = known[prefix] + record["value"]
+        try:
+            if layout is None:
+                raise RejectedEvent(Reason.UNKNOWN_TABLE, f"topic {topic!r} is not mapped to a table in the configuration")
+            row["table"] = table = layout.table
+            row.update(_parse_record(record, layout, rules_by_table[table], tallies[table], truncate_lsns.get(table), headers))
+        except RejectedEvent as rejected:
+            row.update(
+                reason=rejected.rejection.reason,
+                detail=rejected.rejection.detail,
+                raw_key=record["key"],
+                raw_value=record["value"],
+            )
+        return row
 
     def parse(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         tallies: dict[str, _TableTally] = defaultdict(_TableTally)
@@ -360,7 +288,6 @@ def parse_stage(
             if fast and layout.table not in truncate_lsns  # a redo after a truncate reads its records' LSNs
         }
         for batch in batches:
-            out: list[dict[str, Any]] = []
             header_column = batch.column("headers") if "headers" in batch.schema.names else None
             kept, marks = _kept_and_marks(batch, committed)
             moved = _carrying(header_column, NEW_KEY_HEADER) if header_column is not None else None
@@ -368,53 +295,45 @@ def parse_stage(
             yield from fast_rows
             rest = np.flatnonzero(kept & ~taken)
             records = batch.take(pa.array(rest)).to_pylist()
-            for index, record in zip(rest.tolist(), records, strict=True):
-                topic = record["topic"]
-                row: dict[str, Any] = {"topic": topic, "kafka_partition": record["partition"], "offset": record["offset"]}
-                layout = layouts_by_topic.get(topic)
-                prefix = record.get(CUT_PREFIX)
-                if prefix is not None:
-                    record["value"] = known[prefix] + record["value"]
-                try:
-                    if layout is None:
-                        raise RejectedEvent(
-                            Reason.UNKNOWN_TABLE, f"topic {topic!r} is not mapped to a table in the configuration"
-                        )
-                    row["table"] = table = layout.table
-                    headers = _header_reader(header_column, index) if header_column is not None else _no_headers
-                    row.update(
-                        _parse_record(record, layout, rules_by_table[table], tallies[table], truncate_lsns.get(table), headers)
-                    )
-                except RejectedEvent as rejected:
-                    row.update(
-                        reason=rejected.rejection.reason,
-                        detail=rejected.rejection.detail,
-                        raw_key=record["key"],
-                        raw_value=record["value"],
-                    )
-                out.append(row)
-            mark_columns = ("topic", "partition", "offset_max", "offset_count")
-            for topic, partition, last, count in zip(*(marks.column(name).to_pylist() for name in mark_columns), strict=True):
-                layout = layouts_by_topic.get(topic)
-                out.append(
-                    {
-                        "table": layout.table if layout else None,
-                        "topic": topic,
-                        "kafka_partition": partition,
-                        "offset": last,
-                        "records": count,
-                        "op": Tag.MARK,
-                    }
-                )
-            yield pa.RecordBatch.from_pylist(out, schema=PARSED)
-        tallied = [row for table, tally in tallies.items() for row in _tally_rows(table, tally)]
-        for topic, parser in parsers.items():
-            if parser.learned is not None:  # whole wrapped records: none once their prefix is cut
-                tallied.append({"table": parser.table, "topic": topic, "op": Tag.PREFIX, "raw_value": parser.learned})
+            out = [
+                parsed_row(record, _header_reader(header_column, index), tallies)
+                for index, record in zip(rest.tolist(), records, strict=True)
+            ]
+            yield pa.RecordBatch.from_pylist(out + _mark_rows(marks, layouts_by_topic), schema=PARSED)
+        tallied = _task_rows(tallies, parsers)
         if tallied:
             yield pa.RecordBatch.from_pylist(tallied, schema=PARSED)
 
     return parse
+
+
+def _mark_rows(marks: pa.Table, layouts_by_topic: Mapping[str, TableLayout]) -> list[dict[str, Any]]:
+    """The offset marks of one input batch (``Tag.MARK``), one per (topic, partition)."""
+    rows = []
+    names = ("topic", "partition", "offset_max", "offset_count")
+    for topic, partition, last, count in zip(*(marks.column(name).to_pylist() for name in names), strict=True):
+        layout = layouts_by_topic.get(topic)
+        rows.append(
+            {
+                "table": layout.table if layout else None,
+                "topic": topic,
+                "kafka_partition": partition,
+                "offset": last,
+                "records": count,
+                "op": Tag.MARK,
+            }
+        )
+    return rows
+
+
+def _task_rows(tallies: Mapping[str, _TableTally], parsers: Mapping[str, FastParser]) -> list[dict[str, Any]]:
+    """What the parse task saw besides changes, sent once at its end: the tallies and the
+    wrapper prefixes the fast path learned."""
+    rows = [row for table, tally in tallies.items() for row in _tally_rows(table, tally)]
+    for topic, parser in parsers.items():
+        if parser.learned is not None:  # whole wrapped records: none once their prefix is cut
+            rows.append({"table": parser.table, "topic": topic, "op": Tag.PREFIX, "raw_value": parser.learned})
+    return rows
 
 
 def reduce_and_write_stage(
@@ -433,17 +352,11 @@ def reduce_and_write_stage(
         changes = rows.filter(pc.and_(pc.invert(through), pc.not_equal(rows.column("op"), Tag.SKIP.value)))
         pieces: dict[tuple[str, str, FileKind], list[pa.Table]] = defaultdict(list)
         for table in pc.unique(changes.column("table")).to_pylist():
-            layout = layouts_by_table[table]
             of_table = changes.filter(pc.equal(changes.column("table"), table))
-            plain = plain_rows(of_table)
-            for (partition, kind), arrow in reduce_plain_keys(layout, of_table.filter(plain)).items():
-                pieces[table, partition, kind].append(arrow)
-            for (partition, kind), records in _reduce_by_key(layout, of_table.filter(pc.invert(plain)), passed).items():
-                pieces[table, partition, kind].append(layout.to_arrow(records, key_only=kind is not FileKind.DATA))
-        # One file after the other, on this thread. Writing a 50-table batch's 1,200 small files
-        # on two threads in the driver (Arrow and the kernel let go of the GIL) did not make the
-        # batch faster, whether beside the reduce or after it (docs/BENCHMARKS.md, "Ingest over 50
-        # tables: a batch's files on two threads").
+            for (partition, kind), arrows in _reduce_table(layouts_by_table[table], of_table, passed).items():
+                pieces[table, partition, kind].extend(arrows)
+        # One file after the other, on this thread: two threads did not make a batch of many small
+        # files faster (docs/BENCHMARKS.md, row "Many tables in one batch").
         facts = [
             write_file(
                 layouts_by_table[table], kind, tuple(orjson.loads(partition)), pa.concat_tables(arrows), io_properties, batch_tag
@@ -457,6 +370,20 @@ def reduce_and_write_stage(
 
 
 _PASSED_OPS = pa.array([tag.value for tag in PASSED_THROUGH])
+
+
+def _reduce_table(
+    layout: TableLayout, rows: pa.Table, passed: list[dict[str, Any]]
+) -> dict[tuple[str, FileKind], list[pa.Table]]:
+    """One table's changes reduced per key, by (partition, kind) of file: the plain keys in Arrow
+    (``reduce``), the others one by one (``_reduce_by_key``)."""
+    pieces: dict[tuple[str, FileKind], list[pa.Table]] = defaultdict(list)
+    plain = plain_rows(rows)
+    for (partition, kind), arrow in reduce_plain_keys(layout, rows.filter(plain)).items():
+        pieces[partition, kind].append(arrow)
+    for (partition, kind), records in _reduce_by_key(layout, rows.filter(pc.invert(plain)), passed).items():
+        pieces[partition, kind].append(layout.to_arrow(records, key_only=kind is not FileKind.DATA))
+    return pieces
 
 
 def _reduce_by_key(
@@ -521,53 +448,3 @@ def _unresolved_row(last: dict[str, Any], result: KeyResult) -> dict[str, Any]:
     change = _image_payload(result.row, result) | {"prior": list(result.delete_partitions), "global": result.global_delete}
     kept = ("table", "topic", "kafka_partition", "offset", "key", "raw_key", "raw_value")
     return {**{name: last[name] for name in kept}, "op": Tag.UNRESOLVED, "change": orjson.dumps(change)}
-
-
-# At most this many rows, a batch's file is compressed with Snappy, not zstd. zstd sets up a
-# compressor per column chunk: on a file of 17 to 64 rows that cost 90 us more a file (four
-# columns) for bytes within 6% of Snappy's, and a batch of a connector's 50 tables writes 1,200
-# such files. From 128 rows on Snappy's file is 20% larger and more, so larger files keep zstd,
-# Iceberg's default codec (docs/BENCHMARKS.md, "Ingest over 50 tables: the JIT's steady state,
-# and a small file's codec"). Either way the file lives until the compactor rewrites it.
-SNAPPY_MAX_ROWS = 64
-
-
-def batch_file_codec(rows: int) -> str:
-    """The Parquet codec of a batch's file of ``rows`` rows."""
-    return "snappy" if rows <= SNAPPY_MAX_ROWS else "zstd"
-
-
-def write_file(
-    layout: TableLayout,
-    kind: FileKind,
-    partition: PartitionKey,
-    arrow: pa.Table,
-    io_properties: Mapping[str, str],
-    batch_tag: str,
-) -> dict[str, Any]:
-    """One Parquet file of rows (data) or keys (deletes) of one partition, with Iceberg field ids
-    (``layout.to_arrow``), under a name unique per attempt; its facts as a result row."""
-    partition_path = "" if kind == FileKind.GLOBAL_DELETE else layout.partition_path(partition)
-    name = f"{batch_tag}-{uuid.uuid4().hex}-{kind.value}.parquet"
-    path = "/".join(p for p in (layout.data_location, partition_path, name) if p)
-    # No dictionary pages: a batch's file holds one partition's changes of one batch (tens to
-    # thousands of rows) until the compactor rewrites it with the table's own writer settings.
-    # Plain columns under zstd were both faster to write and smaller at 17 to 5,000 rows (a
-    # dictionary page costs a compression of its own per column): docs/BENCHMARKS.md, "Ingest
-    # over 50 tables: where the CPU goes". No Arrow schema either: it is a quarter of a 17-row
-    # file's bytes (base64 in the footer), only pyarrow reads it, and every type of
-    # ``layout.to_arrow`` reads back from the Parquet schema alone, field ids included
-    # (tests/unit/test_fileio.py). Leaving it out saves no measurable CPU: docs/BENCHMARKS.md,
-    # "Ingest over 50 tables: the JIT compilers' share, and batch files without the Arrow schema".
-    data = write_new_parquet(
-        arrow, path, io_properties, compression=batch_file_codec(arrow.num_rows), use_dictionary=False, store_schema=False
-    )
-    return {
-        "table": layout.table,
-        "op": kind,
-        "path": path,
-        "partition": orjson.dumps(partition).decode(),
-        "record_count": arrow.num_rows,
-        "file_size": len(data),
-        "description": describe(layout, kind, path, partition, len(data), arrow.num_rows, parquet_footer(data)),
-    }

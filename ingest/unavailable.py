@@ -49,7 +49,7 @@ class SourceRecord:
 
 @dataclass(frozen=True)
 class UnresolvedRow:
-    """A key's row the batch could not complete (``stages.Tag.UNRESOLVED``)."""
+    """A key's row the batch could not complete (``stage_rows.Tag.UNRESOLVED``)."""
 
     key: Key
     image: Image
@@ -60,7 +60,7 @@ class UnresolvedRow:
 
 @dataclass(frozen=True)
 class MovedImage:
-    """A key's last image before a primary-key change moved its row to ``to`` (``stages.Tag.MOVED``);
+    """A key's last image before a primary-key change moved its row to ``to`` (``stage_rows.Tag.MOVED``);
     ``image`` None: the batch held none, and the row is the table's at ``before``. ``at``: where
     the change's delete arrived."""
 

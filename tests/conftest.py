@@ -16,9 +16,9 @@ from icecdc.runtime.config import Config, embedded_config
 from tests.jvm_archive import archive_options, ensure_archive
 from tests.processes import TEST_JVM_OPTIONS, with_jvm_options
 
-# Files whose tests share nothing (each bench smoke test runs a whole ``icecdc bench`` in its own
-# process): under ``--dist loadfile`` each of their tests is a unit of its own. Kept together,
-# test_benchmarks.py's took one worker about 14 minutes, the suite's longest path.
+# Files whose tests share nothing (each bench smoke test runs a whole ``icecdc bench`` or
+# ``python -m benchmarks`` in its own process): under ``--dist loadfile`` each of their tests is a
+# unit of its own, since kept together they would be the suite's longest path on one worker.
 INDEPENDENT_TEST_FILES = frozenset({"tests/integration/test_benchmarks.py"})
 
 

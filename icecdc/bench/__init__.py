@@ -1,10 +1,7 @@
-"""``icecdc bench ...``: benchmarks that compare icecdc with the alternatives side by side, in
-one run, on the same data; results are medians, written as JSON, a plot and a markdown table.
-
-This is their registry. Each benchmark's module declares its options beside its code
-(``add_arguments(parser)``) and runs from them (``main(args)``); the CLI lists the benchmarks
-from here and imports a benchmark's module only when that benchmark is chosen, so no other
-command loads them. They plot with matplotlib, which only the ``bench`` extra installs.
+"""``icecdc bench ...``: the benches a user runs on their own set-up, icecdc against the alternatives
+on the same data, written as JSON, a plot and a markdown table. This is their registry: each
+module declares its options (``add_arguments``) and runs from them (``main``), imported only when
+chosen. The investigations (``benchmarks/``, not installed) reuse it; it never imports them.
 """
 
 from __future__ import annotations
@@ -24,11 +21,12 @@ INSTALL_HINT = "pip install 'icecdc[bench]'"
 @dataclass(frozen=True)
 class Benchmark:
     name: str  # the subcommand
-    help: str  # its line in ``icecdc bench --help``
+    help: str  # its line in ``--help``
+    package: str = __name__  # where its module lives
 
     @property
     def module(self) -> str:
-        return f"{__name__}.{self.name.replace('-', '_')}"
+        return f"{self.package}.{self.name.replace('-', '_')}"
 
 
 BENCHMARKS = (
@@ -38,33 +36,6 @@ BENCHMARKS = (
         "e2e",
         "query latency, files, write amplification and writer latency over a CDC run, "
         "per maintenance strategy (none, cron, threshold, icecdc)",
-    ),
-    Benchmark("rewrite", "the compactor's rewrite throughput (deletes applied) against pyarrow read+write"),
-    Benchmark(
-        "manifests",
-        "point-lookup latency with N small manifests against the same data files with the manifests merged",
-    ),
-    Benchmark(
-        "manifest-merging",
-        "the writer's commit time against the table's live files and commit.manifest.min-count-to-merge",
-    ),
-    Benchmark(
-        "global-deletes",
-        "reads with unresolved global equality deletes (key-only before-images) against the same table resolved, "
-        "and what resolving costs",
-    ),
-    Benchmark("scale", "the compactor's metadata reads, decisions, status and listings against partitions and files"),
-    Benchmark("jobs", "settled partitions compacted per minute, one Spark job per partition against several a job"),
-    Benchmark(
-        "ingest-shape",
-        "the ingester's cost per batch against the batch's size and the tables it spans, with memory",
-    ),
-    Benchmark(
-        "conversion",
-        "one batch's equality deletes converted to position deletes, with the key index and by reading the partition's keys",
-    ),
-    Benchmark(
-        "parse", "the ingester's parse stage on one core: its Python path against its fast path, generator and connector messages"
     ),
     Benchmark(
         "source-latency",
@@ -90,24 +61,21 @@ class _BenchmarkParser(argparse.ArgumentParser):
         return super().parse_known_args(args, namespace)
 
 
-def add_benchmarks(bench: argparse.ArgumentParser) -> None:
-    """The ``icecdc bench`` subcommands, one per benchmark."""
+def add_benchmarks(bench: argparse.ArgumentParser, benchmarks: Iterable[Benchmark] = BENCHMARKS) -> None:
+    """One subcommand per benchmark."""
     benches = bench.add_subparsers(dest="bench", required=True, metavar="BENCHMARK", parser_class=_BenchmarkParser)
-    for benchmark in BENCHMARKS:
+    for benchmark in benchmarks:
         benches.add_parser(benchmark.name, help=benchmark.help, benchmark=benchmark)
 
 
 def _run(module: Any, args: argparse.Namespace) -> int:
-    # Before the run rather than at its first plot, which may come after an hour of measuring.
+    # Before the run rather than at its first plot, after the measuring.
     try:
         importlib.import_module("matplotlib")
     except ImportError:
         raise UserError(f"the benchmarks plot with matplotlib, which is not installed: {INSTALL_HINT}") from None
     result: int = module.main(args)
     return result
-
-
-# ---- options and output the benchmarks share ----
 
 
 def out_argument(parser: argparse.ArgumentParser, plots: str = "plot") -> None:

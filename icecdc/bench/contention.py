@@ -1,15 +1,6 @@
-"""``icecdc bench contention``: what a compactor does to the writer it runs beside.
-
-The same CDC batches are written at a fixed cadence to four tables, one run after the other, by
-a writer in this process: with no compactor, with a naive compactor (commits whenever a
-compaction is ready, no quiet windows, no retry of its own), with the coordinated compactor
-(icecdc's defaults), and with no compactor and Iceberg's default manifest merging (``unmerged``:
-icecdc's tables merge on the writer's commits from 8 manifests on, Iceberg's from 100). The compactor runs as its own process, as deployed. The workload moves to a
-new day every few batches, so yesterday's partitions take late changes for a while and then
-settle: the compactor works while the writer writes. Measured: the writer's commit latency
-(p50/p99), failures and retries, and the compactor's commit attempts and conflicts (an attempt
-that lost the catalog's compare-and-set or failed validation), scraped from the compactor's own
-metrics endpoint. At the end the three tables must hold the same rows as the workload's state.
+"""``icecdc bench contention``: what a compactor does to the writer it runs beside. The same CDC
+batches go to one table per mode (no compactor, a naive one, the coordinated one, Iceberg's own
+manifest merging), measuring the writer's commit latency and the compactor's conflicts.
 """
 
 from __future__ import annotations
@@ -23,16 +14,14 @@ from typing import Any
 
 from icecdc.bench import out_argument, print_results
 from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, FeedWriter, bench_stack, clone, progress
-from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
+from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot, save
 from icecdc.options import embedded_stack_arguments
 from icecdc.runtime.config import Config
 from icecdc.workload import OrdersWorkload, orders_table
 
-# unmerged: no compactor either, and Iceberg's own manifest merging (from 100 manifests on) instead
-# of icecdc's tables' 8: what merging manifests on the writer's own commits costs the writer.
+# unmerged: no compactor, and Iceberg's default manifest merging instead of icecdc's tables'.
 MODES = ("none", "naive", "coordinated", "unmerged")
-# Measured in this order: the writer's JVM keeps warming up through the run, so the baselines go
-# last and the coordinated compactor first (the comparisons that matter err against icecdc).
+# The writer's JVM warms up through the run: the coordinated compactor goes first, so any error is against icecdc.
 RUN_ORDER = ("coordinated", "naive", "none", "unmerged")
 ICEBERG_MANIFEST_MERGING = {"commit.manifest.min-count-to-merge": "100"}
 # Naive: commit the moment a compaction is ready, once (Iceberg's own quick retries only).
@@ -195,17 +184,10 @@ def summary(results: ContentionResults) -> str:
         f"{results.batches} batches of {results.changes_per_batch:,} changes, one every "
         f"{results.interval_seconds:g}s, per mode; {results.machine}.\n\n"
         + markdown_table(
-            [
-                "compactor",
-                "writer commit p50 ms",
-                "p99 ms",
-                "p99 vs none",
-                "writer failures",
-                "writer commits retried",
-                "manifests at end",
-                "compactions",
-                "compactor conflicts / attempts",
-            ],
+            (
+                "compactor | writer commit p50 ms | p99 ms | p99 vs none | writer failures | "
+                "writer commits retried | manifests at end | compactions | compactor conflicts / attempts"
+            ),
             rows,
         )
         + "\n"
@@ -221,14 +203,7 @@ def _plot(results: ContentionResults, path: Path) -> None:
     ax.set_xlabel("writer commit latency (ms)")
     ax.set_ylabel("share of commits at or below")
     ax.set_title("Writer commit latency by compactor mode")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-# ---- icecdc bench contention ----
+    save(plt, fig, path, ax, legend=None)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

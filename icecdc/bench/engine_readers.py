@@ -1,12 +1,6 @@
-"""Readers that cannot apply equality deletes, reading a live table as a user's other engines
-would: pyiceberg's own scan and DuckDB's iceberg extension. Each read is of one snapshot (the
-table's current one when it was loaded: DuckDB reads that snapshot's metadata file), and ends in
-the rows it read or a typed refusal (pyiceberg 0.12 raises on an equality delete rather than
-misreading). Whether a read was *exact* is the caller's comparison with its own model
-(``icecdc.bench.portability``, pure).
-
-DuckDB and its extensions come with the ``test`` and ``bench`` extras; the extension files are
-the ones their PyPI packages ship, LOADed from disk (never INSTALLed from the network).
+"""Readers that cannot apply equality deletes, reading one snapshot of a live table as a user's
+other engines would: pyiceberg's scan and DuckDB's iceberg extension (LOADed from the files its
+PyPI packages ship, never INSTALLed). Whether a read was exact is for ``icecdc.bench.portability``.
 """
 
 from __future__ import annotations
@@ -47,8 +41,7 @@ class Read:
 
 
 def _extension(package: str, name: str) -> str:
-    """The path of the extension file a ``duckdb-extension-*`` package ships
-    (``<package>/extensions/v<duckdb version>/<name>.duckdb_extension``)."""
+    """The path of the extension file a ``duckdb-extension-*`` package ships."""
     import duckdb
 
     path = importlib.resources.files(package) / "extensions" / f"v{duckdb.__version__}" / f"{name}.duckdb_extension"
@@ -60,8 +53,7 @@ def _extension(package: str, name: str) -> str:
 
 
 def duckdb_connection() -> Any:
-    """An in-memory DuckDB with the avro and iceberg extensions its packages ship, loaded from
-    disk (avro first: the iceberg extension reads manifests with it)."""
+    """An in-memory DuckDB with the avro and iceberg extensions loaded (avro first: iceberg uses it)."""
     import duckdb
 
     connection = duckdb.connect(config={"autoinstall_known_extensions": "false", "autoload_known_extensions": "false"})
@@ -79,8 +71,7 @@ def _snapshot_id(table: Table, snapshot_id: int | None) -> int | None:
 
 
 def read_pyiceberg(table: Table, columns: Sequence[str] = ("*",), snapshot_id: int | None = None) -> Read:
-    """pyiceberg's own scan of the loaded snapshot (or of ``snapshot_id``); a refusal when it
-    raises on what it cannot apply (equality deletes: ``ValueError``/``NotImplementedError`` in 0.12)."""
+    """pyiceberg's scan of the loaded snapshot (or ``snapshot_id``); a refusal when it raises on what it cannot apply."""
     snapshot_id = _snapshot_id(table, snapshot_id)
     try:
         rows = table.scan(selected_fields=tuple(columns), snapshot_id=snapshot_id).to_arrow()
@@ -90,9 +81,8 @@ def read_pyiceberg(table: Table, columns: Sequence[str] = ("*",), snapshot_id: i
 
 
 def read_duckdb(table: Table, columns: Sequence[str] = ("*",), connection: Any = None, snapshot_id: int | None = None) -> Read:
-    """DuckDB's ``iceberg_scan`` of the metadata file the table was loaded from (the same snapshot
-    pyiceberg reads, or ``snapshot_id`` of its history); a refusal when DuckDB raises on the table
-    (its own error, not I/O)."""
+    """DuckDB's ``iceberg_scan`` of the loaded metadata file (or ``snapshot_id``); a refusal when
+    DuckDB raises on the table (its own error, not I/O)."""
     import duckdb
 
     chosen = snapshot_id

@@ -1,15 +1,10 @@
-"""What every ``icecdc bench`` shares: a stack scoped to the run (an embedded broker, the embedded
-config pointed at it, one Spark session), configs cloned with a run's own tables and topics, the
-ingester's own writer fed like a source, progress lines, and the plot set-up."""
+"""What every bench shares: a stack scoped to the run (an embedded broker, its config, one Spark
+session), configs cloned with a run's own tables, the ingester's writer fed like a source."""
 
 from __future__ import annotations
 
-import contextlib
-import os
-import re
 import subprocess
 import sys
-import threading
 import time
 import urllib.error
 import urllib.request
@@ -22,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import orjson
 from prometheus_client.parser import text_string_to_metric_families
 
-from icecdc.bench.report import markdown_table
 from icecdc.domain.tableref import TableRef
 from icecdc.runtime import kafka
 from icecdc.runtime.broker import EmbeddedBroker, free_port
@@ -57,8 +51,7 @@ class BenchStack:
 
 @contextmanager
 def bench_stack(name: str, state_dir: Path, *, broker: bool = True, **overrides: Any) -> Iterator[BenchStack]:
-    """The run's stack: the broker stops when the block ends (its Kafka clients must be gone by
-    then, so benches keep them inside the block)."""
+    """The run's stack; the broker stops when the block ends, so Kafka clients stay inside it."""
     from icecdc.runtime.spark import spark_session
 
     embedded = EmbeddedBroker(state_dir / "broker", free_port()) if broker else None
@@ -73,189 +66,10 @@ def bench_stack(name: str, state_dir: Path, *, broker: bool = True, **overrides:
             embedded.stop()
 
 
-def rss_peak_reset() -> None:
-    """Reset the kernel's peak-RSS mark of this process (Linux: clear_refs 5)."""
-    with contextlib.suppress(OSError):  # not Linux: the peak is since the process started
-        Path("/proc/self/clear_refs").write_text("5")
-
-
-def rss_kib(field_name: str, pid: int | str = "self") -> int:
-    """A memory field of a process's /proc status (VmRSS, VmHWM), in KiB; 0 when unknown."""
-    with contextlib.suppress(OSError):
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith(field_name + ":"):
-                return int(line.split()[1])
-    return 0
-
-
-def cpu_seconds(pid: int | str = "self") -> float:
-    """A process's CPU time so far, user and system, over all its threads (Linux's /proc: the
-    JVM's includes its garbage collector and compilers); 0 when unknown."""
-    return _stat_cpu_seconds(Path(f"/proc/{pid}"))
-
-
-# The JVM's JIT compiler threads ("C1 CompilerThread0", "C2 CompilerThread1", ...; Linux keeps
-# the first 15 characters of a thread's name).
-JIT_THREAD = re.compile(r"C\d CompilerThre")
-
-
-def jit_cpu_seconds(pid: int | str) -> dict[str, float]:
-    """The CPU time so far of each of a JVM's JIT compiler threads alive now, by thread id; the
-    JVM starts and ends them with the work queued (``UseDynamicNumberOfCompilerThreads``), so two
-    readings are compared thread by thread (``jit_cpu_between``)."""
-    threads: dict[str, float] = {}
-    for task in Path(f"/proc/{pid}/task").glob("*"):
-        with contextlib.suppress(OSError):
-            if JIT_THREAD.match((task / "comm").read_text()):
-                threads[task.name] = _stat_cpu_seconds(task)
-    return threads
-
-
-def jit_cpu_between(before: dict[str, float], after: dict[str, float]) -> float:
-    """The JIT compilers' CPU seconds between two readings of ``jit_cpu_seconds``: a thread that
-    ended between them is missed (never counted negative), one that started counts whole."""
-    return sum(max(0.0, seconds - before.get(thread, 0.0)) for thread, seconds in after.items())
-
-
-def _stat_cpu_seconds(process: Path) -> float:
-    """User and system CPU seconds from a /proc process or task directory; 0 when unknown."""
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        fields = (process / "stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return 0.0
-
-
-class WorkerMemory:
-    """The peak summed resident memory of a process's descendants (Spark's Python workers under
-    the JVM), sampled every ``interval`` seconds on a thread while the block runs: workers come
-    and go within a job, so no single process's peak mark would tell."""
-
-    def __init__(self, root_pid: int, interval: float = 0.05) -> None:
-        self._root, self._interval = root_pid, interval
-        self.peak_kib = 0
-        self._stop = threading.Event()
-
-    def _descendants(self) -> list[int]:
-        children: dict[int, list[int]] = {}
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-                children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        out, todo = [], list(children.get(self._root, []))
-        while todo:
-            pid = todo.pop()
-            out.append(pid)
-            todo.extend(children.get(pid, []))
-        return out
-
-    def _sample(self) -> None:
-        while not self._stop.wait(self._interval):
-            self.peak_kib = max(self.peak_kib, sum(rss_kib("VmRSS", pid) for pid in self._descendants()))
-
-    def __enter__(self) -> WorkerMemory:
-        self._thread = threading.Thread(target=self._sample, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-
-@dataclass(frozen=True)
-class StageCost:
-    """One Spark stage, as Spark's own monitoring API reports it: where a job's time went."""
-
-    stage_id: int
-    name: str
-    tasks: int
-    wall_seconds: float  # submission to completion
-    run_seconds: float  # summed over tasks: executor run time
-    cpu_seconds: float
-    gc_seconds: float
-    deserialize_seconds: float  # task deserialization, summed
-    input_mb: float
-    output_mb: float
-    shuffle_read_mb: float
-    shuffle_write_mb: float
-
-
-def _spark_stages(spark: SparkSession) -> list[dict[str, Any]]:
-    url = spark.sparkContext.uiWebUrl
-    if url is None:
-        return []
-    with urllib.request.urlopen(f"{url}/api/v1/applications/{spark.sparkContext.applicationId}/stages?status=complete") as reply:
-        stages: list[dict[str, Any]] = orjson.loads(reply.read())
-    return stages
-
-
-def last_stage_id(spark: SparkSession) -> int:
-    return max((s["stageId"] for s in _spark_stages(spark)), default=-1)
-
-
-def stages_since(spark: SparkSession, stage_id: int) -> list[StageCost]:
-    """The stages completed after ``stage_id`` (``last_stage_id`` before the work), in order."""
-
-    def seconds(text: str) -> float:
-        from datetime import datetime
-
-        return datetime.strptime(text.replace("GMT", "+0000"), "%Y-%m-%dT%H:%M:%S.%f%z").timestamp()
-
-    out = []
-    for s in sorted(_spark_stages(spark), key=lambda s: s["stageId"]):
-        if s["stageId"] <= stage_id:
-            continue
-        out.append(
-            StageCost(
-                s["stageId"],
-                s["name"].split(" at ")[0],
-                s["numTasks"],
-                seconds(s["completionTime"]) - seconds(s["submissionTime"]),
-                s["executorRunTime"] / 1000,
-                s["executorCpuTime"] / 1e9,
-                s["jvmGcTime"] / 1000,
-                s["executorDeserializeTime"] / 1000,
-                s["inputBytes"] / 1e6,
-                s["outputBytes"] / 1e6,
-                s["shuffleReadBytes"] / 1e6,
-                s["shuffleWriteBytes"] / 1e6,
-            )
-        )
-    return out
-
-
-def stage_table(stages: Sequence[StageCost]) -> str:
-    return markdown_table(
-        ["stage", "tasks", "wall s", "task run s", "task CPU s", "GC s", "deserialize s", "in MB", "out MB", "shuffle r/w MB"],
-        [
-            [
-                f"{s.stage_id} {s.name}",
-                s.tasks,
-                f"{s.wall_seconds:.2f}",
-                f"{s.run_seconds:.2f}",
-                f"{s.cpu_seconds:.2f}",
-                f"{s.gc_seconds:.2f}",
-                f"{s.deserialize_seconds:.2f}",
-                f"{s.input_mb:.1f}",
-                f"{s.output_mb:.1f}",
-                f"{s.shuffle_read_mb:.1f}/{s.shuffle_write_mb:.1f}",
-            ]
-            for s in stages
-        ],
-    )
-
-
-def int_partitioned_table(name: str, topic: str) -> dict[str, Any]:
-    """A table of tiny rows partitioned by an integer column ``p``: any number of partitions,
-    with files as small as the bench wants."""
-    return {
-        "name": name,
-        "topic": topic,
-        "primary_key": ["id"],
-        "partition_by": ["p"],
-        "schema": {"id": "long", "p": "int", "v": "string"},
-        "before_image": "full",
-    }
+def differing_rows(table: Any, expected: Any) -> int:
+    """Rows in which two DataFrames differ, counted both ways by Spark (a key twice is a delete
+    not applied), since at users' partition sizes the rows do not fit in Python."""
+    return int(table.exceptAll(expected).count() + expected.exceptAll(table).count())
 
 
 def clone(config: Config, **updates: Any) -> Config:
@@ -283,14 +97,9 @@ class FeedWriter:
         self._offset = 0
 
     def frame(self, pairs: Sequence[tuple[bytes | None, bytes | None]], topics: Sequence[str] | None = None) -> Any:
-        """The next batch as the DataFrame a source hands ``foreachBatch`` (built outside any timer):
-        the same records on every table's topic."""
-        return self.frame_by_topic(dict.fromkeys(topics or self._topics, pairs))
-
-    def frame_by_topic(self, pairs: Mapping[str, Sequence[tuple[bytes | None, bytes | None]]]) -> Any:
-        """The next batch with each topic's own records, as a DataFrame with the known wrapper
-        prefixes cut (what the writer makes of a polled batch it runs on Spark)."""
-        return self.polled_by_topic(pairs).frame(self.writer.prefixes)
+        """The next batch as the DataFrame a source hands ``foreachBatch``, the same records on every
+        table's topic (build it outside any timer)."""
+        return self.polled_by_topic(dict.fromkeys(topics or self._topics, pairs)).frame(self.writer.prefixes)
 
     def polled_by_topic(self, pairs: Mapping[str, Sequence[tuple[bytes | None, bytes | None]]]) -> PolledRecords:
         """The next batch with each topic's own records, as the direct reader hands it over."""
@@ -323,8 +132,7 @@ class CompactorCounts:
 
 
 class CompactorProcess:
-    """``icecdc compact`` in its own process, as deployed (a sidecar container): it shares the
-    machine's cores with the writer but not its JVM or its interpreter."""
+    """``icecdc compact`` in its own process, as deployed: it shares the cores, not the JVM."""
 
     def __init__(self, config: Config, name: str, out: Path, ready_seconds: float = 120.0) -> None:
         self.port = free_port()

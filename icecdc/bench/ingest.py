@@ -1,17 +1,6 @@
-"""``icecdc bench ingest``: the same CDC batches applied to the same starting table two ways,
-icecdc's writer (equality deletes, cost of the batch) and Spark's ``MERGE INTO`` in
-merge-on-read mode (must read the target to find the rows it replaces), at growing table sizes.
-
-icecdc's batches alternate between its two ways of running a batch's job
-(``ingest.driver_batch_records``): in the driver, timed from the records as the direct reader
-holds them after a poll, and on Spark, timed from the DataFrame as Spark's Kafka source hands it
-to ``foreachBatch`` (built before the timer starts, as MERGE's source view is). Each way gets one
-warm-up batch and ``batches`` measured ones; MERGE applies every batch.
-
-The starting rows are a pure function of their id, generated inside Spark for both tables; the
-change batches (70% updates, 20% inserts, 10% deletes by default, updates moving rows between
-partitions) are generated once and fed to both. At the end the two tables must hold the same
-rows, so the faster path is also shown to be right.
+"""``icecdc bench ingest``: the same CDC batches applied to the same starting table by icecdc's
+writer (equality deletes; in the driver and on Spark) and by Spark's ``MERGE INTO`` in
+merge-on-read mode, at growing table sizes. The two tables must end with the same rows.
 """
 
 from __future__ import annotations
@@ -28,8 +17,8 @@ from typing import Any
 import orjson
 
 from icecdc.bench import out_argument, positive_integers, print_results
-from icecdc.bench.harness import FeedWriter, bench_stack, clone, progress
-from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.bench.harness import FeedWriter, bench_stack, clone, differing_rows, progress
+from icecdc.bench.report import machine, markdown_table, publish, pyplot, save
 from icecdc.options import state_dir_argument
 from icecdc.runtime.catalog import ensure_tables
 from icecdc.workload import REGIONS, STATUSES, orders_table
@@ -37,11 +26,7 @@ from icecdc.workload import REGIONS, STATUSES, orders_table
 DAY_MICROS = 86_400_000_000
 START_MICROS = int((dt.datetime(2025, 1, 1) - dt.datetime(1970, 1, 1)).total_seconds()) * 1_000_000
 DAYS = 3
-MERGE_PROPERTIES = {
-    "write.merge.mode": "merge-on-read",
-    "write.update.mode": "merge-on-read",
-    "write.delete.mode": "merge-on-read",
-}
+MERGE_PROPERTIES = {f"write.{op}.mode": "merge-on-read" for op in ("merge", "update", "delete")}
 say = progress("ingest")
 SOURCE_BLOCK = {"connector": "postgresql", "name": "bench", "db": "bench", "schema": "public", "table": "orders"}
 
@@ -62,16 +47,10 @@ class SizeResult:
     merge_seconds: list[float]
 
     @property
-    def driver_median(self) -> float:
-        return statistics.median(self.driver_seconds)
-
-    @property
-    def spark_median(self) -> float:
-        return statistics.median(self.spark_seconds)
-
-    @property
-    def merge_median(self) -> float:
-        return statistics.median(self.merge_seconds)
+    def medians(self) -> tuple[float, float, float]:
+        """The median seconds of icecdc in the driver, icecdc on Spark and MERGE."""
+        driver, on_spark, merge = (statistics.median(s) for s in (self.driver_seconds, self.spark_seconds, self.merge_seconds))
+        return driver, on_spark, merge
 
 
 @dataclass(frozen=True)
@@ -84,8 +63,7 @@ class IngestResults:
 
 
 def base_row(key: int, days: int = DAYS, regions: int = len(REGIONS)) -> dict[str, Any]:
-    """Row ``key`` of the starting table, over the first ``regions`` regions; ``base_sql``
-    computes the same in Spark."""
+    """Row ``key`` of the starting table; ``base_sql`` computes the same in Spark."""
     return {
         "id": key,
         "region": REGIONS[key % regions],
@@ -160,8 +138,7 @@ class ChangingTable:
                 key = self._existing_key()
                 op, before, after = "d", self.current(key), None
             self.changed[key] = after
-            # Every Debezium change carries its ``source`` block and ``ts_ms`` (records without
-            # them are not changes the fast parse path takes: ingest/fastparse.py).
+            # The fast parse path takes only changes with ``source`` and ``ts_ms`` (ingest/fastparse.py).
             value = {"op": op, "before": before, "after": after, "source": SOURCE_BLOCK, "ts_ms": START_MICROS // 1000}
             out.append((op, key, after, orjson.dumps(value)))
         return out
@@ -249,23 +226,16 @@ def run(
                     f"icecdc (job {job}) {icecdc_seconds:.2f}s, MERGE {merge_seconds:.2f}s"
                 )
             feed.close()
-            differing = (
-                spark.sql(
-                    f"SELECT count(*) AS n FROM ((SELECT * FROM {icecdc_name} EXCEPT ALL SELECT * FROM {merge_name}) "
-                    f"UNION ALL (SELECT * FROM {merge_name} EXCEPT ALL SELECT * FROM {icecdc_name}))"
-                )
-                .collect()[0]
-                .n
-            )
+            differing = differing_rows(spark.table(icecdc_name), spark.table(merge_name))
             count = spark.table(icecdc_name).count()
             if differing:
                 raise RuntimeError(f"{rows:,} rows: the icecdc and MERGE tables differ in {differing} rows")
             size = SizeResult(rows, count, timings["driver"], timings["spark"], timings["merge"])
             results.sizes.append(size)
+            driver, on_spark, merge = size.medians
             say(
-                f"{rows:,} rows: tables agree ({count:,} rows); medians icecdc {size.driver_median:.2f}s (job in the "
-                f"driver), {size.spark_median:.2f}s (on Spark), MERGE {size.merge_median:.2f}s; MERGE / icecdc "
-                f"{size.merge_median / size.driver_median:.1f}x and {size.merge_median / size.spark_median:.1f}x"
+                f"{rows:,} rows: tables agree ({count:,} rows); medians icecdc {driver:.2f}s (job in the driver), "
+                f"{on_spark:.2f}s (on Spark), MERGE {merge:.2f}s; MERGE / icecdc {merge / driver:.1f}x and {merge / on_spark:.1f}x"
             )
             for name in (icecdc_name, merge_name):
                 spark.sql(f"DROP TABLE {name} PURGE")
@@ -273,16 +243,15 @@ def run(
     return results
 
 
+def _spreads(s: SizeResult) -> list[str]:
+    """Each way's median seconds and range."""
+    ways = (s.driver_seconds, s.spark_seconds, s.merge_seconds)
+    return [f"{m:.2f} ({min(v):.2f}-{max(v):.2f})" for m, v in zip(s.medians, ways, strict=True)]
+
+
 def summary(results: IngestResults) -> str:
     rows = [
-        [
-            f"{s.rows:,}",
-            f"{s.driver_median:.2f} ({min(s.driver_seconds):.2f}-{max(s.driver_seconds):.2f})",
-            f"{s.spark_median:.2f} ({min(s.spark_seconds):.2f}-{max(s.spark_seconds):.2f})",
-            f"{s.merge_median:.2f} ({min(s.merge_seconds):.2f}-{max(s.merge_seconds):.2f})",
-            f"{s.merge_median / s.driver_median:.1f}x",
-            f"{s.merge_median / s.spark_median:.1f}x",
-        ]
+        [f"{s.rows:,}", *_spreads(s), f"{s.medians[2] / s.medians[0]:.1f}x", f"{s.medians[2] / s.medians[1]:.1f}x"]
         for s in results.sizes
     ]
     mix = results.mix
@@ -290,14 +259,10 @@ def summary(results: IngestResults) -> str:
         f"{results.changes_per_batch:,} changes per batch ({mix.updates:.0%} updates, {mix.inserts:.0%} inserts, "
         f"{mix.deletes:.0%} deletes), median of {results.batches} batches after one warm-up; {results.machine}.\n\n"
         + markdown_table(
-            [
-                "starting rows",
-                "icecdc, job in the driver, s/batch",
-                "icecdc, job on Spark, s/batch",
-                "MERGE INTO (merge-on-read) s/batch",
-                "MERGE / icecdc in the driver",
-                "MERGE / icecdc on Spark",
-            ],
+            (
+                "starting rows | icecdc, job in the driver, s/batch | icecdc, job on Spark, s/batch | "
+                "MERGE INTO (merge-on-read) s/batch | MERGE / icecdc in the driver | MERGE / icecdc on Spark"
+            ),
             rows,
         )
         + "\n"
@@ -321,14 +286,7 @@ def _plot(results: IngestResults, path: Path) -> None:
     ax.set_xlabel("starting table size (million rows)")
     ax.set_ylabel(f"seconds per batch of {results.changes_per_batch:,} changes")
     ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-# ---- icecdc bench ingest ----
+    save(plt, fig, path, ax)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

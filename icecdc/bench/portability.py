@@ -1,7 +1,5 @@
-"""Whether a live table is portable, from plain values: how old its oldest live equality delete
-is (readers such as pyiceberg, Snowflake or Databricks cannot apply one), what a run's samples
-of that age add up to, and whether a reader's read of a snapshot was exact. Pure: the bench reads
-the table's metadata and the readers' rows (``icecdc.bench.engine_readers``) and hands the values here.
+"""Whether a live table is portable, from plain values: the age of its oldest live equality delete,
+what a run's samples of it add up to, and whether a read was exact. Pure: no I/O here.
 """
 
 from __future__ import annotations
@@ -30,9 +28,8 @@ def exactness(expected: Iterable[object], read: Iterable[object] | None) -> Read
 
 @dataclass(frozen=True)
 class KeyDigest:
-    """What a read of a large table is compared by, when its rows are too many to hold: a delete
-    the reader did not apply reads an old row version (one more row, a key twice), a misapplied
-    one loses a row (one fewer, a key missing, another sum)."""
+    """A read of a table too large to hold, by its keys: a delete not applied reads a key twice,
+    a misapplied one loses a row."""
 
     rows: int
     distinct_keys: int
@@ -52,11 +49,8 @@ def digest_exactness(expected: KeyDigest, read: KeyDigest | None) -> ReadOutcome
 def oldest_equality_delete_age(
     live_equality_deletes_added_by: Iterable[int | None], committed_at_ms: Mapping[int, int], now_ms: int
 ) -> float | None:
-    """Seconds from the commit that added the oldest live equality-delete file to ``now_ms``;
-    None when no equality delete is live. Each file is named by the snapshot that added it
-    (``live_equality_deletes_added_by``, from the current snapshot's manifest entries, global
-    deletes included); a snapshot that expiry removed, or an entry without one, counts as old as
-    the oldest snapshot still listed (``committed_at_ms``), a lower bound on its age."""
+    """Seconds from the commit that added the oldest live equality-delete file to ``now_ms`` (None:
+    none live); a snapshot expiry removed counts as old as the oldest listed, a lower bound."""
     earliest = min(committed_at_ms.values(), default=now_ms)
     added = [committed_at_ms.get(s, earliest) if s is not None else earliest for s in live_equality_deletes_added_by]
     if not added:

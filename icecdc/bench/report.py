@@ -29,8 +29,10 @@ def write_json(path: Path, document: Any) -> None:
     path.write_text(json.dumps(data, indent=2, default=str))
 
 
-def markdown_table(header: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+def markdown_table(header: str | list[str], rows: list[list[Any]]) -> str:
+    """A table whose ``header`` is its columns, or one string of them joined by `` | ``."""
+    columns = header.split(" | ") if isinstance(header, str) else header
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines)
 
@@ -52,19 +54,11 @@ def pyplot() -> Any:
     return plt
 
 
-def line_plot(
-    path: Path, x: list[float], lines: dict[str, list[float]], xlabel: str, ylabel: str, size: tuple[float, float] = (6, 4)
-) -> None:
-    """One line per label over a shared x axis, y from 0."""
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=size)
-    for label, ys in lines.items():
-        ax.plot(x, ys, marker="o", label=label)
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    ax.set_ylim(bottom=0)
-    ax.grid(alpha=0.3)
-    ax.legend()
+def save(plt: Any, fig: Any, path: Path, *axes: Any, legend: int | None = 8, dpi: int = 120) -> None:
+    """Grid and legend on ``axes``, the figure written to ``path`` and closed."""
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=legend)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=dpi)
     plt.close(fig)

@@ -1,26 +1,6 @@
-"""``icecdc bench source-latency``: the real source's end-to-end latency, from a PostgreSQL commit
-to the first Iceberg snapshot that shows it, at a steady rate of transactions.
-
-Each run drives ``--rate`` transactions a second for ``--seconds`` into an ``orders`` table of a
-throwaway PostgreSQL cluster (``icecdc.testbed.orders``: single-statement transactions in
-autocommit, inserts, updates that move rows between regions, deletes, some statements of several
-rows), which the real Debezium connector streams to the broker as Kafka Connect would, and which
-``icecdc ingest`` (the direct reader, in this process) mirrors into an Iceberg table partitioned
-by region. Every statement stamps the rows it writes with its own clock
-(``clock_timestamp()``, within a millisecond of its commit in autocommit). Once the table has
-caught up with the database, it must equal ``SELECT *`` (the run fails otherwise), and each row's
-latency is read from the table itself: the row lives in a data file, which one snapshot added
-(the ``entries`` metadata table), committed at a known millisecond; its latency is that moment
-minus the row's stamp. Rows a later statement changed again are measured at their last change;
-deleted rows are not measured. Before the load, one transaction is seen through to Iceberg (the
-first Spark jobs of a run are slow), and rows stamped in the load's first ``--warmup-seconds``
-are left out.
-
-The load runs on ``--connections`` connections from this process, on the machine that runs the
-database, Debezium and Spark. Each run reports the rate PostgreSQL took, the rate the pipeline
-delivered (every transaction, over the load and the catch-up after it) and the median latency of
-each third of the run: when the pipeline falls behind the rate, the latency grows through the
-run, and the summary says the machine did not sustain it.
+"""``icecdc bench source-latency``: from a PostgreSQL commit to the first Iceberg snapshot that
+shows it, through the real Debezium connector and ``icecdc ingest``, at a steady rate. A row's
+latency is the commit time of the snapshot that added its data file minus its statement's clock.
 """
 
 from __future__ import annotations
@@ -36,7 +16,7 @@ from typing import Any
 
 from icecdc.bench import out_argument, print_results
 from icecdc.bench.harness import BenchStack, bench_stack, clone, progress
-from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot
+from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot, save
 from icecdc.domain.errors import UserError
 from icecdc.options import state_dir_argument
 from icecdc.testbed.orders import OrdersTransactions
@@ -46,10 +26,8 @@ from icecdc.workload import ORDERS_SCHEMA, orders_table
 NAME = "source-latency"
 say = progress(NAME)
 EPOCH = dt.datetime(1970, 1, 1)
-# How long the table may take to catch up with the database once the load stops.
-CATCH_UP_SECONDS = 300
-# Transactions the pacer starts per tick: a tick is 1/TICKS_PER_SECOND s.
-TICKS_PER_SECOND = 100
+CATCH_UP_SECONDS = 300  # for the table to catch up with the database once the load stops
+TICKS_PER_SECOND = 100  # the pacer's
 KEYS_PER_CONNECTION = 1_000_000_000
 
 
@@ -63,7 +41,6 @@ class RunResult:
     committed: int  # transactions committed
     rows_changed: int
     latencies: list[float] = field(default_factory=list)
-    # Seconds into the load at which each measured row was committed (same order as latencies).
     committed_at: list[float] = field(default_factory=list)
     snapshots: int = 0  # Iceberg commits that made the measured rows visible
     rows: int = 0  # rows in the table at the end
@@ -77,16 +54,14 @@ class RunResult:
 
     @property
     def pipeline_rate(self) -> float:
-        """Transactions a second the pipeline delivered: all of them, from the load's start until
-        the table matched the database."""
+        """Transactions a second the pipeline delivered, from the load's start to the catch-up's end."""
         return self.committed / (self.seconds + self.catch_up_seconds) if self.seconds else 0.0
 
     def latency(self, share: float) -> float:
         return percentile(self.latencies, share) if self.latencies else float("nan")
 
     def third(self, which: int) -> float:
-        """The median latency of the rows committed in the first (0), middle (1) or last (2)
-        third of the measured window: a pipeline that keeps the rate keeps it flat."""
+        """The median latency of the rows committed in the first (0), middle (1) or last (2) third."""
         if not self.committed_at:
             return float("nan")
         start, end = min(self.committed_at), max(self.committed_at)
@@ -95,8 +70,7 @@ class RunResult:
         return statistics.median(chosen) if chosen else float("nan")
 
     def kept_rate(self, trigger_seconds: float) -> bool:
-        """PostgreSQL took the target rate, and the latency did not grow through the run (beyond
-        a trigger interval and half again)."""
+        """PostgreSQL took the target rate, and the latency did not grow through the run."""
         return self.rate >= 0.98 * self.target_rate and self.third(2) <= 1.5 * self.third(0) + trigger_seconds
 
 
@@ -112,15 +86,13 @@ class LatencyResults:
 
 
 class PacedLoad:
-    """``rate`` transactions a second for ``seconds``, spread over one connection (and thread)
-    per workload, as an application's pool would; behind schedule each runs as fast as it can
-    (the run then reports the rate it reached)."""
+    """``rate`` transactions a second for ``seconds`` over one connection and thread per workload;
+    behind schedule each runs as fast as it can."""
 
     def __init__(self, postgres: ThrowawayPostgres, workloads: list[OrdersTransactions], rate: float, seconds: float) -> None:
         self._postgres, self.workloads, self._seconds = postgres, workloads, seconds
         self._rate = rate / len(workloads)
-        self.started = 0.0  # wall clock (epoch seconds) when the load began
-        self.elapsed = 0.0
+        self.started, self.elapsed = 0.0, 0.0  # started: wall clock (epoch seconds)
         self._start = threading.Barrier(len(workloads) + 1)
         self._threads = [threading.Thread(target=self._run, args=(w,), name="paced-load", daemon=True) for w in workloads]
         self.errors: list[BaseException] = []
@@ -215,18 +187,13 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
     # Debezium creates it on its first record; the ingester reads it from the start.
     kafka.ensure_topics(config.kafka, [source.topic(source_table)])
     stop_ingest = threading.Event()
-    ingested: dict[str, Any] = {}
-
-    def ingest() -> None:
-        ingested["stats"] = run_ingest(config, spark=stack.spark, stop=stop_ingest)
-
     with source:
         source.wait_streaming()
-        ingester = threading.Thread(target=ingest, name="ingest", daemon=True)
+        stopping = {"spark": stack.spark, "stop": stop_ingest}
+        ingester = threading.Thread(target=run_ingest, args=(config,), kwargs=stopping, name="ingest", daemon=True)
         ingester.start()
         catalog = pyiceberg_catalog(config)
-        # One transaction first, seen through to Iceberg: the session's first Spark jobs of a
-        # run are slow, and that is not the latency being measured.
+        # One transaction first, seen through to Iceberg: the first Spark jobs are slow.
         with postgres.connect() as db:
             workloads[0].transaction(db)  # a workload's first statement inserts
         _wait_until(
@@ -250,22 +217,13 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
         def caught_up() -> bool:
             if not ingester.is_alive():
                 raise RuntimeError("the ingester stopped with an error (see the log above)")
-            # The newest stamp and the row count first (cheap), then every row.
             return _newest_stamp(stack, name) == (newest, len(expected)) and _rows(stack, name) == expected
 
         catch_up = _wait_until(caught_up, CATCH_UP_SECONDS, "the table did not catch up with the database")
         stop_ingest.set()
         ingester.join()
-    result = RunResult(
-        run,
-        args.rate,
-        load.elapsed,
-        load.committed,
-        load.rows_changed,
-        rows=len(expected),
-        rows_match=True,
-        catch_up_seconds=catch_up,
-    )
+    result = RunResult(run, args.rate, load.elapsed, load.committed, load.rows_changed, rows=len(expected))
+    result.rows_match, result.catch_up_seconds = True, catch_up
     _measure(stack, spec["name"], load.started + args.warmup_seconds, load.started, result)
     return result
 
@@ -341,19 +299,10 @@ def summary(results: LatencyResults) -> str:
         ]
         for r in runs
     ]
-    header = [
-        "run",
-        "tx/s into PostgreSQL",
-        "tx/s through the pipeline",
-        "transactions",
-        "rows measured",
-        "snapshots",
-        "p50 s",
-        "p95 s",
-        "max s",
-        "p50 s by third of the run",
-        "catch-up s",
-    ]
+    header = (
+        "run | tx/s into PostgreSQL | tx/s through the pipeline | transactions | rows measured | snapshots | p50 s | "
+        "p95 s | max s | p50 s by third of the run | catch-up s"
+    )
     if all(r.kept_rate(results.trigger_seconds) for r in runs):
         verdict = f"The pipeline kept {results.rate:,.0f} transactions/s: the latency stayed flat through every run."
     else:
@@ -397,12 +346,7 @@ def _plot(results: LatencyResults, path: Path) -> None:
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, markerscale=4)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-# ---- icecdc bench source-latency ----
+    save(plt, fig, path)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -1,19 +1,7 @@
-"""The maintenance strategies ``icecdc bench e2e`` compares, each running beside the writer on its
-own table of the same event stream:
-
-- ``none``: nothing; the read cost every table starts from and where it goes untended;
-- ``cron-<K>s``: Iceberg's ``rewrite_data_files`` over the whole table every K seconds, what most
-  users schedule: files with any delete and groups of small files are rewritten, and delete files
-  that then apply to nothing are dropped (but on tables with key-only before-images, where that
-  would drop live global deletes). A run can hold several periods: how often cron must run
-  to match a read latency is what its rewriting is to be compared at;
-- ``threshold``: a table-level trigger in the manner of Amoro's defaults, evaluated every few
-  seconds: a partition is compacted once its small ("fragment") files plus its equality-delete
-  files reach 12 (Amoro's ``CommonPartitionEvaluator.isMinorNecessary`` with
-  ``minor.trigger.file-count`` 12), whether or not it is still being written. Its one-hour
-  minor interval never comes due in a benchmark-length run. The rewrite itself is icecdc's, so the
-  comparison with the sidecar is one of triggers, not of rewrite code;
-- ``icecdc``: the sidecar, ``icecdc compact`` in its own process as deployed.
+"""The maintenance strategies ``icecdc bench e2e`` compares, each beside the writer on its own
+table of the same stream: ``none``; ``cron-<K>s``, Iceberg's ``rewrite_data_files`` every K
+seconds; ``threshold``, a trigger in the manner of Amoro's defaults (``minor.trigger.file-count``
+12) with icecdc's rewrite; ``icecdc``, the sidecar in its own process as deployed.
 """
 
 from __future__ import annotations
@@ -42,11 +30,8 @@ THRESHOLD_EVALUATE_SECONDS = 10.0
 # What most users schedule: every file a delete applies to is rewritten (delete-file-threshold=1),
 # and the deletes that then apply to nothing are dropped.
 CRON_OPTIONS = {"delete-file-threshold": "1", "remove-dangling-deletes": "true"}
-# remove-dangling-deletes takes every live global delete for dangling (no data file lives in the
-# unpartitioned spec), including those the writer committed while the rewrite ran, whose rows
-# then come back: 370 rows of the bench's table differed after one 30-second run
-# (docs/compactor.md, "Global deletes"). With a source that may send key-only before-images the
-# cron leaves it off, as a user must, and the global deletes it leaves stay live.
+# remove-dangling-deletes drops live global deletes (no data file lives in the unpartitioned
+# spec), so rows come back: with key-only before-images the cron leaves it off, as a user must.
 CRON_OPTIONS_KEY_ONLY = {"delete-file-threshold": "1"}
 
 
@@ -129,9 +114,7 @@ class _Periodic(Strategy):
 class CronRewrite(_Periodic):
     def __init__(self, spark: Any, config: Config, table: str, every_seconds: float) -> None:
         super().__init__()
-        self._spark = spark
-        self._ref = config.table_ref(table)
-        self.every_seconds = every_seconds
+        self._spark, self._ref, self.every_seconds = spark, config.table_ref(table), every_seconds
         self._options = ", ".join(f"'{k}', '{v}'" for k, v in cron_options(config.table(table).before_image).items())
 
     def run_once(self) -> None:
@@ -160,11 +143,8 @@ class ThresholdCompaction(_Periodic):
         from icecdc.jvm.tables import IcebergTable
 
         super().__init__()
-        self._spark = spark
-        self._config = config
-        self._table_config = config.table(table)
-        self._ref = config.table_ref(table)
-        self._settings = settings
+        self._spark, self._config, self._settings = spark, config, settings
+        self._table_config, self._ref = config.table(table), config.table_ref(table)
         self._catalog = pyiceberg_catalog(config)
         self._table = IcebergTable(JavaBridge(spark), self._ref)
         self.every_seconds = THRESHOLD_EVALUATE_SECONDS
@@ -210,8 +190,7 @@ class Sidecar(Strategy):
 
     def __init__(self, config: Config, out: Path) -> None:
         super().__init__()
-        self._config = config
-        self._out = out
+        self._config, self._out = config, out
         self._process: CompactorProcess | None = None
 
     def start(self) -> None:
@@ -221,9 +200,7 @@ class Sidecar(Strategy):
         from icecdc.compactor.status import collect
 
         partitions = collect(self._config).partitions
-        # Settled, no equality deletes, and nothing ahead: the policy's fixed point, which for a
-        # partition of large files may keep their position deletes and one small file beside
-        # them (a count of files as compacted never ended the drain there: it ran to its bound).
+        # The policy's fixed point: a partition of large files may keep position deletes and a small file.
         return bool(partitions) and all(
             p.state == "settled" and not p.equality_delete_files and p.pending is None for p in partitions
         )

@@ -1,16 +1,10 @@
 """When ``--until-idle SECONDS`` may stop a command: once it has been quiet that long.
 
 Quiet means no activity (the ingester: records read; the sidecar: commit events) and no wait on
-the catalog. Time blocked on an unavailable catalog is not quiet: the command cannot tell an idle
-source from a blocked one, and the writers behind the sidecar cannot commit either, so their
-commit events stop for as long as the outage lasts. Nor is the time just before the catalog
-answers again: a writer that was blocked has a backlog to commit, so the window starts afresh
-when an outage ends. (Found by a sidecar with ``--until-idle 60`` beside a catalog locked for 45 s:
-it spent 57 s retrying one commit, then stopped at once, while the ingester went on to commit 40
-batches.)
-
-The command's ``CatalogRetry`` says what it has met (``CatalogWaits``); the clock stamps what it
-learns with its own time, so the two need not share a clock.
+the catalog. Time blocked on an unavailable catalog is not quiet: the writers behind the sidecar
+cannot commit either, so their commit events stop for as long as the outage lasts. The window
+starts afresh when an outage ends, since a writer that was blocked has a backlog to commit.
+The command's ``CatalogRetry`` says what it has met (``CatalogWaits``).
 """
 
 from __future__ import annotations

@@ -1,22 +1,10 @@
 """Which snapshot a reader that cannot apply equality deletes but can name its snapshot
 (pyiceberg, Polars, DuckDB by snapshot id) reads exactly: the newest one in the current
-snapshot's history that holds no equality delete. Pure: an adapter hands the snapshots' summaries here (``icecdc.portable_snapshot``).
-
-While the writer writes, the current snapshot usually holds its last batch's equality deletes
-until the sidecar converts them (``compactor.portable_within_seconds``). The snapshot the
-conversion committed holds none, and the same rows as the batch before it, so a reader that can
-choose its snapshot (pyiceberg's ``snapshot_id``, DuckDB's ``snapshot_from_id``, Spark's
-``VERSION AS OF``) reads exactly, a few seconds behind the table, without a commit or a ref
-being kept for it.
-
-The count comes from Iceberg's own snapshot summary (``total-equality-deletes``: equality-delete
-rows live in the snapshot, carried forward from the previous snapshot's total by every commit
-Iceberg's libraries make). A summary without it (a writer that does not keep totals, or any
-snapshot after one) says nothing, so that snapshot is not taken for portable.
-
-A staged table (``staging_branch``) takes the same rule one step further: the ingester and the
-compactor commit to the staging branch, and ``main``, which every engine reads, is moved to the
-branch's newest portable snapshot (``decide_main``), so it never holds an equality delete.
+snapshot's history that holds no equality delete, by Iceberg's own summary total
+(``total-equality-deletes``; a snapshot without it is not taken for portable). On a staged table
+``main`` is moved to the staging branch's newest portable snapshot (``decide_main``)
+(docs/compactor.md, "Portability"). Pure: an adapter hands the snapshots' summaries here
+(``icecdc.portable_snapshot``).
 """
 
 from __future__ import annotations

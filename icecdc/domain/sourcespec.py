@@ -61,7 +61,7 @@ class UnavailableValues(str, enum.Enum):
     RESOLVE = "resolve"
     # A change that carries the placeholder goes to the dead-letter topic.
     DEAD_LETTER = "dead-letter"
-    # The placeholder is written as the value (what icecdc did before it knew of it).
+    # The placeholder is written as the value, as a writer that does not know of it would.
     KEEP_PLACEHOLDER = "keep-placeholder"
 
 

@@ -198,10 +198,10 @@ def parse_partition_field(text: str, column_types: dict[str, str] | None = None)
 # Properties of the tables icecdc creates, under the configuration's own ``properties``. Iceberg
 # merges a commit's manifests into one only once 100 of them pile up; a streaming writer adds two
 # a batch (data and deletes), and every query that cannot prune by partition opens each. Merging
-# on the writer's own commits at 8 keeps a point lookup's planning within the hot read budget for
-# a few tens of milliseconds on some commits (docs/BENCHMARKS.md, "Hot partitions"). Not 2:
-# every commit would then rewrite the newest manifests, a batch over 50 tables 1.86 s against
-# 1.28 s; the sidecar's commits merge them instead (docs/compactor.md, "Manifests while writing").
+# on the writer's own commits at 8 keeps a point lookup's planning within the hot read budget
+# (docs/BENCHMARKS.md, row "Small manifests on a lookup"). Not 2: every commit would then rewrite
+# the newest manifests and slow the writer (docs/BENCHMARKS.md, row "Manifest merging on the
+# writer"); the sidecar's commits merge them instead (docs/compactor.md, "Manifests while writing").
 CREATED_TABLE_PROPERTIES = {"commit.manifest.min-count-to-merge": "8"}
 
 

@@ -1,18 +1,9 @@
 """Whether an error is a blip: the catalog, its database or its store did not answer for now, and
-the same call may well succeed after a pause.
-
-One vocabulary for both places where errors are translated (``icecdc.domain.errors``): the Java adapter
-(``icecdc.jvm.bridge``: a Java exception's cause chain, each link's classes, SQLState, HTTP status
-and message) and the pyiceberg side (``icecdc.runtime.catalog``: SQLAlchemy's DBAPI errors, pyiceberg's
-REST errors, sockets, the object store). Each side describes what it has as ``Symptoms``, one per
-link of the chain, outermost first; ``classify`` decides.
-
-Codes decide first, over the whole chain: a SQLState, an HTTP status, the driver's own verdict
-that the connection is gone, the error's class. They say what the error is. The wording is read
-only in a chain that carries no code, for drivers that say it in words alone (SQLite's busy
-database, the object stores' throttling, a connection refused before any server answered).
-
-Pure: strings and numbers in, a kind out.
+the same call may well succeed after a pause. One vocabulary for the Java adapter
+(``icecdc.jvm.bridge``) and the pyiceberg side (``icecdc.runtime.catalog``): each describes an
+error's cause chain as ``Symptoms``, and ``classify`` decides, by codes first (SQLState, HTTP
+status, class) and by wording only in a chain that carries none. Pure: strings and numbers in, a
+kind out.
 """
 
 from __future__ import annotations

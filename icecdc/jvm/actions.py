@@ -86,10 +86,10 @@ def merge_data_manifests(table: IcebergTable, paths: Collection[str], summary: M
     (rolled at the table's manifest target size), tagging the snapshot with ``summary``; returns
     (manifests rewritten, manifests added).
 
-    Not the Spark action: its Spark job took tens of seconds on a busy 2-core machine, the table's
-    portability conversions waiting all that time, and it commits the manifests it chose by name,
+    Not the Spark action: its Spark job is slow on a busy machine, the table's portability
+    conversions waiting all that time, and it commits the manifests it chose by name,
     so a writer commit merging one of them meanwhile failed it (``ValidationException: Deleted
-    manifest``, bench e2e). The core operation reads and writes a few small Avro files, and on a
+    manifest``). The core operation reads and writes a few small Avro files, and on a
     retry chooses again among the current manifests, so one the writer merged is simply left out.
     It takes data manifests only (the action is kept for delete manifests), and clusters by one
     constant key: a CDC batch's manifest spans the partitions the batch touched anyway."""

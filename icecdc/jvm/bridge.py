@@ -163,15 +163,14 @@ class JavaBridge:
         direct executor, as Iceberg relocates it), for snapshot updates whose manifest work is a
         few small files: Iceberg waits for its worker pool's tasks by polling every 10 ms
         (``Tasks.waitFor``), so each parallel step of a commit costs at least 10 ms however
-        little it does. Measured on an ingest commit of 24 files, one thread: 101 ms with the
-        shared pool, 53-59 ms with this (docs/BENCHMARKS.md, "Many tables")."""
+        little it does (docs/BENCHMARKS.md, row "Many tables in one batch")."""
         concurrent = self.iceberg.relocated.com.google.common.util.concurrent
         return concurrent.MoreExecutors.newDirectExecutorService()
 
     @property
     def updates(self) -> JavaObject:
         """icecdc's own snapshot-update builders (``java/IcecdcUpdates.java``): a table's files
-        and summary in one py4j call each. Compiled on first use, once per JVM (0.4 s)."""
+        and summary in one py4j call each. Compiled on first use, once per JVM."""
         return self._compiled_once("IcecdcUpdates")
 
     @property
@@ -247,8 +246,8 @@ class JavaBridge:
 
 def iterate(iterable: JavaObject) -> Iterator[JavaObject]:
     """The elements of a Java ``Iterable``. Also the way to iterate a Java collection: py4j's own
-    iteration ends on a NoSuchElementException, whose round trip costs about 10 ms (measured:
-    11.5 ms for a one-element list, against 0.2 ms through ``hasNext``)."""
+    iteration ends on a NoSuchElementException, whose round trip costs far more than the calls to
+    ``hasNext``."""
     iterator = iterable.iterator()
     while iterator.hasNext():
         yield iterator.next()

@@ -80,9 +80,9 @@ def write_local_files_in_process(bridge: JavaBridge) -> None:
     Hadoop's native library (pyspark ships none), forks `chmod` for each file it creates, and
     writes each file's .crc beside it, forking again. An ingest commit writes four metadata
     files. Here the JVM's cached instance (Hadoop caches file systems by scheme) stops writing
-    checksums (files are still read and their checksums verified where one exists: measured,
-    11-20 ms a metadata file with checksums, 5-6 ms without) and sets permissions with a system
-    call in process (``java/IcecdcLocalFiles.java``)."""
+    checksums (files are still read and their checksums verified where one exists; writing them
+    was a large share of a metadata file's cost) and sets permissions with a system call in
+    process (``java/IcecdcLocalFiles.java``)."""
     with java_errors():
         conf = bridge.spark._jsc.hadoopConfiguration()
         bridge.jvm.org.apache.hadoop.fs.FileSystem.getLocal(conf).setWriteChecksum(False)
@@ -376,8 +376,8 @@ class IcebergTable:
         """A transaction whose snapshot update merges the table's manifests as it commits: Iceberg
         merges a commit's new manifest with the small ones of its bin only once the bin holds
         ``commit.manifest.min-count-to-merge`` of them (8 on the tables icecdc creates, for the
-        writer's sake: merging on every commit costs it a batch over 50 tables 1.86 s against 1.28,
-        docs/BENCHMARKS.md, "Hot tables' manifests"), and that count is read from the table's
+        writer's sake: merging on every commit slows its batches, docs/BENCHMARKS.md, row
+        "Manifest merging on the writer"), and that count is read from the table's
         properties when the update is made. So the transaction sets it to 2 before making the
         update and puts the table's own value back before committing (``_commit_restoring``): the
         committed metadata never shows 2, the writer keeps its cheap commits, and the sidecar's

@@ -242,20 +242,17 @@ class IngestConfig(_Strict):
     # auto: Spark's Kafka source when its connector is on the classpath, else the direct reader.
     source: Literal["auto", "streaming", "direct"] = "auto"
     max_batch_records: int = Field(default=50_000, gt=0)
-    # A batch the direct reader polled of at most this many records runs in the driver, with no
-    # Spark job (0: always on Spark). A Spark job costs about 1 s a batch whatever its size; the
-    # driver runs the batch in one process. On 2 cores, since the reduce runs over Arrow columns,
-    # the driver was faster at every size measured, 10,000 to 200,000 records (docs/BENCHMARKS.md);
-    # larger batches go to Spark, whose executors hold them instead of the driver. On a cluster of
-    # many executors, lower it to where their parallelism pays for that second.
+    # A direct batch of at most this many records runs in the driver, with no Spark job (0: always
+    # on Spark). A Spark job has a fixed cost a batch, and the driver was faster at every batch size
+    # measured (docs/BENCHMARKS.md, row "Batch size and tables per batch"). Larger batches go to
+    # Spark, whose executors hold them instead of the driver. On a cluster of many executors, lower
+    # it to where their parallelism pays for the job's fixed cost.
     driver_batch_records: int = Field(default=200_000, ge=0)
     # A batch spanning several tables commits to this many at once (1: one after the other).
-    # Eight, since 2026-11-29: on 2 cores, in the JVM's steady state, a 50-table batch's commits
-    # took 0.36 s wall with eight against 0.43 s with four, shorter in each of five runs, the batch
-    # 1.28 s against 1.39 s (docs/BENCHMARKS.md, "Ingest over 50 tables: eight commit threads"): a
-    # commit waits on files and the catalog more than it computes. More threads cost no
-    # catalog connections: Iceberg's JDBC and Hive catalogs share a pool of ``clients`` (2 by
-    # default) however many threads commit, and a source of one table commits on one thread.
+    # Eight threads, because a commit waits on files and the catalog more than it computes
+    # (docs/BENCHMARKS.md, row "Many tables in one batch"). More threads cost no catalog
+    # connections: Iceberg's JDBC and Hive catalogs share a pool of ``clients`` (2 by default)
+    # however many threads commit, and a source of one table commits on one thread.
     commit_threads: int = Field(default=8, ge=1, le=64)
     # How long a micro-batch collects records before it is written (the commit cadence).
     trigger_seconds: float = Field(default=5.0, gt=0)
@@ -302,14 +299,14 @@ class CompactorConfig(_Strict):
     small_file_ratio: float = Field(default=8.0, gt=1.0)
     large_file_ratio: float = Field(default=0.75, gt=0, le=1.0)
     # arrow: a delete merge's rows are read, filtered and written with pyarrow on executors
-    # (docs/BENCHMARKS.md, "Rewrite throughput"); format v3 tables always use spark, whose
+    # (docs/BENCHMARKS.md, row "Rewrite throughput"); format v3 tables always use spark, whose
     # rewrite carries row lineage. spark: Iceberg's own Spark reader and writer.
     rewrite_engine: RewriteEngine = RewriteEngine.ARROW
     # Bin-packing is worth a commit from this many small files in a partition.
     min_small_files: int = Field(default=12, ge=2)
     # Small settled partitions of a table compacted by one Spark job and one commit, when they
-    # fit in one target file together (``turns.job_partitions``): a job's fixed cost dominates a
-    # small partition's compaction (docs/BENCHMARKS.md, "Partitions per job"). 1: a job each.
+    # fit in one target file together (``scheduler.job_partitions``): a job's fixed cost dominates
+    # a small partition's compaction (docs/BENCHMARKS.md, row "Partitions per job"). 1: a job each.
     # A job's partitions share its outcome: one conflict retries them all.
     partitions_per_job: int = Field(default=16, ge=1)
     # A large file carrying position deletes for at least this share of its rows is rewritten.
@@ -317,9 +314,8 @@ class CompactorConfig(_Strict):
     # A partition still being written is kept within this many times the read cost of its
     # compacted self (docs/compactor.md, "Hot partitions: the read budget"): past it, the
     # cheapest of converting its equality deletes, packing the writer's small files, or a full
-    # delete merge that brings it back under.
-    # 3 by docs/BENCHMARKS.md, "Hot partitions": reads 1.6-2.4x the compacted copy's at a write
-    # amplification of 1.1-1.5, where 6 read up to 4.2x and 2 cost a write amplification of 6.5.
+    # delete merge that brings it back under. Three, because a higher budget lets reads slow
+    # down more and a lower one rewrites far more (docs/BENCHMARKS.md, row "Hot read budget").
     hot_read_budget: float = Field(default=3.0, ge=1.0)
     # Hard ceilings besides the budget: past either, a hot partition gets a full delete merge.
     hot_max_delete_files: int = Field(default=64, ge=1)
@@ -381,7 +377,8 @@ class MaintenanceConfig(_Strict):
     # ``manifest_interval_seconds`` (a manifest-list read) the small manifests (under half the
     # table's commit.manifest.target-size-bytes) are counted, and past ``max_small_manifests``
     # the small data manifests, and only they, are merged (the delete manifests only when they
-    # alone are past it: ``coordinator.maintenance.manifests_to_merge``).
+    # alone are past it: ``coordinator.maintenance.manifests_to_merge``). Eight, since every
+    # small manifest slows a point lookup (docs/BENCHMARKS.md, row "Small manifests on a lookup").
     manifest_interval_seconds: float = Field(default=60.0, gt=0)
     max_small_manifests: int = Field(default=8, ge=1)
 

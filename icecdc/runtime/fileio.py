@@ -32,9 +32,9 @@ def write_parquet(table: pa.Table, path: str, io_properties: Mapping[str, str]) 
     """Write a new file of the compactor's (never overwriting one); returns its size. A dictionary
     only for the columns whose values repeat (``dictionary_columns``), and no Arrow schema: only
     pyarrow reads it, every type reads back from the Parquet schema alone
-    (tests/unit/test_fileio.py), and it is some 450 bytes a file, a quarter of a conversion's
-    position-delete file. The write amplification counts these bytes every batch
-    (docs/BENCHMARKS.md, "Small hot partitions: where the sidecar's bytes go")."""
+    (tests/unit/test_fileio.py), and the Arrow schema is a large share of a conversion's small
+    position-delete file, which the write amplification counts every batch (docs/BENCHMARKS.md,
+    row "Write amplification")."""
     return len(write_new_parquet(table, path, io_properties, use_dictionary=dictionary_columns(table), store_schema=False))
 
 
@@ -47,11 +47,11 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     first ``DICTIONARY_SAMPLE_ROWS`` rows. parquet-mr, the writer of Iceberg's Java and Spark
     rewrites, makes the same choice as it writes: it falls back to plain encoding when a column's
     dictionary does not pay. Arrow's writer does not; it gives every column a dictionary until the
-    dictionary reaches 1 MB. Under zstd a dictionary made bench e2e's columns of distinct values
-    (keys, amounts, timestamps) 1.3-2.4 times their plain size, and its few-valued ones a third
-    (docs/BENCHMARKS.md, "Small hot partitions: where the sidecar's bytes go"); on random values
-    the sizes cross near one distinct value in two. Nested columns get none (icecdc's tables have
-    none; a table given one elsewhere is rewritten with it plain)."""
+    dictionary reaches 1 MB. Under zstd a dictionary makes columns of distinct values (keys,
+    amounts, timestamps) larger than plain and few-valued ones much smaller (docs/BENCHMARKS.md,
+    row "Write amplification"); on random values the sizes cross near one distinct value in two.
+    Nested columns get none (icecdc's tables have none; a table given one elsewhere is rewritten
+    with it plain)."""
     sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
     return [
         name
@@ -73,17 +73,17 @@ def write_new_parquet(
     ``compression``: Parquet's codec (zstd is Iceberg's default). ``use_dictionary=False`` writes
     each column plain, a list of names gives only those a dictionary; ``store_schema=False`` leaves
     out the Arrow schema (pyarrow's ``ARROW:schema`` key), which only pyarrow reads back. A batch's
-    small, short-lived files take both (``stages.write_file``)."""
+    small, short-lived files take both (``batch_files.write_file``)."""
     # Arrow's own buffer, not io.BytesIO: the writer then never calls back into Python for its
-    # pieces, 20-25 us less a small file (docs/BENCHMARKS.md, "Ingest over 50 tables: the JIT's
-    # steady state, and a small file's codec").
+    # pieces, which a batch of many small files feels (docs/BENCHMARKS.md, row "Many tables in one
+    # batch").
     buffer = pa.BufferOutputStream()
     pq.write_table(table, buffer, compression=compression, use_dictionary=use_dictionary, store_schema=store_schema)
     data = buffer.getvalue().to_pybytes()
     local = _local_path(path)
     if local is not None:
-        # A batch of a connector's many tables writes a thousand files of a few rows: through
-        # Python's own file API each costs 0.2-0.5 ms less than through pyiceberg's stream.
+        # A batch of a connector's many tables writes a thousand files of a few rows, and Python's
+        # own file API costs less a file than pyiceberg's stream.
         _create_local(local, data)
     else:
         with file_io(path, io_properties).new_output(path).create(overwrite=False) as stream:

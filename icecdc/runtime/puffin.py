@@ -1,20 +1,8 @@
 """Deletion vectors (Iceberg format v3): the deleted row positions of one data file as a Roaring
 bitmap in a Puffin file, written on executors as the position-delete Parquet files of v2 are.
-
-pyiceberg reads them (``pyiceberg.table.deletion_vector``) but has no writer; Iceberg's Java
-writer (``BaseDVFileWriter``) needs its positions one py4j call each, and executors have no JVM
-of their own to call. The layout is the spec's:
-
-- the blob (``deletion-vector-v1``): length of magic + vector (4 bytes, big-endian), the magic
-  ``D1 D3 39 64``, the vector in Roaring's portable 64-bit form (pyroaring's ``BitMap64``
-  serializes exactly that), and the CRC-32 of magic + vector (4 bytes, big-endian);
-- the Puffin file: ``PFA1``, the blob, then the footer: ``PFA1``, its JSON payload (blob
-  metadata with the referenced data file and the cardinality), the payload's length (4 bytes
-  little-endian), 4 flag bytes (uncompressed) and ``PFA1``.
-
-One blob per file, one file per data file: a deletion vector must hold every position deleted
-from its data file (two for one file break a scan), so writing one for a file replaces the file's
-earlier one, whose positions it includes.
+pyiceberg has no writer, and Iceberg's Java one needs a py4j call a position, on executors that
+have no JVM; the layout is the spec's (Iceberg's Puffin spec, ``deletion-vector-v1``). One file
+per data file, holding every position deleted from it: two vectors for one file break a scan.
 """
 
 from __future__ import annotations
@@ -47,14 +35,18 @@ class DeletionVectorFile:
 
 
 def blob_bytes(positions: BitMap64) -> bytes:
-    """A ``deletion-vector-v1`` blob: length, magic, vector, CRC-32."""
+    """A ``deletion-vector-v1`` blob: the length of magic + vector (4 bytes, big-endian), the magic,
+    the vector in Roaring's portable 64-bit form (what ``BitMap64`` serializes), and the CRC-32 of
+    magic + vector (4 bytes, big-endian)."""
     positions.run_optimize()
     body = DV_MAGIC + bytes(positions.serialize())
     return len(body).to_bytes(4, "big") + body + (zlib.crc32(body) & 0xFFFFFFFF).to_bytes(4, "big")
 
 
 def puffin_bytes(data_file: str, positions: pa.Array) -> tuple[bytes, int, int]:
-    """A Puffin file holding one deletion vector: (file, blob offset, blob length)."""
+    """A Puffin file holding one deletion vector: (file, blob offset, blob length). ``PFA1``, the
+    blob, then the footer: ``PFA1``, its JSON payload, the payload's length (4 bytes
+    little-endian), 4 flag bytes (uncompressed) and ``PFA1``."""
     from pyiceberg.table.puffin import Footer, PuffinBlobMetadata
 
     bitmap = BitMap64(positions.to_numpy(zero_copy_only=False))

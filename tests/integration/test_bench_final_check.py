@@ -2,8 +2,8 @@
 (at users' partition sizes the rows do not fit in Python): it must see a row that differs and a
 row read twice."""
 
-from icecdc.bench.e2e.runner import differing_rows
 from icecdc.bench.e2e.stream import Workload, generate
+from icecdc.bench.harness import differing_rows
 
 SCHEMA = "id long, region string, status string, amount decimal(12, 2), updated_at timestamp"
 

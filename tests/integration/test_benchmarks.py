@@ -1,7 +1,10 @@
-"""Every ``icecdc bench`` harness on a short run with small data: smoke tests of the harness, not
-measurements."""
+"""Every ``icecdc bench`` harness and every investigation (``python -m benchmarks``) on a short
+run with small data: smoke tests of the harness, not measurements."""
 
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -9,9 +12,23 @@ import pytest
 from icecdc.bench.e2e.probe import METRICS, on_portable
 from icecdc.bench.strategies import strategy_names
 from icecdc.demo import postgres_missing
-from tests.processes import icecdc_process
+from tests.processes import command_env, icecdc_process
 
 pytestmark = pytest.mark.bench
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def investigation(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """``python -m benchmarks ...`` from the repository's root, where the folder is (not installed)."""
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=ROOT,
+        check=False,
+        env=command_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_e2e_benchmark_harness(tmp_path):
@@ -105,11 +122,10 @@ def test_e2e_benchmark_harness(tmp_path):
 
 
 def test_rewrite_benchmark_harness(tmp_path):
-    """A short ``icecdc bench rewrite``: every path (both engines, pyarrow) timed over the same
+    """A short ``python -m benchmarks rewrite``: every path (both engines, pyarrow) timed over the same
     files, summary and plot written."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench",
+    run = investigation(
         "rewrite",
         "--state-dir",
         str(tmp_path / "state"),
@@ -136,11 +152,10 @@ def test_rewrite_benchmark_harness(tmp_path):
 
 
 def test_manifests_benchmark_harness(tmp_path):
-    """A short ``icecdc bench manifests``: each table has as many manifests as commits, the merge
+    """A short ``python -m benchmarks manifests``: each table has as many manifests as commits, the merge
     leaves fewer over the same data files, and JSON, plot and summary are written."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench",
+    run = investigation(
         "manifests",
         "--state-dir",
         str(tmp_path / "state"),
@@ -164,12 +179,11 @@ def test_manifests_benchmark_harness(tmp_path):
 
 
 def test_manifest_merging_benchmark_harness(tmp_path):
-    """A short ``icecdc bench manifest-merging``: every writer commit timed, merging on every
+    """A short ``python -m benchmarks manifest-merging``: every writer commit timed, merging on every
     commit (min-count 2) leaves one data and one delete manifest where 8 leaves the commits' own,
     and JSON, plot and summary are written."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench",
+    run = investigation(
         "manifest-merging",
         "--state-dir",
         str(tmp_path / "state"),
@@ -196,8 +210,7 @@ def test_global_deletes_benchmark_harness(tmp_path):
     """Reads timed on both snapshots, resolutions timed, the table equal to the stream's final
     state (the run fails otherwise), JSON, plot and summary written."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench",
+    run = investigation(
         "global-deletes",
         *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
         *("--rows", "3000", "--changes", "100", "--batches", "2", "--repeats", "1", "--lookups", "2"),
@@ -214,8 +227,7 @@ def test_scale_benchmark_harness(tmp_path):
     """Two table shapes built, every step timed on each, the file counts the writer implies
     (a data and an equality-delete file per partition and batch), JSON, plot and summary written."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench",
+    run = investigation(
         "scale",
         *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
         *("--partitions", "3,6", "--batches", "2", "--repeats", "1"),
@@ -235,8 +247,7 @@ def test_jobs_benchmark_harness(tmp_path):
     """Both settings run on fresh tables, every partition compacted (to one file, every row kept,
     checked by the bench itself), in as many jobs as the setting implies; JSON, plot, summary."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench",
+    run = investigation(
         "jobs",
         *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
         *("--partitions", "4", "--rows", "5", "--batches", "2", "--per-job", "1,4", "--repeats", "1"),
@@ -253,8 +264,7 @@ def test_ingest_shape_benchmark_harness(tmp_path):
     of the real connector's messages, each batch committed to every table it spans
     and each table checked against the rows its changes imply, with memory figures taken."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench",
+    run = investigation(
         "ingest-shape",
         *("--state-dir", str(tmp_path / "state"), "--out", str(out), "--shape", "connector"),
         *("--changes", "300", "--tables", "1,3", "--commit-threads", "1,4", "--fan-out-changes", "300", "--batches", "1"),
@@ -373,12 +383,10 @@ def test_contention_benchmark_harness(tmp_path):
 
 
 def test_parse_benchmark_harness(tmp_path):
-    """A short ``icecdc bench parse``: both paths measured on both message shapes (the bench checks
+    """A short ``python -m benchmarks parse``: both paths measured on both message shapes (the bench checks
     that they give the same rows), JSON, plot and summary written."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench", "parse", "--state-dir", str(tmp_path / "state"), "--changes", "300", "--repeats", "2", "--out", str(out)
-    )
+    run = investigation("parse", "--state-dir", str(tmp_path / "state"), "--changes", "300", "--repeats", "2", "--out", str(out))
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert (out / "parse.json").stat().st_size > 0 and (out / "parse.png").stat().st_size > 0
     text = (out / "parse.md").read_text()
@@ -386,11 +394,11 @@ def test_parse_benchmark_harness(tmp_path):
 
 
 def test_conversion_benchmark_harness(tmp_path):
-    """A short ``icecdc bench conversion`` with its Spark way: every way converts exactly the
+    """A short ``python -m benchmarks conversion`` with its Spark way: every way converts exactly the
     batch's rows (the bench asserts it), JSON, plot and summary written."""
     out = tmp_path / "out"
-    run = icecdc_process(
-        "bench", "conversion", "--state-dir", str(tmp_path / "state"), "--rows", "4000", "--files", "2",
+    run = investigation(
+        "conversion", "--state-dir", str(tmp_path / "state"), "--rows", "4000", "--files", "2",
         "--changes", "50", "--batches", "2", "--out", str(out), timeout=600,
     )  # fmt: skip
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]

@@ -13,7 +13,7 @@ import pytest
 from icecdc.ingest.kafka_reader import run_streaming
 from icecdc.ingest.publish import CommitEventPublisher
 from icecdc.ingest.runner import run_ingest
-from icecdc.ingest.stages import KAFKA_SCHEMA
+from icecdc.ingest.stage_rows import KAFKA_SCHEMA
 from icecdc.ingest.writer import BatchWriter
 from icecdc.runtime import kafka
 from icecdc.runtime.catalog import ensure_tables

@@ -1,7 +1,7 @@
 """The ingester's batch writer without Spark, Kafka or a catalog: ``BatchRunner`` driven through
 fakes of the tables, the batch's Spark job, the dead-letter topic and the commit events. Every fake
 writes what it is asked into one shared log, so the order of work (offsets, job, dead letters,
-commits, events, failpoints) and each decision of ``plan`` are checked in milliseconds."""
+commits, events, failpoints) and each decision of ``batch_decisions`` are checked in milliseconds."""
 
 from __future__ import annotations
 

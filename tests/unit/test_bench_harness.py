@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from icecdc.bench.harness import JIT_THREAD, jit_cpu_between, jit_cpu_seconds
+from benchmarks.harness import JIT_THREAD, jit_cpu_between, jit_cpu_seconds
 
 
 def test_the_jit_threads_are_told_by_their_names():

@@ -1,5 +1,6 @@
 """The ``icecdc`` command: the product's commands declared in one short parser, the benchmarks'
-options beside their code and loaded only for ``icecdc bench``, matplotlib only there."""
+options beside their code and loaded only for ``icecdc bench``, matplotlib only there; the
+investigations (``python -m benchmarks``) outside the installed package."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import INVESTIGATIONS
+from benchmarks.__main__ import build_parser as investigations_parser
 from icecdc import bench, cli
 from icecdc.bench import BENCHMARKS, INSTALL_HINT
 
@@ -61,27 +64,62 @@ def test_every_benchmark_declares_its_options_and_runs_from_them():
         assert args.bench == benchmark.name and args.out == Path("elsewhere") and isinstance(args.state_dir, Path)
         module = sys.modules[benchmark.module]
         assert callable(module.add_arguments) and callable(module.main)
-    assert parser.parse_args(["bench", "manifests", "--rows", "500"]).rows == 500
+    assert parser.parse_args(["bench", "ingest", "--changes", "500"]).changes == 500
+
+
+def test_every_investigation_declares_its_options_outside_the_package():
+    parser = investigations_parser()
+    for benchmark in INVESTIGATIONS:
+        args = parser.parse_args([benchmark.name, "--out", "elsewhere"])
+        assert args.bench == benchmark.name and args.out == Path("elsewhere")
+        assert benchmark.module.startswith("benchmarks.")
+        module = sys.modules[benchmark.module]
+        assert callable(module.add_arguments) and callable(module.main)
+    assert parser.parse_args(["manifests", "--rows", "500"]).rows == 500
+
+
+def test_the_installed_package_holds_no_investigation():
+    moved = {b.module.split(".")[-1] for b in INVESTIGATIONS}
+    assert not [p for p in PACKAGES if p.split(".")[0] == "benchmarks" or p.split(".")[-1] in moved]
+    in_package = {path.stem for path in (ROOT / "icecdc" / "bench").rglob("*.py")}
+    assert not in_package & moved and not {b.name for b in BENCHMARKS} & {b.name for b in INVESTIGATIONS}
+    importers = [
+        str(path.relative_to(ROOT))
+        for folder in ("icecdc", "ingest", "compactor", "coordinator")
+        for path in (ROOT / folder).rglob("*.py")
+        if re.search(r"^\s*(from|import) benchmarks\b", path.read_text(), re.MULTILINE)
+    ]
+    assert not importers, f"the product imports the investigations: {importers}"
 
 
 def test_a_benchmark_runs_its_module(monkeypatch):
-    from icecdc.bench import manifests
+    from icecdc.bench import ingest
+
+    seen = []
+    monkeypatch.setattr(ingest, "main", lambda args: seen.append(args.changes) or 0)
+    assert cli.main(["bench", "ingest", "--changes", "7"]) == 0
+    assert seen == [7]
+
+
+def test_an_investigation_runs_its_module(monkeypatch):
+    from benchmarks import manifests
+    from benchmarks.__main__ import main
 
     seen = []
     monkeypatch.setattr(manifests, "main", lambda args: seen.append(args.rows) or 0)
-    assert cli.main(["bench", "manifests", "--rows", "7"]) == 0
+    assert main(["manifests", "--rows", "7"]) == 0
     assert seen == [7]
 
 
 def test_a_benchmark_without_matplotlib_says_how_to_install_it(monkeypatch, capsys):
-    from icecdc.bench import manifests
+    from icecdc.bench import ingest
 
     def measured(args):
         raise AssertionError("the benchmark ran without matplotlib to plot it")
 
-    monkeypatch.setattr(manifests, "main", measured)
+    monkeypatch.setattr(ingest, "main", measured)
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # import matplotlib now fails as if not installed
-    assert cli.main(["bench", "manifests"]) == 2
+    assert cli.main(["bench", "ingest"]) == 2
     err = capsys.readouterr().err
     assert len(err.splitlines()) == 1 and INSTALL_HINT in err, err
 

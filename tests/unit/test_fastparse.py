@@ -16,13 +16,14 @@ import pyarrow.compute as pc
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from icecdc.bench import parse as parse_bench
+from benchmarks import parse as parse_bench
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import BeforeImage, SourceRules, TruncateMode, UnavailableValues, UnknownPartition
 from icecdc.ingest.debezium import ROW_OPS, UNAVAILABLE_PLACEHOLDER, UNAVAILABLE_PLACEHOLDER_BASE64
 from icecdc.ingest.fastparse import PAYLOAD, FastParser, split_wrapper, wrapper_schema
 from icecdc.ingest.prefixes import CUT_PREFIX, SchemaPrefixes
-from icecdc.ingest.stages import Tag, parse_stage
+from icecdc.ingest.stage_rows import Tag
+from icecdc.ingest.stages import parse_stage
 
 TOPIC = "shop.public.t"
 # The nasty values of the types read from text or floats: each the fast path must read exactly
@@ -464,7 +465,7 @@ def test_a_stream_of_the_common_case_is_parsed_alike_by_both_paths() -> None:
 
 
 def test_connector_records_of_a_table_with_postgres_types_take_the_fast_path() -> None:
-    """A timestamptz (ZonedTimestamp text), a double precision and a bytea, as ``bench parse``'s
+    """A timestamptz (ZonedTimestamp text), a double precision and a bytea, as ``python -m benchmarks parse``'s
     connector-pg-types shape sends them: every record taken, and read as the Python path reads it."""
     batches = parse_bench.record_batches(parse_bench.PG_TYPES, 300, 1000)
     values = [v for batch in batches for v in batch.column("value").to_pylist()]

@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
+from icecdc.ingest.batch_files import SNAPPY_MAX_ROWS, write_file
 from icecdc.ingest.filemeta import FOOTER_FIELD, FileKind, describe, parquet_footer
-from icecdc.ingest.stages import SNAPPY_MAX_ROWS, write_file
 from icecdc.runtime.fileio import write_new_parquet
 
 

@@ -18,7 +18,7 @@ from icecdc.ingest.batch import KeyChange, reduce_key
 from icecdc.ingest.fastparse import change_columns, key_text
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.reduce import GLOBAL_PARTITION, KeyGroups, plain_rows, reduce_plain_keys
-from icecdc.ingest.stages import PARSED
+from icecdc.ingest.stage_rows import PARSED
 
 LAYOUT = TableLayout(
     "db.t",

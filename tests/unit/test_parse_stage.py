@@ -11,7 +11,8 @@ import pyarrow as pa
 from icecdc.domain.layout import Column, TableLayout
 from icecdc.domain.sourcespec import DEFAULT_RULES
 from icecdc.ingest.debezium import Reason
-from icecdc.ingest.stages import Tag, parse_stage
+from icecdc.ingest.stage_rows import Tag
+from icecdc.ingest.stages import parse_stage
 
 
 def layout(table: str, topic: str) -> TableLayout:

@@ -54,17 +54,25 @@ def package_files() -> dict[str, Path]:
     return modules
 
 
+def _copy_changed(source: Path, target: Path) -> None:
+    if not target.exists() or not filecmp.cmp(source, target, shallow=False):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(source, target)
+
+
 def mirror() -> Path:
-    """The installed layout (``icecdc/ingest/...``) as files, updated in place."""
+    """The installed layout (``icecdc/ingest/...``) as files, updated in place, with the
+    investigations (benchmarks/, not installed), which import the package, beside it."""
     wanted = set()
     for name, source in package_files().items():
         target = MIRROR / Path(*name.split(".")).with_suffix(".py")
         if source.name == "__init__.py":
             target = target.with_suffix("") / "__init__.py"
         wanted.add(target)
-        if not target.exists() or not filecmp.cmp(source, target, shallow=False):
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, target)
+        _copy_changed(source, target)
+    for source in (ROOT / "benchmarks").glob("*.py"):
+        wanted.add(MIRROR / "benchmarks" / source.name)
+        _copy_changed(source, MIRROR / "benchmarks" / source.name)
     for stale in MIRROR.rglob("*.py"):
         if stale not in wanted:
             stale.unlink()
@@ -114,6 +122,7 @@ def test_types_check():
         "--cache-dir",
         str(ROOT / ".mypy_cache"),
         "icecdc",
+        "benchmarks",
         cwd=MIRROR,
     )
     assert result.returncode == 0, readable(result.stdout[-8000:] + result.stderr[-2000:])

@@ -1,35 +1,6 @@
-"""``icecdc bench e2e``: what each maintenance strategy does to reads, to the bill and to the
-writer, over one CDC run.
-
-One event stream (an orders table: a hot current day that moves on, changes soon after a row is
-placed, a share of late changes to any older day, bursty batch sizes) is written by the
-ingester's micro-batch writer into one table per strategy at once
-(``icecdc.bench.strategies``), every micro-batch one Spark job and one commit per table, as the
-ingester does for several tables. The maintenance of each table runs beside it. Every probe
-interval a probe, on a thread of its own while the writer keeps its schedule, measures, per table: file counts (data, small, live
-equality- and position-delete files, bytes, manifests) and query latency (a full count with deletes
-applied, an aggregation, point lookups by key; medians of repeats), and the same for a fully
-compacted copy of the current data as the reference. After the last batch it keeps probing while
-maintenance catches up (the drain: at least ``drain_seconds``, and until the sidecar has answered
-every partition, at most ``drain_max_seconds``), then checks that every table holds exactly the
-stream's final state and reads the rest from each table's snapshot log: bytes ingested, bytes
-maintenance wrote, compaction commits, and for every partition left with equality deletes by its
-last write, how long until a maintenance commit touched it.
-
-Whether the sidecar's table is portable while it is written: every ``age_sample_seconds`` the age
-of its oldest live equality delete (from its metadata), and at every probe a read of it by
-readers that cannot apply equality deletes (pyiceberg's scan, DuckDB's iceberg extension,
-``icecdc.bench.engine_readers``), compared with Spark's read of the same snapshot. The ``large`` workload
-has partitions of users' sizes (a wide text column most updates keep, 16 partitions or
-``--buckets``, all written every batch), where a rewrite costs what the partition costs: its
-write amplification over the writing phase is reported beside its read ratios. With
-``--before-image key`` (PostgreSQL's default) updates and deletes become global deletes, whose
-age is sampled apart.
-
-Here: the command's arguments. The stream's shape is in ``stream``, measuring the tables (probes,
-equality-delete ages) in ``probe``, the run itself in ``runner``, what the snapshot logs say
-afterwards in ``snapshots``, the results and the ratios read from them in ``results``, and their
-tables and plots in ``summaries``.
+"""``icecdc bench e2e``: what each maintenance strategy does to reads, to the bill and to the writer
+over one CDC run. Here: the arguments; the stream in ``stream``, the probes in ``probe``, the run
+in ``runner``, snapshot logs in ``snapshots``, results in ``results``, output in ``summaries``.
 """
 
 from __future__ import annotations
@@ -38,7 +9,7 @@ import argparse
 from dataclasses import replace
 
 from icecdc.bench import out_argument, positive_numbers, table_properties, table_property_argument
-from icecdc.bench.e2e.runner import run
+from icecdc.bench.e2e.runner import RunSettings, run
 from icecdc.bench.e2e.stream import Workload, large_workload
 from icecdc.bench.e2e.summaries import summary
 from icecdc.domain.errors import UserError
@@ -172,25 +143,23 @@ def main(args: argparse.Namespace) -> int:
         workload = replace(workload, late_share=args.late_share)
     workload = replace(workload, before_image=BeforeImage(args.before_image))
     strategies = [s.strip() for s in args.strategies.split(",")] if args.strategies else None
-    results = run(
-        args.minutes,
-        args.out,
-        args.state_dir.resolve(),
+    settings = RunSettings(
+        batches=max(2, round(args.minutes * 60 / args.batch_seconds)),
         workload=workload,
         batch_seconds=args.batch_seconds,
         probe_seconds=args.probe_seconds,
         cron_seconds=cron_seconds,
         drain_seconds=args.drain_seconds,
-        drain_max_seconds=args.drain_max_seconds,
+        drain_max_seconds=args.drain_max_seconds if args.drain_max_seconds is not None else args.drain_seconds + 300.0,
         lookups=args.lookups,
         strategies=strategies,
         format_version=args.format_version,
         hot_read_budget=args.hot_read_budget,
         age_sample_seconds=args.age_sample_seconds,
-        workload_name=args.workload,
         staging_branch=args.staging_branch,
         table_properties=table_properties(args),
     )
+    results = run(settings, args.minutes, args.out, args.state_dir.resolve(), args.workload)
     print(summary(results))
     print(f"results: {args.out / 'e2e.json'}, plots: {args.out / 'e2e*.png'}, summary: {args.out / 'e2e.md'}")
     return 0

@@ -25,17 +25,6 @@ from icecdc.runtime.config import CompactorConfig, Config
 from icecdc.workload import OrdersWorkload
 
 COLUMNS = ("id", "region", "status", "amount", "updated_at")
-METRICS = (
-    "count_ms",
-    "aggregate_ms",
-    "lookup_ms",
-    "data_files",
-    "small_files",
-    "equality_delete_files",
-    "position_delete_files",
-    "bytes",
-    "manifests",
-)
 TITLES = {
     "count_ms": "full count, deletes applied (ms, median)",
     "aggregate_ms": "aggregation (ms, median)",
@@ -47,9 +36,9 @@ TITLES = {
     "bytes": "live bytes",
     "manifests": "manifests in the current snapshot",
 }
+METRICS = tuple(TITLES)  # a probe point's measures, in the order they are plotted
 REFERENCE = "compacted"
-# The Spark scheduler pool the probe's jobs run in while the writer writes (the runner's fair
-# scheduling): the writer's jobs take the next free core rather than wait for the probe's.
+# The probe's Spark scheduler pool: the writer's jobs take the next free core rather than wait.
 PROBE_POOL = "e2e-probe"
 say = progress("e2e")
 
@@ -79,8 +68,7 @@ class ReaderProbe:
     snapshot_id: int | None
     outcomes: dict[str, ReadOutcome]  # reader -> exact / wrong / refused, against Spark's read
     read_ms: dict[str, float]
-    # The newest snapshot with no live equality delete (``icecdc.portable_snapshot``), read by the same
-    # readers under ``on_portable(reader)``: how far behind the current one it was.
+    # How far behind the current snapshot the newest portable one was (read under ``on_portable``).
     portable_seconds_behind: float | None = None
 
 
@@ -121,8 +109,7 @@ def _ms(query: str, spark: Any) -> float:
 
 def query_latency(spark: Any, names: dict[str, str], keys: list[int], repeats: int) -> dict[str, dict[str, float]]:
     """Median latency, per table, of a full count (deletes applied), an aggregation and point
-    lookups. The tables take turns, query by query and key by key, so that what else the machine
-    is doing meanwhile (the writer, the strategies' own rewrites) falls on all of them alike."""
+    lookups; the tables take turns, so that the machine's other work falls on all of them alike."""
     queries: dict[str, list[str]] = {  # {t}: the table
         "count_ms": ["SELECT count(*) FROM {t}"] * repeats,
         "aggregate_ms": ["SELECT region, status, count(*), sum(amount) FROM {t} GROUP BY region, status"] * repeats,
@@ -151,27 +138,20 @@ class Probe:
         started: float,
         partition_by: Sequence[str],
     ) -> None:
-        self._spark = spark
-        self._started = started
-        self._catalog = pyiceberg_catalog(config)
-        self._lookups = lookups
-        self._orders = orders
-        self._repeats = repeats
-        self._settings = config.compactor
+        self._spark, self._started, self._orders, self._lookups, self._repeats = spark, started, orders, lookups, repeats
+        self._catalog, self._settings = pyiceberg_catalog(config), config.compactor
         self._partitioning = ", ".join(partition_by)
         self.reference = f"{config.catalog.name}.bench.e2e_{REFERENCE}_{run_id}"
         self._names = {**names, REFERENCE: self.reference}
         self.series: dict[str, list[ProbePoint]] = {s: [] for s in self._names}
         self.readers: list[ReaderProbe] = []
         self._duckdb: Any = None  # opened on the first probe, used by one thread at a time
-        # Iceberg answers count(*) from file metadata when no delete applies: off, so that every
-        # table is counted by reading it, as a count with deletes must be.
+        # Off, so that every table is counted by reading it, as a count with deletes must be.
         spark.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
 
     def __call__(self) -> None:
         began = time.monotonic() - self._started
-        # Keys of the stream's final state: mid-run some do not exist yet, which costs a lookup
-        # all the same.
+        # Keys of the stream's final state: a key that does not exist yet costs a lookup all the same.
         keys = self._orders.sample_keys(random.Random(len(self.series[REFERENCE])), self._lookups)
         # Copied from the sidecar's table at this moment: the same rows, each partition in one file.
         self._spark.sql(
@@ -186,22 +166,8 @@ class Probe:
         self.readers.append(self._read_portably())
         ended = time.monotonic() - self._started
         for strategy in self._names:
-            counts, took = files[strategy], latency[strategy]
-            self.series[strategy].append(
-                ProbePoint(
-                    t=round(began, 1),
-                    t_end=round(ended, 1),
-                    count_ms=took["count_ms"],
-                    aggregate_ms=took["aggregate_ms"],
-                    lookup_ms=took["lookup_ms"],
-                    data_files=counts["data_files"],
-                    small_files=counts["small_files"],
-                    equality_delete_files=counts["equality_delete_files"],
-                    position_delete_files=counts["position_delete_files"],
-                    bytes=counts["bytes"],
-                    manifests=counts["manifests"],
-                )
-            )
+            measured: dict[str, Any] = {**latency[strategy], **files[strategy]}  # ProbePoint's fields but its times
+            self.series[strategy].append(ProbePoint(t=round(began, 1), t_end=round(ended, 1), **measured))
         line = ", ".join(
             f"{s} {p[-1].count_ms:.0f}/{p[-1].lookup_ms:.0f} ms {p[-1].equality_delete_files} eq-del"
             for s, p in self.series.items()
@@ -256,11 +222,8 @@ class Probe:
 
 
 def equality_delete_ages(table: Any, now_ms: int) -> tuple[float | None, float | None]:
-    """``portability.oldest_equality_delete_age`` of a pyiceberg table, of every live equality
-    delete and of its global ones (under an unpartitioned spec of a partitioned table, which apply
-    to every partition): the snapshot that added each live equality-delete file, from the current
-    snapshot's delete manifests (data manifests are not opened), and the commit times of the
-    snapshots still listed."""
+    """``portability.oldest_equality_delete_age`` of a pyiceberg table's live equality deletes, and
+    of its global ones (under an unpartitioned spec), from the current snapshot's delete manifests."""
     current = table.current_snapshot()
     if current is None:
         return None, None
@@ -289,9 +252,8 @@ def main_behind_seconds(table: Any, branch: str) -> float | None:
 
 
 class AgeSampler:
-    """Samples the age of a table's oldest live equality delete (in main, what readers read), and
-    of its oldest global one, every ``every_seconds``, on a thread of its own, from ``start`` to
-    ``stop``; on a staged table also how far main is behind the staging branch's head."""
+    """Samples the age of a table's oldest live equality delete in main and of its oldest global
+    one on a thread of its own; on a staged table also how far main is behind the branch's head."""
 
     def __init__(self, config: Config, name: str, every_seconds: float, started: float, branch: str | None = None) -> None:
         self._catalog = pyiceberg_catalog(config)

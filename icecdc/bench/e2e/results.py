@@ -21,8 +21,7 @@ class Portability:
     oldest_equality_delete_after: AgeSummary
     exact_writing: dict[str, float | None]  # reader -> share of probes read exactly
     exact_after: dict[str, float | None]
-    # While writing, the samples taken outside every probe: a probe copies the whole table for
-    # its reference (about 2.5 minutes of the large workload's 4), on the same cores.
+    # While writing, the samples taken outside every probe (a probe copies the table, on the same cores).
     oldest_equality_delete_outside_probes: AgeSummary | None = None
     # A staged table: how far main was behind the staging branch's head while writing.
     main_behind_writing: AgeSummary | None = None
@@ -40,8 +39,7 @@ class StrategyResult:
     ingested_bytes: int
     rewritten_bytes: int
     write_amplification: float
-    # (maintenance + writer bytes) / writer bytes, over the commits between the first change
-    # batch and the last: what the sidecar costs beside the writer
+    # (maintenance + writer bytes) / writer bytes, from the first change batch to the last
     writing_amplification: float | None
     compaction_commits: int
     maintenance: StrategyCounts
@@ -50,9 +48,7 @@ class StrategyResult:
     writer_commit_max: float
     settle_to_compacted: SettleToCompacted
     settled_partitions_with_equality_deletes: int
-    # ``writing_amplification`` so far, after each commit while writing: (seconds since the first
-    # batch, the amplification of the commits up to it). A rule that rewrites more the longer a
-    # partition is written shows here and not in a short run's total.
+    # (seconds since the first batch, ``writing_amplification`` so far), after each commit
     amplification_so_far: list[tuple[float, float]] = field(default_factory=list)
     # the bytes behind ``writing_amplification``: ``snapshots.bytes_added_between``
     bytes_added_writing: dict[str, int] = field(default_factory=dict)
@@ -96,16 +92,14 @@ WRITING, FINAL = "writing", "final"
 
 
 def in_phase(point: ProbePoint, writes_ended_t: float, phase: str, final_t: float) -> bool:
-    """``writing``: probes wholly in the second half of the writes (the first half is the tables
-    filling up); ``final``: the last probe, after the drain, with maintenance stopped."""
+    """``writing``: probes wholly in the second half of the writes; ``final``: the last probe."""
     if phase == FINAL:
         return point.t >= final_t
     return point.t >= writes_ended_t / 2 and point.t_end <= writes_ended_t
 
 
 def latency_ratio(results: E2EResults, strategy: str, metric: str, phase: str) -> float | None:
-    """Median, over the probes of a phase, of a strategy's latency over the compacted copy's in
-    the same probe; None when no probe fell in the phase."""
+    """Median over a phase's probes of a strategy's latency over the compacted copy's (None: no probe)."""
     series = results.strategies[strategy].series
     pairs = zip(series, results.reference, strict=True)
     ratios = [
@@ -115,8 +109,7 @@ def latency_ratio(results: E2EResults, strategy: str, metric: str, phase: str) -
 
 
 def portability(results: E2EResults) -> Portability:
-    """The sidecar table's age samples and reader probes, while writing (up to the last batch)
-    and after it (the drain and the final probe)."""
+    """The sidecar table's age samples and reader probes, while writing and after."""
     ended, probes = results.writes_ended_t, results.readers
     readers = sorted({r for p in probes for r in p.outcomes})
 

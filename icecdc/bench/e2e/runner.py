@@ -7,7 +7,7 @@ import statistics
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,17 +20,9 @@ from icecdc.bench.e2e.snapshots import (
     settle_to_compacted,
     snapshot_log,
 )
-from icecdc.bench.e2e.stream import (
-    LOAD_CHUNK_ROWS,
-    SMALL_WORKLOAD,
-    Workload,
-    change_batches,
-    load_chunks,
-    new_orders,
-    settle_settings,
-)
+from icecdc.bench.e2e.stream import LOAD_CHUNK_ROWS, Workload, change_batches, load_chunks, new_orders, settle_settings
 from icecdc.bench.e2e.summaries import plot, summary
-from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, progress
+from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, differing_rows, progress
 from icecdc.bench.report import machine, percentile, publish
 from icecdc.bench.strategies import (
     ICECDC,
@@ -60,13 +52,13 @@ class RunSettings:
     drain_seconds: float
     drain_max_seconds: float
     lookups: int
-    repeats: int
     strategies: Sequence[str] | None = None  # None: every one
     format_version: int = 2
     hot_read_budget: float | None = None  # None: the compactor's default
     age_sample_seconds: float = 2.0
     staging_branch: str | None = None  # the sidecar's table's (None: not staged)
     table_properties: Mapping[str, str] = field(default_factory=dict)  # every table's, over icecdc's
+    repeats: int = 3
 
 
 def _config(base: Config, run_id: int, strategies: Sequence[str], run: RunSettings) -> Config:
@@ -110,17 +102,9 @@ def _start(spark: Any, config: Config, strategies: Sequence[str], strategy: str,
     return Strategy()
 
 
-def differing_rows(table: Any, expected: Any) -> int:
-    """Rows in which a table and the stream's final state differ, counted both ways (a multiset
-    difference: a key twice is a delete not applied), by Spark, since at users' partition sizes
-    the rows do not fit in Python's memory."""
-    return int(table.exceptAll(expected).count() + expected.exceptAll(table).count())
-
-
 def _drain(strategies: dict[str, Strategy], minimum: float, maximum: float) -> float:
-    """Let maintenance run on: at least ``minimum`` seconds, and until the sidecar has answered
-    every partition (so that the final probe measures its steady state, not how far a loaded
-    machine let it get), at most ``maximum``. Returns how long it lasted."""
+    """Let maintenance run on for at least ``minimum`` seconds and until the sidecar has answered
+    every partition, at most ``maximum``; how long it lasted."""
     started = time.monotonic()
     sidecar = strategies.get(ICECDC)
     while (elapsed := time.monotonic() - started) < maximum:
@@ -142,16 +126,12 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     load_commits = max(1, -(-run.workload.keys // LOAD_CHUNK_ROWS))
 
     def write(number: int) -> dict[str, float]:
-        # Every table reads the same records from its own topic: one Spark job, one commit each.
-        # Batch ids go on from the initial load's commits.
+        # Every table reads the same records from its own topic; batch ids go on from the load's.
         result = feed.write(stream[number], number + load_commits - 1)
         return {by_table[t]: s for t, s in result.commit_seconds.items()}
 
-    # The sidecar is deployed beside the ingester and is up before it writes: it starts (and is
-    # ready) before the initial load, whose equality deletes are then its first work. Started
-    # after the load, its 25 s of start-up on a busy machine held the load's equality deletes and
-    # made most of the portability p95 of the first run (docs/BENCHMARKS.md). The other
-    # strategies are triggers on the writer's schedule and start with the measured writes.
+    # The sidecar is up before the ingester writes, as deployed; the other strategies are
+    # triggers on the writer's schedule and start with the measured writes.
     strategies = {s: _start(spark, config, all_strategies, s, out) for s in all_strategies}
     if ICECDC in strategies:
         strategies[ICECDC].start()
@@ -161,11 +141,8 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
         if load_commits > 1:
             say(f"initial load: commit {number + 1}/{load_commits}")
     if load_commits > 1 and ICECDC in strategies:
-        # A load in many commits leaves many files per partition, which the sidecar compacts once
-        # they settle. Users' partitions of GBs were compacted long before a stream's steady state,
-        # so the stream starts once the sidecar has done that (at most as long as the drain):
-        # counted in the writing phase, the load's compaction made most of the write amplification
-        # of the first runs at users' sizes (docs/BENCHMARKS.md, "Users' partition sizes").
+        # Users' partitions were compacted long before a stream's steady state: the stream starts
+        # once the sidecar has compacted the load (docs/BENCHMARKS.md, row "Users' partition sizes").
         say(f"initial load written; the sidecar compacts it (at most {run.drain_max_seconds:.0f}s)")
         results.load_compacted_seconds = _drain(strategies, 0, run.drain_max_seconds)
         say(f"initial load compacted in {results.load_compacted_seconds:.0f}s")
@@ -188,8 +165,7 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
     )
     commit_seconds: dict[str, list[tuple[float, float]]] = {s: [] for s in all_strategies}
     writer_failures: list[str] = []
-    # The probe runs on its own thread while the writer keeps its schedule: pausing the writer
-    # for a probe would give every partition a quiet gap that a real stream does not have.
+    # A probe on its own thread: pausing the writer would give every partition a quiet gap.
     probing = threading.Event()
 
     def probe_loop() -> None:
@@ -265,29 +241,8 @@ def _run_strategies(stack: BenchStack, out: Path, run: RunSettings, results: E2E
         spark.sql(f"DROP TABLE IF EXISTS {name} PURGE")
 
 
-def run(
-    minutes: float,
-    out: Path,
-    state_dir: Path,
-    *,
-    workload: Workload = SMALL_WORKLOAD,
-    batch_seconds: float = 10.0,
-    probe_seconds: float = 60.0,
-    cron_seconds: Sequence[float] = (30.0, 120.0),
-    drain_seconds: float = 90.0,
-    drain_max_seconds: float | None = None,
-    lookups: int = 100,
-    repeats: int = 3,
-    strategies: Sequence[str] | None = None,
-    format_version: int = 2,
-    hot_read_budget: float | None = None,
-    age_sample_seconds: float = 2.0,
-    workload_name: str = "small",
-    staging_branch: str | None = None,
-    table_properties: Mapping[str, str] | None = None,
-) -> E2EResults:
-    batches = max(2, round(minutes * 60 / batch_seconds))
-    drain_max = drain_max_seconds if drain_max_seconds is not None else drain_seconds + 300.0
+def run(settings: RunSettings, minutes: float, out: Path, state_dir: Path, workload_name: str = "small") -> E2EResults:
+    cron_seconds, strategies = settings.cron_seconds, settings.strategies
     unknown = sorted(set(strategies or ()) - set(strategy_names(cron_seconds)))
     if unknown or (strategies is not None and ICECDC not in strategies):
         # The compacted reference is copied from the sidecar's table, so it always runs.
@@ -295,50 +250,25 @@ def run(
             f"--strategies: {', '.join(unknown) or 'icecdc is missing'}; choose among {', '.join(strategy_names(cron_seconds))}"
             " (icecdc always)"
         )
-    settings = RunSettings(
-        batches,
-        workload,
-        batch_seconds,
-        probe_seconds,
-        cron_seconds,
-        drain_seconds,
-        drain_max,
-        lookups,
-        repeats,
-        strategies,
-        format_version,
-        hot_read_budget,
-        age_sample_seconds,
-        staging_branch,
-        dict(table_properties or {}),
-    )
+    # The results repeat the run's settings (their ``strategies`` are the strategies' results).
+    shared = {
+        f.name: getattr(settings, f.name)
+        for f in fields(RunSettings)
+        if f.name not in ("strategies", "cron_seconds", "table_properties")
+    }
     results = E2EResults(
         machine(),
         minutes,
-        batches,
-        batch_seconds,
-        probe_seconds,
-        list(cron_seconds),
-        drain_seconds,
-        drain_max,
-        lookups,
-        repeats,
-        workload,
-        format_version,
-        hot_read_budget,
         workload_name=workload_name,
-        age_sample_seconds=age_sample_seconds,
-        staging_branch=staging_branch,
-        table_properties=dict(table_properties or {}),
+        **shared,
+        cron_seconds=list(cron_seconds),
+        table_properties=dict(settings.table_properties),
     )
-    # Fair scheduling, the probe's jobs in a pool of their own: under Spark's default (FIFO) the
-    # writer's next job waited for the probe's copy of the whole table, 79 s at 1 GB partitions,
-    # long enough to settle every partition (docs/BENCHMARKS.md, "Portability at 1 GB partitions,
-    # with changes that reach old rows"). A user's writer does not queue behind a reader's job.
+    # Fair scheduling, the probe's jobs in a pool of their own: a user's writer does not queue
+    # behind a reader's job (docs/BENCHMARKS.md, row "Users' partition sizes").
     conf = {"spark.scheduler.mode": "FAIR"}
     if workload_name == "large":
-        # Users' partition sizes: the initial load's commits, the compacted copy and the final
-        # comparison hold hundreds of MB in the driver at once (Spark's default is 1 GB).
+        # The initial load, the compacted copy and the final comparison share the driver's memory.
         conf["spark.driver.memory"] = "6g"
     with bench_stack("e2e", state_dir, spark={"conf": conf}) as stack:
         _run_strategies(stack, out, settings, results)

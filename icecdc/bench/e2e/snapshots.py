@@ -32,14 +32,12 @@ class SnapshotLog:
     live_equality_deletes: set[tuple[Any, ...]]  # partitions with live equality deletes now
     # (commit time, bytes added, whether by maintenance), per snapshot
     added: list[tuple[float, int, bool]] = field(default_factory=list)
-    # (commit time, whether by maintenance, content, file size), per file added: where the bytes
-    # of the write amplification go (a deletion vector counts its Puffin file, one per vector here)
+    # (commit time, whether by maintenance, content, file size), per file added
     added_files: list[tuple[float, bool, DataFileContent, int]] = field(default_factory=list)
 
 
 def snapshot_log(table: Any) -> SnapshotLog:
-    """When each partition was last written and when maintenance touched it, and the bytes each
-    side added, read from the manifests each snapshot added."""
+    """What the manifests each snapshot added say: partitions' writes and maintenance, and bytes."""
     io = table.io
     ingested = rewritten = commits = 0
     writes: dict[tuple[Any, ...], list[tuple[float, bool]]] = defaultdict(list)

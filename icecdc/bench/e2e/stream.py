@@ -25,19 +25,13 @@ class Workload:
     burst_share: float = 0.25
     burst_factor: float = 4.0
     seed: int = 17
-    # ``days``: region and day, so yesterday's partitions settle as the day moves on; ``region``:
-    # four partitions the writer writes every batch, which never settle while it runs;
-    # ``buckets``: ``buckets`` partitions by key, all written every batch (the large workload's).
+    # days: yesterday's partitions settle; region and buckets: every partition written every batch.
     partitioning: str = "days"
     buckets: int = 16
-    # The large workload's wide text column: characters per row (0: none) and the share of
-    # updates that keep it.
+    # The large workload's wide text column (0: none) and the share of updates that keep it.
     note_chars: int = 0
     note_keep: float = 0.9
-    # What the table's ``before_image`` trusts of the source's old rows: ``FULL`` (MySQL's
-    # default) places every update's and delete's old row in its partition; ``KEY`` (PostgreSQL's
-    # default, REPLICA IDENTITY DEFAULT) makes each of them a global delete where the key does not
-    # determine the partition (``days``, ``region``; a bucket of the key it does).
+    # KEY makes each update and delete a global delete where the key does not determine the partition.
     before_image: BeforeImage = BeforeImage.FULL
 
     @property
@@ -52,21 +46,15 @@ class Workload:
         return PARTITIONINGS[self.partitioning]
 
 
-# The default stream: 20,000 keys, 1,500 changes a batch, partitioned by region and day.
 SMALL_WORKLOAD = Workload()
 PARTITIONINGS = {"days": ORDERS_PARTITIONING, "region": ["region"]}
-# The initial load is written in commits of at most this many rows (one Spark job each).
+# The initial load's rows per commit.
 LOAD_CHUNK_ROWS = 200_000
 
 
 def large_workload(rows: int, changes: int = 1_500, buckets: int = 16) -> Workload:
-    """Users' partition sizes: ``rows`` (20M: about 230 MB a partition, 190 bytes a row as written)
-    over ``buckets`` partitions written every batch, a 400-character text column nine updates in
-    ten keep, the small workloads' change rate. No late changes: every partition is hot anyway,
-    so its changes stay on recent keys and never reach the load's rows unless ``late_share`` is
-    set (``bench e2e --late-share``).
-    Fewer buckets make each partition larger for the same rows: the bench holds its model of the
-    rows in memory, so 1 GB partitions fit on one machine only as a few of them."""
+    """Users' partition sizes: ``rows`` over ``buckets`` partitions written every batch, with a wide
+    text column most updates keep, and no late changes unless ``late_share`` is set."""
     return Workload(
         keys=rows, changes=changes, late_share=0.0, partitioning="buckets", buckets=buckets, note_chars=400, note_keep=0.9
     )
@@ -93,15 +81,13 @@ def new_orders(workload: Workload) -> OrdersWorkload:
 
 
 def load_chunks(orders: OrdersWorkload, rows: int) -> Iterator[list[tuple[bytes, bytes]]]:
-    """The initial load, made as it is written, ``LOAD_CHUNK_ROWS`` records at a time: at users'
-    partition sizes its records do not fit in memory at once."""
+    """The initial load, made as it is written, since at users' sizes it does not fit in memory."""
     for start in range(0, rows, LOAD_CHUNK_ROWS):
         yield [c.record for c in orders.load(min(LOAD_CHUNK_ROWS, rows - start))]
 
 
 def change_batches(orders: OrdersWorkload, batches: int, workload: Workload) -> list[list[tuple[bytes, bytes]]]:
-    """``batches`` micro-batches of changes after the initial load; ``orders`` then holds the
-    state they leave."""
+    """``batches`` micro-batches of changes; ``orders`` then holds the state they leave."""
     out = []
     for number, size in enumerate(batch_sizes(batches, workload), 1):
         orders.today = number // workload.batches_per_day
@@ -110,16 +96,14 @@ def change_batches(orders: OrdersWorkload, batches: int, workload: Workload) -> 
 
 
 def generate(batches: int, workload: Workload) -> tuple[list[list[tuple[bytes, bytes]]], OrdersWorkload]:
-    """The initial load and ``batches`` micro-batches of changes, all in memory, and the state
-    they leave (the run itself makes the load as it writes it)."""
+    """The initial load and ``batches`` micro-batches of changes in memory, and the state they leave."""
     orders = new_orders(workload)
     load = [record for chunk in load_chunks(orders, workload.keys) for record in chunk]
     return [load, *change_batches(orders, batches, workload)], orders
 
 
 def settle_settings(batch_seconds: float) -> dict[str, float]:
-    """Settle windows scaled to the benchmark's clock: a partition written every batch is hot,
-    one left alone for a few batches has settled (15-60 s for the default 10 s batches)."""
+    """Settle windows scaled to the bench's clock: a partition left alone for a few batches settles."""
     return {
         "cadence_multiple": 3,
         "min_seconds": 1.5 * batch_seconds,

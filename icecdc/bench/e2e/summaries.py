@@ -10,7 +10,7 @@ from icecdc.bench import table_properties_said
 from icecdc.bench.e2e.probe import METRICS, REFERENCE, TITLES, on_portable
 from icecdc.bench.e2e.results import FINAL, WRITING, E2EResults, StrategyResult, latency_ratio
 from icecdc.bench.portability import AgeSummary, ReadOutcome
-from icecdc.bench.report import markdown_table, pyplot
+from icecdc.bench.report import markdown_table, pyplot, save
 from icecdc.bench.strategies import ICECDC
 from icecdc.domain.sourcespec import BeforeImage
 
@@ -91,18 +91,11 @@ def portability_summary(results: E2EResults) -> str:
         f"((sidecar + writer bytes) / writer bytes, between the first and the last batch): "
         f"{'-' if amplification is None else f'{amplification:.2f}'}{_bytes_added(sidecar)}.\n\n"
         + markdown_table(
-            [
-                "phase",
-                "oldest eq delete p50 / p95 / max s",
-                "samples with none live",
-                "samples",
-                "pyiceberg exact",
-                "DuckDB exact",
-                "pyiceberg exact on the newest portable snapshot",
-                "DuckDB exact on it",
-                "it behind the current one, median / max s",
-                "reader probes",
-            ],
+            (
+                "phase | oldest eq delete p50 / p95 / max s | samples with none live | samples | pyiceberg exact | "
+                "DuckDB exact | pyiceberg exact on the newest portable snapshot | DuckDB exact on it | "
+                "it behind the current one, median / max s | reader probes"
+            ),
             rows,
         )
         + "\n"
@@ -163,26 +156,14 @@ def summary(results: E2EResults) -> str:
         f"{reference.count_ms:.0f} ms count, {reference.aggregate_ms:.0f} ms aggregation, {reference.lookup_ms:.0f} ms "
         f"lookup, {reference.data_files} files, {reference.manifests} manifests).\n\n"
         + markdown_table(
-            [
-                "strategy",
-                "count vs compacted, writing / final",
-                "aggregation vs compacted",
-                "lookup vs compacted",
-                "data files at end",
-                "eq-delete files at end",
-                "pos-delete files at end",
-                "manifests at end",
-                "MB rewritten",
-                "write amplification",
-                "(maintenance + writer) / writer while writing",
-                "compaction commits",
-                "conflicts / attempts",
-                "writer commit p50 / p99 ms",
-                "writer failures",
-                "settled partitions compacted",
-                "last write to compacted, median s",
-                "settled partitions with eq deletes",
-            ],
+            (
+                "strategy | count vs compacted, writing / final | aggregation vs compacted | lookup vs compacted | "
+                "data files at end | eq-delete files at end | pos-delete files at end | manifests at end | "
+                "MB rewritten | write amplification | (maintenance + writer) / writer while writing | "
+                "compaction commits | conflicts / attempts | writer commit p50 / p99 ms | writer failures | "
+                "settled partitions compacted | last write to compacted, median s | "
+                "settled partitions with eq deletes"
+            ),
             rows,
         )
         + "\n"
@@ -212,17 +193,11 @@ def plot(results: E2EResults, path: Path) -> None:
     fig, axes = plt.subplots(3, 3, figsize=(15, 10))
     for ax, metric in zip(axes.flat, METRICS, strict=True):
         draw(ax, metric)
-    axes.flat[0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(plt, fig, path, axes.flat[0], dpi=100)
     for metric in METRICS:
         fig, ax = plt.subplots(figsize=(7, 4))
         draw(ax, metric)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(path.with_name(f"e2e-{metric}.png"), dpi=100)
-        plt.close(fig)
+        save(plt, fig, path.with_name(f"e2e-{metric}.png"), ax, dpi=100)
     fig, ax = plt.subplots(figsize=(7, 4))
     for strategy, result in results.strategies.items():
         ax.plot(
@@ -281,11 +256,7 @@ def plot_portability(results: E2EResults, path: Path) -> None:
 def _save_one(
     plt: Any, fig: Any, ax: Any, title: str, path: Path, *, xlabel: str = "seconds into the run", legend_size: int = 8
 ) -> None:
-    """A one-plot figure's title, axis, grid and legend, saved to ``path`` and closed."""
+    """A one-plot figure's title and axis, saved to ``path`` and closed."""
     ax.set_title(title, fontsize=9)
     ax.set_xlabel(xlabel, fontsize=8)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=legend_size)
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(plt, fig, path, ax, legend=legend_size, dpi=100)
