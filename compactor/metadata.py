@@ -230,7 +230,7 @@ def table_partitions(
     table: Any, ref: TableRef, table_config: TableConfig, settings: CompactorConfig, cache: ManifestCache | None = None
 ) -> TableMetadata:
     """``load_table_partitions`` of a table already loaded (a pyiceberg ``Table``)."""
-    layout = layout_from_pyiceberg(table_config.name, table_config.topic, table_config.primary_key, table)
+    layout = layout_from_pyiceberg(table_config.name, table_config.topic or "", table_config.primary_key, table)
     snapshot = head_snapshot(table, ref.branch)
     sequence_number = (snapshot.sequence_number or 0) if snapshot is not None else 0
     return TableMetadata(layout, sequence_number, read_partitions(table, layout, settings, cache, ref.branch))

@@ -160,7 +160,7 @@ class SyntheticUpstream:
 
     def stream(self, config: Config) -> None:
         """The upstream database: a snapshot of past days, then bursts of changes day after day."""
-        topic, workload = config.tables[0].topic, self.workload
+        topic, workload = config.tables[0].source_topic, self.workload
         producer = kafka.producer(config.kafka)
 
         def send(changes: list[Any], what: str) -> None:
@@ -328,7 +328,7 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False, source: Demo
     try:
         table = config.tables[0]
         name = config.table_ref(table).qualified
-        kafka.ensure_topics(config.kafka, [table.topic])
+        kafka.ensure_topics(config.kafka, [table.source_topic])
         upstream.start(config)
         spark = create_spark_session(config, "icecdc-demo")
         if spark.catalog.tableExists(name):

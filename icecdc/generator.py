@@ -40,16 +40,16 @@ def run_generator(
 ) -> int:
     """Returns the number of change events sent."""
     target = config.table(table) if table else config.tables[0]
-    kafka.ensure_topics(config.kafka, [target.topic])
+    kafka.ensure_topics(config.kafka, [target.source_topic])
     producer = kafka.producer(config.kafka)
     workload = OrdersWorkload(recent_keys=max(1, int(rate * seconds_per_day)))
-    sent = send(producer, target.topic, workload.load(snapshot_rows))
-    log.info("snapshot: %d orders sent to %s", sent, target.topic)
+    sent = send(producer, target.source_topic, workload.load(snapshot_rows))
+    log.info("snapshot: %d orders sent to %s", sent, target.source_topic)
     started = time.monotonic()
     while not stop.is_set() and (limit is None or sent < limit):
         workload.today = workload.days + int((time.monotonic() - started) // seconds_per_day)
         count = max(1, round(rate)) if limit is None else min(max(1, round(rate)), limit - sent)
-        sent += send(producer, target.topic, workload.changes(count))
-        log.info("%d changes sent to %s (day %d, %d in all)", count, target.topic, workload.today + 1, sent)
+        sent += send(producer, target.source_topic, workload.changes(count))
+        log.info("%d changes sent to %s (day %d, %d in all)", count, target.source_topic, workload.today + 1, sent)
         stop.wait(1.0)
     return sent

@@ -61,15 +61,17 @@ class DirectKafkaSource:
         self._consumer = kafka.consumer(config.kafka, config.ingest.consumer_group)
         metadata = self._consumer.list_topics(timeout=30)
         assignment = []
-        for table in config.tables:
-            topic = metadata.topics.get(table.topic)
+        for table in config.ingested_tables:
+            topic = metadata.topics.get(table.source_topic)
             if topic is None or topic.error is not None:
                 raise MissingTopicError(
-                    f"topic {table.topic} (table {table.name}) does not exist on {config.kafka.bootstrap_servers}"
+                    f"topic {table.source_topic} (table {table.name}) does not exist on {config.kafka.bootstrap_servers}"
                 )
             for partition in sorted(topic.partitions):
                 assignment.append(
-                    TopicPartition(table.topic, partition, start_offsets.get((table.topic, partition), OFFSET_BEGINNING))
+                    TopicPartition(
+                        table.source_topic, partition, start_offsets.get((table.source_topic, partition), OFFSET_BEGINNING)
+                    )
                 )
         self._assignment = assignment
         self.partition_count = len(assignment)
@@ -151,7 +153,7 @@ def source_rows(
 def reads_headers(config: Config) -> bool:
     """Whether the source reads record headers: only the key-change headers matter, and only to
     tables that resolve unavailable values."""
-    return any(t.unavailable_values is UnavailableValues.RESOLVE for t in config.tables)
+    return any(t.unavailable_values is UnavailableValues.RESOLVE for t in config.ingested_tables)
 
 
 def _key_change_headers(headers: Any) -> list[tuple[str, Any]]:
@@ -201,7 +203,7 @@ def kafka_stream(spark: SparkSession, config: Config) -> DataFrame:
     reader = (
         spark.readStream.format("kafka")
         .option("kafka.bootstrap.servers", config.kafka.bootstrap_servers)
-        .option("subscribe", ",".join(t.topic for t in config.tables))
+        .option("subscribe", ",".join(t.source_topic for t in config.ingested_tables))
         .option("startingOffsets", "earliest")
         .option("maxOffsetsPerTrigger", str(config.ingest.max_batch_records))
     )

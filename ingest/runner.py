@@ -34,8 +34,8 @@ def run_ingest(
     config: Config, until_idle: float | None = None, spark: SparkSession | None = None, stop: threading.Event | None = None
 ) -> IngestStats:
     """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
-    if not config.tables:
-        raise UserError("the configuration lists no tables to ingest")
+    if not config.ingested_tables:
+        raise UserError("the configuration lists no table with a topic to ingest")
     with (
         serving(config.ingest.http, {"catalog": catalog_check(config)}, pending={"source": "not reading yet"}) as health,
         spark_session(config, "icecdc-ingest", spark) as session,

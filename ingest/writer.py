@@ -285,14 +285,14 @@ class BatchWriter:
         self.spark = spark
         self.config = config
         self._retry = retry
-        names = [table.name for table in config.tables]
+        names = [table.name for table in config.ingested_tables]
         layouts = self._load_layouts(names, "table {ref} does not exist (icecdc creates it when its config has a schema)")
         bridge = JavaBridge(spark)
         _ = bridge.updates  # compiled now, once per JVM, so the first batch's commit does not wait for it
         if local_warehouse(config.catalog.properties):
             write_local_files_in_process(bridge)
         self.tables = {name: IcebergTable(bridge, config.table_ref(name), retry) for name in names}
-        rules = {table.name: table.source_rules for table in config.tables}
+        rules = {table.name: table.source_rules for table in config.ingested_tables}
         for name, layout in layouts.items():
             if batch_decisions.may_delete_globally(layout, rules[name]) and layout.global_spec_id is None:
                 layouts[name] = replace(layout, global_spec_id=self.tables[name].ensure_unpartitioned_spec())
@@ -326,7 +326,7 @@ class BatchWriter:
             metadata = metadata_call(self._retry, f"loading {ref}", functools.partial(load_metadata_table, catalog, ref))
             if metadata is None:
                 raise NoSuchTable(missing.format(ref=ref))
-            layouts[name] = layout_from_pyiceberg(name, table.topic, table.primary_key, metadata)
+            layouts[name] = layout_from_pyiceberg(name, table.source_topic, table.primary_key, metadata)
         return layouts
 
     def _reload_layout(self, name: str) -> TableLayout:

@@ -93,7 +93,7 @@ class FeedWriter:
         self.writer: BatchWriter = BatchWriter(
             spark, config, self._producer, CommitEventPublisher(self._producer, config.commit_topic), source_name
         )
-        self._topics = [t.topic for t in config.tables]
+        self._topics = [t.source_topic for t in config.ingested_tables]
         self._offset = 0
 
     def frame(self, pairs: Sequence[tuple[bytes | None, bytes | None]], topics: Sequence[str] | None = None) -> Any:

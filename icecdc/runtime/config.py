@@ -106,8 +106,11 @@ class CatalogConfig(_Strict):
 
 class TableConfig(_Strict):
     name: str
-    topic: str
-    primary_key: list[str] = Field(min_length=1)
+    # The Kafka topic icecdc's ingester mirrors into the table. Unset, another writer writes the
+    # table and only the sidecar keeps it.
+    topic: str | None = None
+    # The source's primary key. Empty on an ingested table, the table is mirrored append-only.
+    primary_key: list[str] = Field(default_factory=list)
     partition_by: list[str] = Field(default_factory=list)
     # column -> Iceberg type; when given, the table is created if missing and checked if present.
     schema_: dict[str, str] | None = Field(default=None, alias="schema")
@@ -193,6 +196,18 @@ class TableConfig(_Strict):
             except TableSpecError as exc:
                 raise ValueError(str(exc)) from None
         return self
+
+    @property
+    def ingested(self) -> bool:
+        """Whether icecdc's ingester writes the table (it has a topic)."""
+        return self.topic is not None
+
+    @property
+    def source_topic(self) -> str:
+        """The topic of an ingested table."""
+        if self.topic is None:
+            raise ValueError(f"table {self.name} has no topic: icecdc's ingester does not write it")
+        return self.topic
 
     @property
     def partition_fields(self) -> tuple[PartitionField, ...]:
@@ -431,10 +446,17 @@ class Config(_Strict):
             seen: set[str] = set()
             for table in self.tables:
                 value = getattr(table, attr)
+                if value is None:
+                    continue
                 if value in seen:
                     raise ValueError(f"two tables share the {attr} {value!r}")
                 seen.add(value)
         return self
+
+    @property
+    def ingested_tables(self) -> list[TableConfig]:
+        """The tables icecdc's ingester writes, in the configuration's order."""
+        return [table for table in self.tables if table.ingested]
 
     def table(self, name: str) -> TableConfig:
         for table in self.tables:

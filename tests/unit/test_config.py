@@ -73,7 +73,7 @@ def test_secrets_are_masked_for_display(tmp_path):
         pytest.param("primary_key: [id]", "primary_key: [id]\n    primry: 1", "tables[0].primry: unknown key", id="unknown-key"),
         pytest.param("commit_topic:", "kafak: {}\ncommit_topic:", "kafak: unknown key", id="unknown-top-level-key"),
         pytest.param('master: "local[2]"', "master: [1]", "spark.master: Input should be a valid string", id="wrong-type"),
-        pytest.param("    topic: shop.public.orders\n", "", "tables[0].topic: required key is missing", id="missing-table-key"),
+        pytest.param("  - name: db.orders\n    topic:", "  - topic:", "tables[0].name: required key is missing", id="missing-table-key"),
         pytest.param(
             '"days(updated_at)"', '"dayz(updated_at)"', "tables[0]: unknown partition transform 'dayz'", id="bad-transform"
         ),
