@@ -29,5 +29,6 @@ INVESTIGATIONS = tuple(
             "parse",
             "the ingester's parse stage on one core: its Python path against its fast path, generator and connector messages",
         ),
+        ("watch", "one poll of the kept tables' watcher over N tables, none changed and one new snapshot each"),
     )
 )

@@ -64,6 +64,10 @@ class Publisher(Protocol):
     def compaction(self, event: CompactionEvent) -> None: ...
 
 
+# (table, starting sequence number, partition paths) -> None, right before each commit attempt;
+# raises ``WriterWroteThere`` when the table's writer forbids the commit (``policy.beside_writer``).
+WriterGuard = Callable[[str, int, Sequence[str]], None]
+
 # (table, layout, partitions) -> one compaction job; partitions None: the table's global deletes.
 CompactionFactory = Callable[[str, TableLayout, Sequence[PartitionKey] | None], Compaction]
 
@@ -84,6 +88,7 @@ class CompactionRunner:
         on_finish: Callable[[str], None] = lambda table: None,
         rng: random.Random | None = None,
         key_index: KeyIndex | None = None,
+        writer_guard: WriterGuard = lambda table, since, paths: None,
     ) -> None:
         self._replica = replica
         self._settings = settings
@@ -99,6 +104,7 @@ class CompactionRunner:
         self._on_finish = on_finish
         self._rng = rng or random.Random()
         self._key_index = key_index
+        self._writer_guard = writer_guard
 
     def run(self, job: Sequence[tuple[Candidate, TrackedPartition]], layout: TableLayout) -> list[CompactionEvent]:
         """One compaction job of the candidates' partitions, all of one table (one, or several
@@ -165,14 +171,21 @@ class CompactionRunner:
         job.finish_with([result.counts for result in results])
 
     def _commit(self, job: JobUnderWay, attempt: Callable[[], CommittedSnapshot]) -> CommittedSnapshot:
-        """One commit through the gate, which confirms the leases before each attempt."""
+        """One commit through the gate, which confirms the leases and asks the writer guard
+        before each attempt."""
         at = self._clock()
         try:
             return self._gate.commit(
-                job.table, attempt, before_attempt=functools.partial(self._confirm_leases, job), commit_by=job.commit_by
+                job.table, attempt, before_attempt=functools.partial(self._before_commit, job), commit_by=job.commit_by
             )
         finally:
             job.phases.commit += self._clock() - at
+
+    def _before_commit(self, job: JobUnderWay) -> None:
+        self._confirm_leases(job)
+        since = job.starting_sequence_number
+        if since is not None:
+            self._writer_guard(job.table, since, [part.partition.path for part in job.parts if part.has_work])
 
     def _failed(self, job: JobUnderWay, error: Exception) -> Failure:
         """How the job ends after ``error``: the gate counts a fenced job as a lease conflict,

@@ -94,6 +94,12 @@ class EventFeed:
             self.last_commit_event = self._clock()
         return count
 
+    def found(self, event: CommitEvent) -> None:
+        """A commit of another writer, found in the catalog (``watcher``): applied as its commit
+        event would be."""
+        if self._on_commit(event):
+            self.last_commit_event = self._clock()
+
     def _on_commit(self, event: CommitEvent) -> int:
         if event.table not in self._tables:
             return 0

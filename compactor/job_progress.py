@@ -126,6 +126,12 @@ class JobUnderWay:
         self.parts = [replace(part, plan=plan) for part, plan in zip(self.parts, plans, strict=True)]
         return plans
 
+    @property
+    def starting_sequence_number(self) -> int | None:
+        """The sequence number of the snapshot the job started from (None: not announced yet)."""
+        starts = (p.counts.starting_sequence_number for p in self.parts if p.counts is not None)
+        return next((seq for seq in starts if seq is not None), None)
+
     def start_from(self, snapshot_id: int, sequence_number: int) -> None:
         """Counts each partition with work from the job's starting snapshot."""
         at_start = CompactionCounts(starting_snapshot_id=snapshot_id, starting_sequence_number=sequence_number)

@@ -230,7 +230,17 @@ def table_partitions(
     table: Any, ref: TableRef, table_config: TableConfig, settings: CompactorConfig, cache: ManifestCache | None = None
 ) -> TableMetadata:
     """``load_table_partitions`` of a table already loaded (a pyiceberg ``Table``)."""
-    layout = layout_from_pyiceberg(table_config.name, table_config.topic or "", table_config.primary_key, table)
+    layout = layout_from_pyiceberg(table_config.name, table_config.topic or "", table_key(table_config, table), table)
     snapshot = head_snapshot(table, ref.branch)
     sequence_number = (snapshot.sequence_number or 0) if snapshot is not None else 0
     return TableMetadata(layout, sequence_number, read_partitions(table, layout, settings, cache, ref.branch))
+
+
+def table_key(table_config: TableConfig, table: Any) -> list[str]:
+    """The key equality deletes are converted by: the configured primary key, or else the
+    table's Iceberg identifier fields (a table kept for another writer is configured by name);
+    empty when neither says."""
+    if table_config.primary_key:
+        return list(table_config.primary_key)
+    schema = table.schema()
+    return [schema.find_column_name(field_id) for field_id in schema.identifier_field_ids]

@@ -16,6 +16,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from icecdc.domain.events import CompactionKind
+from icecdc.domain.writer_commits import WriterKind
 from icecdc.runtime.config import CompactorConfig
 
 MIB = 1024 * 1024
@@ -104,6 +105,28 @@ def read_budget(stats: PartitionStats, settings: CompactorConfig) -> float:
 def budget_for_bytes(data_bytes: int, settings: CompactorConfig) -> float:
     """``hot_read_budget`` times the read cost of the same bytes compacted."""
     return settings.hot_read_budget * compacted_read_cost(data_bytes, settings)
+
+
+@dataclass(frozen=True)
+class WriterRules:
+    """What the sidecar may do on a table beside the kind of writer that writes it."""
+
+    # Work on partitions still being written: the read budget, its ceiling, conversions.
+    hot_work: bool
+    # Commit although the writer committed to the job's partitions since its starting snapshot.
+    commit_after_writer: bool
+
+
+def beside_writer(kind: WriterKind | None) -> WriterRules:
+    """The one decision on another writer (docs/compactor.md, "Beside other writers"). A writer
+    that deletes rows in place or replaces files checks, at its commit, that the data files it
+    names are still live, and a rewrite is a ``replace`` that removes them: so no work while it
+    writes a partition, and no commit once it has written there again. Appending and
+    equality-delete writers name no file: a rewrite at the starting sequence number is safe for
+    them at any time. None: no other writer's commit seen (icecdc's ingester writes equality deletes)."""
+    if kind is not None and kind >= WriterKind.DELETES_IN_PLACE:
+        return WriterRules(hot_work=False, commit_after_writer=False)
+    return WriterRules(hot_work=True, commit_after_writer=True)
 
 
 def hot_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, str] | None:

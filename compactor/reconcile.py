@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from icecdc.compactor import metrics
-from icecdc.compactor.metadata import ManifestCache, load_table_partitions
+from icecdc.compactor.metadata import ManifestCache, load_table_partitions, table_partitions
 from icecdc.compactor.tracker import PartitionTracker
 from icecdc.domain.errors import CatalogOutage
 from icecdc.domain.layout import TableLayout
@@ -47,20 +47,31 @@ class Reconciler:
         """Re-read at the next turn (another replica may have compacted what this one now holds)."""
         self._last = float("-inf")
 
-    def reconcile(self, table_name: str) -> None:
-        """Replace the tracker's view of one table with its metadata now."""
+    def catalog(self) -> Any:
+        """The pyiceberg catalog the reads go through, opened at the first call."""
+        if self._catalog is None:
+            self._catalog = metadata_call(self._retry, "opening the catalog", lambda: pyiceberg_catalog(self._config))
+        return self._catalog
+
+    def reconcile(self, table_name: str, loaded_table: Any = None) -> None:
+        """Replace the tracker's view of one table with its metadata now; ``loaded_table``: the
+        pyiceberg table just loaded by the caller (read instead of loading it again)."""
         table = self._config.find_table(table_name)
         if table is None:
             return
         ref = self._config.table_ref(table)
         try:
-            if self._catalog is None:
-                self._catalog = metadata_call(self._retry, "opening the catalog", lambda: pyiceberg_catalog(self._config))
+            catalog = self.catalog()
             cache = self._manifests.setdefault(table_name, ManifestCache())
+            settings = self._config.compactor
             loaded = metadata_call(
                 self._retry,
                 f"reading the metadata of {ref}",
-                lambda: load_table_partitions(self._catalog, ref, table, self._config.compactor, cache),
+                lambda: (
+                    load_table_partitions(catalog, ref, table, settings, cache)
+                    if loaded_table is None
+                    else table_partitions(loaded_table, ref, table, settings, cache)
+                ),
             )
         except CatalogOutage:
             raise
@@ -73,7 +84,8 @@ class Reconciler:
             )
             return
         if loaded is None:
-            log.info("table %s does not exist yet; the ingester creates it", table_name)
+            creator = "the ingester" if table.ingested else "its writer"
+            log.info("table %s does not exist yet; %s creates it", table_name, creator)
             return
         self.layouts[table_name] = loaded.layout
         metrics.MANIFESTS_READ.labels(table_name, "opened").inc(cache.opened)

@@ -33,6 +33,7 @@ from icecdc.compactor.rewrite import CompactionJob
 from icecdc.compactor.staging import StagedTables
 from icecdc.compactor.status import StatusWriter
 from icecdc.compactor.tracker import PartitionTracker
+from icecdc.compactor.watcher import CommitWatcher
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.commits import CommitGate
 from icecdc.coordinator.leases import PartitionLeases
@@ -93,6 +94,7 @@ class CompactorSidecar:
         publisher: EventPublisher,
         health: Health,
         staging: StagedTables,
+        watcher: CommitWatcher | None = None,
         clock: Callable[[], float] = time.time,
         catalog_waits: Callable[[], CatalogWaits] = CatalogWaits,
     ) -> None:
@@ -109,6 +111,7 @@ class CompactorSidecar:
         self.publisher = publisher
         self.health = health
         self.staging = staging
+        self.watcher = watcher  # the kept tables' commits, found in the catalog
         self._clock = clock
         self._catalog_waits = catalog_waits
         self._quiet = IdleClock(clock(), catalog_waits())
@@ -118,6 +121,7 @@ class CompactorSidecar:
         self._converted_ahead = False  # the last turn put coming conversions ahead of a rewrite
         # How long each maintenance run last took, by (table, kind) (``scheduler.holding_seconds``).
         self._maintenance_seconds: dict[tuple[str, MaintenanceKind], float] = {}
+        self._keyless: set[str] = set()  # tables whose equality deletes have no key, told once
 
     @property
     def layouts(self) -> dict[str, TableLayout]:
@@ -127,15 +131,34 @@ class CompactorSidecar:
         return self._owned(self.tracker.candidates(now), now)
 
     def _owned(self, candidates: list[Candidate], now: float) -> list[Candidate]:
-        return scheduler.owned_candidates(
+        owned = scheduler.owned_candidates(
             candidates, self.membership.owns, lambda table: self.activity.maintenance_running(table, now)
         )
+        return [c for c in owned if self._keyed(c)]
+
+    def _keyed(self, candidate: Candidate) -> bool:
+        """Whether the candidate's equality deletes, if any, have a key to be applied by: a kept
+        table with neither a configured key nor identifier fields keeps them, said once."""
+        layout, partition = self.layouts.get(candidate.table), self.tracker.get(candidate.table, candidate.partition_path)
+        if layout is None or layout.primary_key or partition is None or not partition.stats.equality_delete_files:
+            return True
+        if candidate.table not in self._keyless:
+            self._keyless.add(candidate.table)
+            log.warning(
+                "table %s has equality deletes but no key (no primary_key configured, no identifier fields): "
+                "the sidecar leaves its partitions with equality deletes as they are",
+                candidate.table,
+                extra={"table": candidate.table},
+            )
+        return False
 
     def run_once(self, poll_timeout: float = 0.0) -> list[CompactionEvent]:
         """One turn; returns the compaction it made, one event per partition (none: it made none)."""
         self.health.beat()
         self.membership.serve()
         self.feed.poll(poll_timeout)
+        if self.watcher is not None and self.watcher.due(self._clock()):
+            self.watcher.poll_all()
         if self.reconciler.due(self._clock()):
             self.reconciler.reconcile_all()
         for table in self.tracker.take_unlisted():
@@ -224,6 +247,8 @@ class CompactorSidecar:
         answers, since the writers were blocked too and have a backlog to commit), and commits
         whose events were lost show up as work."""
         self.reconciler.reconcile_all()
+        if self.watcher is not None:
+            self.watcher.poll_all()
         return self.idle(until_idle)
 
     def run(self, until_idle: float | None = None, stop: threading.Event | None = None) -> CompactorStats:
@@ -269,11 +294,12 @@ def create_sidecar(
     tracker = PartitionTracker(config.compactor)
     reconciler = Reconciler(config, tracker, retry, clock)
     shared = _coordination(config, replica, tracker, reconciler, health, clock)
+    watcher = CommitWatcher(config, tracker, reconciler, shared.feed.found, retry, clock)
     table = _catalog_tables(config, spark, retry)
     staged = [t.name for t in config.tables if t.staging_branch]
     staging = StagedTables(staged, table, shared.membership.owns_maintenance, clock)
     status = StatusWriter(config, replica, tracker, shared.membership.owns, clock, lambda: staging.mains)
-    compactions = _compaction_runner(config, replica, spark, table, shared, tracker, reconciler, status, clock)
+    compactions = _compaction_runner(config, replica, spark, table, shared, tracker, reconciler, status, watcher, clock)
     maintenance = _maintenance_runner(config, replica, table, shared, clock)
     sidecar = CompactorSidecar(
         config=config,
@@ -289,6 +315,7 @@ def create_sidecar(
         publisher=shared.publisher,
         health=health,
         staging=staging,
+        watcher=watcher,
         clock=clock,
         catalog_waits=retry.waits,
     )
@@ -347,6 +374,7 @@ def _compaction_runner(
     tracker: PartitionTracker,
     reconciler: Reconciler,
     status: StatusWriter,
+    watcher: CommitWatcher,
     clock: Callable[[], float],
 ) -> CompactionRunner:
     """The runner of compaction jobs on Spark's executors, with the key index they share."""
@@ -378,6 +406,7 @@ def _compaction_runner(
         on_start=lambda: status.write(force=True),
         key_index=key_index,
         on_finish=reconciler.reconcile,
+        writer_guard=watcher.guard,
     )
 
 

@@ -24,6 +24,7 @@ from icecdc.compactor.policy import (
     PartitionStats,
     Work,
     benefit_and_cost,
+    beside_writer,
     global_work,
     hot_work,
     ideal_read_cost,
@@ -38,6 +39,7 @@ from icecdc.compactor.settle import Phase, phase, settle_window, settles_at
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.cadence import WriteCadence
 from icecdc.domain.events import CommitEvent, CompactionOutcome, PartitionDelta
+from icecdc.domain.writer_commits import WriterKind, most_demanding
 from icecdc.runtime.config import CompactorConfig
 
 # A table's global equality deletes (keys whose old partition was unknown; they apply to every
@@ -201,6 +203,8 @@ class PartitionTracker:
         # Tables with a commit whose event did not list its partitions (too many): only their
         # metadata says what it wrote.
         self._unlisted: set[str] = set()
+        # Per table kept for another writer, the most demanding kind of commit seen from it.
+        self._writers: dict[str, WriterKind] = {}
 
     def __iter__(self) -> Iterator[TrackedPartition]:
         return iter(self._partitions.values())
@@ -243,6 +247,17 @@ class PartitionTracker:
                 )
                 p.oldest_write = at if p.oldest_write is None else min(p.oldest_write, at)
             p.cadence.record(at)
+
+    def on_writer(self, table: str, kinds: Iterable[WriterKind]) -> None:
+        """Another writer committed these kinds of commit to the table."""
+        kind = most_demanding(kinds, self._writers.get(table))
+        if kind is not None:
+            self._writers[table] = kind
+
+    def writer_kind(self, table: str) -> WriterKind | None:
+        """The most demanding kind of commit seen from the table's writer (None: none seen, or
+        icecdc's ingester, which sends commit events)."""
+        return self._writers.get(table)
 
     def take_unlisted(self) -> set[str]:
         """The tables to read metadata of now: a commit event since their last read left out
@@ -341,6 +356,8 @@ class PartitionTracker:
         Otherwise a settled partition gets what it needs; one still being written only what
         keeps it within its read budget."""
         state, stats, settled = partition.state, partition.stats, self._settled(partition, now)
+        if not settled and not beside_writer(self._writers.get(partition.table)).hot_work:
+            return None
         portable_at = self.portability_due_at(partition)
         if portable_at is not None and now >= portable_at:
             portable = portability_work(stats, partition.oldest_write, now, self.settings, is_global=partition.is_global)
@@ -380,6 +397,8 @@ class PartitionTracker:
             # One of unknown age (no ``oldest_write``) is due at once.
             if due_at is None or due_at <= now or p.oldest_write is None or isinstance(p.state, BackingOff):
                 continue
+            if not beside_writer(self._writers.get(p.table)).hot_work:
+                continue  # converted once settled, as any other work there
             stats, target = p.stats, self.settings.portable_within_seconds
             work = _conversion(p)
             reason = f"oldest of {stats.equality_delete_files} equality-delete files {now - p.oldest_write:.1f}s old"

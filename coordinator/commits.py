@@ -100,7 +100,11 @@ class CommitGate:
 
         def one_attempt() -> CommittedSnapshot:
             self.wait_for_quiet(table, commit_by)
-            before_attempt()
+            try:
+                before_attempt()
+            except CommitConflict:  # the writer wrote the job's partitions again (``WriterWroteThere``)
+                self._count(table, attempts=1, conflicts=1, kind="writer")
+                raise
             failpoints.hit("compactor-after-lease-check")
             started = self._clock()
             try:

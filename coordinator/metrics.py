@@ -12,7 +12,8 @@ COMMIT_ATTEMPTS = Counter(
 COMMIT_CONFLICTS = Counter(
     "icecdc_compactor_commit_conflicts_total",
     "Compaction commit attempts that lost: cas (another commit won the catalog's compare-and-set), "
-    "validation (files changed under the compaction), lease (ownership lost)",
+    "validation (files changed under the compaction), lease (ownership lost), "
+    "writer (another writer wrote the partitions again before the commit)",
     ["table", "kind"],
 )
 COMMIT_RETRIES = Counter(

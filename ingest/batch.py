@@ -10,6 +10,8 @@ the row had before each update or delete; where that old partition is unknown,
 ``SourceRules.unknown_partition`` decides (docs/ingest.md, "Sources as they are: before-images").
 Unchanged TOAST values take the key's previous after-image in the batch; the rest stay
 ``unresolved`` for the driver to read from the table (docs/ingest.md, "Unchanged TOAST values").
+A table without a primary key only appends: its creates replace nothing, and its updates and
+deletes are rejected (docs/ingest.md, "Tables without a primary key").
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Any
 
 from icecdc.domain.layout import PartitionKey, TableLayout
 from icecdc.domain.sourcespec import DEFAULT_RULES, BeforeImage, SourceRules, UnknownPartition
-from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent
+from icecdc.ingest.debezium import ChangeEvent, Reason, RejectedEvent, append_only_rejection
 
 # Where a change arrived in its topic: (Kafka partition, offset).
 SourceOffset = tuple[int, int]
@@ -97,6 +99,11 @@ def old_partition(event: ChangeEvent, layout: TableLayout, before_image: BeforeI
 
 def to_key_change(event: ChangeEvent, layout: TableLayout, rules: SourceRules = DEFAULT_RULES) -> KeyChange:
     """Attach to a parsed event the partitions where an earlier version of its key may live."""
+    if layout.append_only:
+        if event.op not in ("c", "r"):
+            raise append_only_rejection(layout.table, "a delete" if event.op == "d" else "an update")
+        # A row without a key replaces nothing: no equality delete, every create is a new row.
+        return KeyChange(event.op, complete_row(layout, event.after or {}), ())
     after = complete_row(layout, event.after) if event.after is not None else None
     new_partition = layout.partition_of(after) if after is not None else None
     if event.op in ("c", "r"):  # no earlier version but a replayed one, in the same partition

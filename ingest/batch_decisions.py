@@ -175,7 +175,7 @@ def topic_positions(layouts: Mapping[str, TableLayout], committed: Mapping[str, 
 def may_delete_globally(layout: TableLayout, rules: SourceRules) -> bool:
     """Whether the table's batches may write global deletes (so it needs an unpartitioned spec)."""
     unknown = rules.unknown_partition is UnknownPartition.GLOBAL_DELETE
-    return unknown and bool(layout.partition) and not layout.key_determines_partition
+    return unknown and bool(layout.partition) and not layout.append_only and not layout.key_determines_partition
 
 
 def reloaded_layout(before: TableLayout, loaded: TableLayout) -> TableLayout:

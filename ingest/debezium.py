@@ -98,6 +98,8 @@ class Reason(str, enum.Enum):
     # A value the source did not send (an unchanged TOAST value), dead-lettered by the table's
     # unavailable_values option or because the row has no earlier version to take it from.
     UNAVAILABLE_VALUE = "unavailable-value"
+    # An update, a delete or a tombstone of a table without a primary key (an append-only mirror).
+    NO_PRIMARY_KEY = "no-primary-key"
 
     def __str__(self) -> str:
         return self.value  # in headers, labels and messages, not "Reason.NULL_KEY"
@@ -116,6 +118,15 @@ class RejectedEvent(Exception):
     def __init__(self, reason: Reason, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.rejection = Rejection(reason, detail)
+
+
+def append_only_rejection(table: str, what: str) -> RejectedEvent:
+    """Why ``what`` ("an update", "a delete", "a tombstone") of a table without a primary key is not
+    applied: without a key the row it changes cannot be found, and a guess would be wrong."""
+    return RejectedEvent(
+        Reason.NO_PRIMARY_KEY,
+        f"table {table} has no primary key: it is mirrored append-only, updates and deletes cannot be applied ({what})",
+    )
 
 
 class ControlKind(str, enum.Enum):

@@ -44,6 +44,8 @@ from icecdc.ingest.evolution import ChangeKind, compare, source_fields
 WRAPPED = b'{"schema":'
 PAYLOAD = b',"payload":'
 _OPS = pa.array(sorted(ROW_OPS))
+_CREATES = pa.array(["c", "r"])
+_NO_KEY = pa.scalar("{}", pa.string())  # ``key_text`` of a table without a primary key
 
 
 def key_text(primary_key: Sequence[str], key: Sequence[Any]) -> str:
@@ -597,13 +599,17 @@ class FastParser:
         layout, rules = self._layout, self._rules
         op = table.column("op").combine_chunks()
         before, after = _image(table, "before", plan), _image(table, "after", plan)
-        placeholder = rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER
+        # A create carries every value of its row (an append-only table has nothing but creates).
+        placeholder = rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER and not layout.append_only
         before_fine, before = _checked(plan, before, False)
         after_fine, after = _checked(plan, after, placeholder)
         is_delete = pc.fill_null(pc.equal(op, "d"), False)
         fine = pc.and_(pc.fill_null(pc.is_in(op, _OPS), False), pc.is_valid(table.column("source").combine_chunks()))
         fine = pc.and_(fine, pc.and_(before_fine, after_fine))
         fine = pc.and_(fine, pc.if_else(is_delete, pc.is_valid(before), pc.is_valid(after)))
+        if layout.append_only:
+            # Its updates and deletes are dead letters, whose reason the Python path gives.
+            fine = pc.and_(fine, pc.is_in(op, _CREATES))
         names = [r.column.name for r in plan.rules]
         old_values = dict(zip(names, before.flatten(), strict=True))
         new_values = dict(zip(names, after.flatten(), strict=True))
@@ -634,7 +640,9 @@ class FastParser:
             if rule.reading in (Reading.AS_READ, Reading.DECIMAL) and rule.canonical == pa.string():
                 for values in (old_values[name], new_values[name]):
                     plain = pc.and_(plain, pc.invert(pc.fill_null(pc.match_substring_regex(values, _ESCAPED), False)))
-        key = _object({name: new_text[name] for name in layout.primary_key})
+        key = (
+            _object({name: new_text[name] for name in layout.primary_key}) if layout.primary_key else pa.repeat(_NO_KEY, len(op))
+        )
         after_text = pc.if_else(pc.is_valid(after), _object({n: new_text[n] for n in names}), pa.scalar(None, pa.string()))
         new_partition = pc.if_else(pc.is_valid(after), self._partition(new_values, new_text), pa.scalar(None, pa.string()))
         old_partition = self._old_partition(old_values, old_text, new_values, new_text, is_delete, reads_before)
@@ -683,7 +691,7 @@ class FastParser:
     def _prior(self, op: pa.Array, old: pa.Array, new: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
         """(prior partitions, global delete, whether decided here) as ``batch.to_key_change``
         decides them; the undecided (a dead letter) go record by record."""
-        created = pc.is_in(op, pa.array(["c", "r"]))
+        created = pc.is_in(op, _CREATES)
         moved = pc.and_(pc.is_valid(new), pc.not_equal(pc.fill_null(new, ""), pc.fill_null(old, "")))
         has_old = pc.is_valid(old)
         unknown_rule = self._rules.unknown_partition
@@ -700,6 +708,8 @@ class FastParser:
         else:
             unknown_decided = pa.array([False] * len(op))
         decided = pc.fill_null(pc.or_(pc.or_(created, has_old), unknown_decided), False)
+        if self._layout.append_only:
+            return _lists(none, none), pa.array([False] * len(op)), decided  # a row without a key replaces nothing
         return _lists(first, second), global_delete, decided
 
     def _one_by_one(self, indices: pa.Array, op: pa.Array, before: pa.Array, after: pa.Array) -> pa.Table:

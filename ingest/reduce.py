@@ -7,7 +7,8 @@ version may live in, or everywhere (a global delete) when a change's old partiti
 Rows and keys are read from their canonical JSON by Arrow's JSON reader
 (``TableLayout.arrow_from_json``), so no Python object is made per change: the per-key Python
 reduce cost tens of µs a key, most of a large batch's write stage. The other keys go through
-``batch.reduce_key`` one by one (``stages``); the property tests compare the two.
+``batch.reduce_key`` one by one (``stages``); the property tests compare the two. A table
+without a primary key has no keys to reduce: each of its changes is a row (``append_rows``).
 """
 
 from __future__ import annotations
@@ -91,6 +92,15 @@ def reduce_plain_keys(layout: TableLayout, rows: pa.Table) -> Files:
     for partition, of_partition in _by_partition(pairs, pairs.column("partition")):
         files[partition, FileKind.DELETE] = keys.take(of_partition.column("group"))
     return files
+
+
+def append_rows(layout: TableLayout, rows: pa.Table) -> Files:
+    """The data files' rows of a table without a primary key (``TableLayout.append_only``):
+    every change row is a row of its own, two equal ones too, and nothing is deleted."""
+    images = layout.arrow_from_json(rows.column("after").combine_chunks())
+    return {
+        (partition, FileKind.DATA): of_partition for partition, of_partition in _by_partition(images, rows.column("partition"))
+    }
 
 
 def _by_partition(table: pa.Table, partitions: pa.ChunkedArray) -> Iterator[tuple[str, pa.Table]]:

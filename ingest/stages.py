@@ -35,6 +35,7 @@ from icecdc.ingest.debezium import (
     ControlKind,
     Reason,
     RejectedEvent,
+    append_only_rejection,
     decode_change,
     key_from_header,
     read_envelope,
@@ -45,7 +46,7 @@ from icecdc.ingest.evolution import ChangeKind, ColumnChange, compare, inferred_
 from icecdc.ingest.fastparse import FAST_COLUMNS, FastParser, change_columns, key_text
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.prefixes import CUT_PREFIX
-from icecdc.ingest.reduce import GLOBAL_PARTITION, plain_rows, reduce_plain_keys
+from icecdc.ingest.reduce import GLOBAL_PARTITION, append_rows, plain_rows, reduce_plain_keys
 from icecdc.ingest.stage_rows import PARSED, PASSED_THROUGH, RESULT, ArrowStage, Tag
 from icecdc.ingest.unavailable import unavailable_detail
 
@@ -79,6 +80,8 @@ def _parse_record(
     done again once the table has them (``writer``). In the redo after a truncate at
     ``truncate_lsn``, a change below it is skipped, once parsed (a bad one is still rejected)."""
     if record["value"] is None:
+        if layout.append_only:
+            raise append_only_rejection(layout.table, "a tombstone")  # it follows a delete the table cannot apply
         return {"op": Tag.SKIP}
     envelope = read_envelope(record["value"])
     if isinstance(envelope, Control):
@@ -108,7 +111,8 @@ def _parse_record(
     if truncate_lsn is not None and erased_by_truncate(source_lsn(envelope.payload), truncate_lsn):
         return {"op": Tag.SKIP}
     parsed: dict[str, Any] = {"op": event.op, "key": key_text(layout.primary_key, event.key), **change_columns(layout, change)}
-    if rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER:
+    # A create carries every value of its row: only an update leaves a value unsent.
+    if rules.unavailable_values is not UnavailableValues.KEEP_PLACEHOLDER and not layout.append_only:
         extra: dict[str, Any] = {}
         parsed.update(_unavailable_fields(record, event, layout, rules, headers, extra))
         if extra:
@@ -378,6 +382,8 @@ def _reduce_table(
     """One table's changes reduced per key, by (partition, kind) of file: the plain keys in Arrow
     (``reduce``), the others one by one (``_reduce_by_key``)."""
     pieces: dict[tuple[str, FileKind], list[pa.Table]] = defaultdict(list)
+    if layout.append_only:
+        return {at: [arrow] for at, arrow in append_rows(layout, rows).items()}
     plain = plain_rows(rows)
     for (partition, kind), arrow in reduce_plain_keys(layout, rows.filter(plain)).items():
         pieces[partition, kind].append(arrow)

@@ -181,6 +181,12 @@ class TableLayout:
     global_spec_id: int | None = None
 
     @property
+    def append_only(self) -> bool:
+        """Whether the ingester mirrors the table append-only: it has no primary key, so a change
+        can only add a row (creates and snapshot reads), never replace or remove one."""
+        return not self.primary_key
+
+    @property
     def key_field_ids(self) -> list[int]:
         return [self.field_ids[name] for name in self.primary_key]
 

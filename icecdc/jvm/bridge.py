@@ -179,17 +179,21 @@ class JavaBridge:
         return self._compiled_once("IcecdcLocalFiles")
 
     def _compiled_once(self, class_name: str) -> JavaObject:
+        source = resources.files("icecdc.jvm").joinpath(f"java/{class_name}.java").read_text(encoding="utf-8")
+        return self.compiled_once(class_name, source)
+
+    def compiled_once(self, class_name: str, source: str) -> JavaObject:
+        """An instance of the Java class ``class_name`` that ``source`` defines, compiled on first
+        use in this JVM (icecdc's own classes are in ``icecdc/jvm/java``)."""
         with _COMPILING:  # the commit threads of a batch ask at once
             compiled = _COMPILED.setdefault(self._gateway, {})
             if class_name not in compiled:
-                compiled[class_name] = self._compiled(class_name)
+                compiled[class_name] = self._compiled(class_name, source)
             return compiled[class_name]
 
-    def _compiled(self, class_name: str) -> JavaObject:
-        """An instance of one of icecdc's Java classes (``icecdc/jvm/java``), compiled here by
-        Janino, the compiler Spark ships for its generated code: nothing to build or install,
-        and its classes see Iceberg's, whichever class loader holds them."""
-        source = resources.files("icecdc.jvm").joinpath(f"java/{class_name}.java").read_text(encoding="utf-8")
+    def _compiled(self, class_name: str, source: str) -> JavaObject:
+        """Compiled here by Janino, the compiler Spark ships for its generated code: nothing to
+        build or install, and its classes see Iceberg's, whichever class loader holds them."""
         with java_errors():
             compiler = self.jvm.org.codehaus.janino.SimpleCompiler()
             compiler.setParentClassLoader(self.iceberg.Table._java_lang_class.getClassLoader())

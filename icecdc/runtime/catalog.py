@@ -188,7 +188,7 @@ def live_shape(table: Table) -> TableShape:
 
 def ensure_tables(spark: SparkSession, config: Config, retry: CatalogRetry | None = None) -> list[str]:
     """Create every configured table that has a schema and does not exist (format v2, identifier
-    fields = primary key); check the ones that exist. Returns the names created.
+    fields = primary key, when it has one); check the ones that exist. Returns the names created.
 
     Raises TableMismatchError listing every difference, for all tables at once, rather than
     writing into a table whose key or partitioning differs from what the ingester assumes. Each
@@ -216,8 +216,9 @@ def ensure_tables(spark: SparkSession, config: Config, retry: CatalogRetry | Non
         if existing is None:
             sql(f"creating {ref.qualified_namespace}", f"CREATE NAMESPACE IF NOT EXISTS {ref.qualified_namespace}")
             sql(f"creating {ref}", shape.create_table_sql(ref.qualified, table.properties, if_not_exists=True))
-            keys = ", ".join(f"`{c}`" for c in shape.identifier_fields)
-            sql(f"setting the primary key of {ref}", f"ALTER TABLE {ref.qualified} SET IDENTIFIER FIELDS {keys}")
+            if shape.identifier_fields:  # an append-only mirror has no key
+                keys = ", ".join(f"`{c}`" for c in shape.identifier_fields)
+                sql(f"setting the primary key of {ref}", f"ALTER TABLE {ref.qualified} SET IDENTIFIER FIELDS {keys}")
             created.append(table.name)
             continue
         problems.extend(f"{table.name}: {p}" for p in shape.differences(live_shape(existing), evolved=table.evolve_schema))

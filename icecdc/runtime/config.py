@@ -197,6 +197,25 @@ class TableConfig(_Strict):
                 raise ValueError(str(exc)) from None
         return self
 
+    @model_validator(mode="after")
+    def _append_only_takes_no_update_rules(self) -> TableConfig:
+        # These options say how updates and deletes are applied; an append-only mirror dead-letters
+        # them, so a setting there would promise what never happens.
+        if self.ingested and not self.primary_key:
+            defaults = TableConfig.model_fields
+            set_ = [
+                name
+                for name in ("before_image", "unknown_partition", "unavailable_values")
+                if getattr(self, name) != defaults[name].default
+            ]
+            if set_:
+                raise ValueError(
+                    f"table {self.name} has no primary_key, so it is mirrored append-only and its updates and deletes go to "
+                    f"the dead-letter topic: {', '.join(set_)} apply to updates and deletes only; remove them, or give "
+                    "the table its primary_key"
+                )
+        return self
+
     @property
     def ingested(self) -> bool:
         """Whether icecdc's ingester writes the table (it has a topic)."""
@@ -354,6 +373,12 @@ class CompactorConfig(_Strict):
     merge_manifests: bool = True
     # How often every table's metadata is re-read, to catch what commit events missed.
     reconcile_seconds: float = Field(default=60.0, gt=0)
+    # How often each table kept for another writer (no topic, so no commit events) is loaded from
+    # the catalog to find its writer's new commits (docs/compactor.md, "Beside other writers").
+    # Five seconds: a sixth of the shortest settle window, so a partition the writer writes again is
+    # known hot long before it could count as settled, at one metadata load per table per poll
+    # (docs/BENCHMARKS.md, row "Commit watch at 100 tables").
+    watch_interval_seconds: float = Field(default=5.0, gt=0)
     # A failed compaction is retried after retry_base_seconds * 2^(n-1) (jittered, capped),
     # and given up after max_attempts until the partition is written again.
     max_attempts: int = Field(default=5, ge=1)

@@ -30,8 +30,8 @@ def get(port: int, path: str) -> tuple[int, bytes]:
             return response.status, response.read()
     except urllib.error.HTTPError as error:
         return error.code, error.read()
-    except urllib.error.URLError:
-        return 0, b""  # nothing listening (yet, or any more)
+    except (urllib.error.URLError, TimeoutError, ConnectionError):
+        return 0, b""  # nothing listening (yet, or any more), or too busy to answer within the timeout
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:

@@ -96,3 +96,25 @@ def test_reinsert_after_delete_in_same_batch():
 def test_a_global_delete_covers_every_partition_of_the_key():
     result = reduce_key([KeyChange("u", row(1, "us"), (), global_delete=True), KeyChange("u", row(1, "eu"), (("us",), ("eu",)))])
     assert result.global_delete and result.delete_partitions == frozenset() and result.row == row(1, "eu")
+
+
+def test_a_table_without_a_primary_key_appends_its_creates_and_deletes_nothing():
+    keyless = layout(key=())
+    assert keyless.append_only and not layout().append_only
+    for op in ("c", "r"):
+        change = to_key_change(ChangeEvent(op, (), None, row(1, "eu")), keyless)
+        assert change == KeyChange(op, row(1, "eu"), ())
+    # A column the event does not carry is null, as on a keyed table.
+    assert to_key_change(ChangeEvent("c", (), None, {"id": 2}), keyless).after == {"id": 2, "region": None, "n": None}
+
+
+@pytest.mark.parametrize(("op", "what"), [("u", "an update"), ("d", "a delete")])
+@pytest.mark.parametrize("rules", [SourceRules(), FULL, SourceRules(unknown_partition=UnknownPartition.SAME_PARTITION)])
+def test_an_update_or_delete_of_a_table_without_a_primary_key_is_dead_lettered_never_guessed(op, what, rules):
+    event = ChangeEvent(op, (), row(1, "eu"), row(1, "us") if op == "u" else None)
+    with pytest.raises(RejectedEvent) as raised:
+        to_key_change(event, layout(key=()), rules)
+    assert raised.value.rejection.reason is Reason.NO_PRIMARY_KEY
+    assert raised.value.rejection.detail == (
+        f"table db.t has no primary key: it is mirrored append-only, updates and deletes cannot be applied ({what})"
+    )

@@ -18,7 +18,15 @@ from icecdc.domain.errors import MissingPartitionSpec
 from icecdc.domain.events import CommitEvent, PartitionDelta
 from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.domain.sourcespec import DEFAULT_RULES
-from icecdc.ingest.batch_decisions import MAX_REDOS, JobResult, TablesKeptChanging, TruncateAt, WrittenFile, erased_by_truncate
+from icecdc.ingest.batch_decisions import (
+    MAX_REDOS,
+    JobResult,
+    TablesKeptChanging,
+    TruncateAt,
+    WrittenFile,
+    erased_by_truncate,
+    may_delete_globally,
+)
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.publish import DeliveryError
@@ -548,3 +556,16 @@ def test_the_commit_event_describes_the_committed_snapshot_and_what_it_added(poo
     ]
     stats = writer.runner.stats
     assert (stats.data_records, stats.delete_records, stats.interleaved_commits) == (5, 2, 1)
+
+
+def test_only_a_keyed_table_whose_key_does_not_give_the_partition_needs_a_spec_for_global_deletes():
+    columns = (Column("id", "long", True), Column("region", "string"))
+    regions = (PartitionTerm("region", "region", "identity", "string", 1000),)
+
+    def of(key: tuple[str, ...], partition: tuple[PartitionTerm, ...] = regions) -> TableLayout:
+        return TableLayout("db.t", "t", columns, {"id": 1, "region": 2}, key, partition, 0, "/w")
+
+    assert may_delete_globally(of(("id",)), DEFAULT_RULES)
+    assert not may_delete_globally(of(("id", "region")), DEFAULT_RULES), "the key gives the old partition"
+    assert not may_delete_globally(of(("id",), ()), DEFAULT_RULES), "an unpartitioned table's deletes cover it all"
+    assert not may_delete_globally(of(()), DEFAULT_RULES), "a table without a key deletes nothing"

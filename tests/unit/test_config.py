@@ -73,7 +73,9 @@ def test_secrets_are_masked_for_display(tmp_path):
         pytest.param("primary_key: [id]", "primary_key: [id]\n    primry: 1", "tables[0].primry: unknown key", id="unknown-key"),
         pytest.param("commit_topic:", "kafak: {}\ncommit_topic:", "kafak: unknown key", id="unknown-top-level-key"),
         pytest.param('master: "local[2]"', "master: [1]", "spark.master: Input should be a valid string", id="wrong-type"),
-        pytest.param("  - name: db.orders\n    topic:", "  - topic:", "tables[0].name: required key is missing", id="missing-table-key"),
+        pytest.param(
+            "  - name: db.orders\n    topic:", "  - topic:", "tables[0].name: required key is missing", id="missing-table-key"
+        ),
         pytest.param(
             '"days(updated_at)"', '"dayz(updated_at)"', "tables[0]: unknown partition transform 'dayz'", id="bad-transform"
         ),
@@ -152,3 +154,39 @@ def test_not_yaml(tmp_path):
 def test_missing_file(tmp_path):
     with pytest.raises(ConfigError, match="cannot read configuration"):
         load_config(tmp_path / "absent.yaml")
+
+
+def test_a_table_with_a_topic_and_no_primary_key_is_an_append_only_mirror():
+    catalog = {"properties": {"type": "rest"}}
+    config = parse_config({"catalog": catalog, "tables": [{"name": "db.history", "topic": "t", "truncate": "dead-letter"}]})
+    (table,) = config.tables
+    assert table.primary_key == [] and table.ingested
+    assert table.shape is None
+    schema = {"aid": "int", "mtime": "timestamp", "filler": "string"}
+    created = parse_config({"catalog": catalog, "tables": [{"name": "db.history", "topic": "t", "schema": schema}]})
+    shape = created.tables[0].shape
+    assert shape is not None and shape.identifier_fields == () and "NOT NULL" not in shape.create_table_sql("lake.db.history", {})
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"before_image": "full"},
+        {"unknown_partition": "dead-letter"},
+        {"unavailable_values": "keep-placeholder"},
+        {"before_image": "full", "unknown_partition": "same-partition"},
+    ],
+)
+def test_an_append_only_mirror_refuses_the_settings_of_updates_and_deletes(settings):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"catalog": {"properties": {"type": "rest"}}, "tables": [{"name": "db.h", "topic": "t", **settings}]})
+    assert "table db.h has no primary_key, so it is mirrored append-only" in str(info.value)
+    assert ", ".join(settings) + " apply to updates and deletes only" in str(info.value)
+    # With a key, or kept for another writer (no topic), the same settings are fine.
+    parse_config(
+        {
+            "catalog": {"properties": {"type": "rest"}},
+            "tables": [{"name": "db.h", "topic": "t", "primary_key": ["id"], **settings}],
+        }
+    )
+    parse_config({"catalog": {"properties": {"type": "rest"}}, "tables": [{"name": "db.h", **settings}]})

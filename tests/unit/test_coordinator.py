@@ -12,7 +12,7 @@ import pytest
 
 from icecdc.coordinator.activity import TableActivity
 from icecdc.coordinator.commits import CommitGate
-from icecdc.coordinator.errors import CommitGaveUp, LeaseLost
+from icecdc.coordinator.errors import CommitGaveUp, LeaseLost, WriterWroteThere
 from icecdc.coordinator.maintenance import (
     EXPIRE,
     MANIFESTS,
@@ -184,6 +184,20 @@ def test_gate_never_retries_a_stale_plan_or_a_lost_lease(error):
         commit_gate.commit("t", attempt, before_attempt=lease)
     assert len(calls) == (0 if isinstance(error, LeaseLost) else 1)
     assert commit_gate.stats.retries == 0
+
+
+def test_gate_counts_a_writer_that_wrote_the_partitions_again_as_its_own_conflict():
+    clock = Clock()
+    commit_gate, _ = gate(clock)
+    calls = []
+
+    def guard() -> None:
+        raise WriterWroteThere("the writer committed to region=eu")
+
+    with pytest.raises(WriterWroteThere):
+        commit_gate.commit("t", lambda: calls.append(1) or SNAPSHOT, before_attempt=guard)
+    assert calls == []  # nothing committed, and not tried again at once
+    assert (commit_gate.stats.attempts, commit_gate.stats.conflicts, commit_gate.stats.retries) == (1, 1, 0)
 
 
 def test_gate_waits_for_the_quiet_window_and_no_longer_than_allowed():

@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 
 from icecdc.domain.layout import Column
 from icecdc.ingest.debezium import (
+    ChangeEvent,
     Control,
     ControlKind,
     Envelope,
@@ -198,6 +199,7 @@ def test_reasons_are_the_dead_letter_headers_as_they_were():
         "TRUNCATE": "truncate",
         "INCOMPATIBLE_SCHEMA": "incompatible-schema-change",
         "UNAVAILABLE_VALUE": "unavailable-value",
+        "NO_PRIMARY_KEY": "no-primary-key",
     }
     rejected = RejectedEvent(Reason.NULL_KEY, "primary key column 'id' is null")
     assert str(rejected) == str(rejected.rejection) == "null-key: primary key column 'id' is null"
@@ -544,3 +546,26 @@ def test_every_debezium_encoding_lands_in_its_column_type():
     }
     # The wrapper's fields travel with the event, for schema changes.
     assert dict(event.schema_fields)["ratio"] == "variable-decimal" and dict(event.schema_fields)["ts_zoned"] == "timestamptz"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [None, dump({"schema": {"type": "struct", "fields": []}, "payload": {}}), dump({})],
+    ids=["null", "struct-without-fields", "empty-object"],
+)
+def test_a_record_of_a_table_without_a_primary_key_parses_with_its_record_key_unread(key):
+    # Debezium keys a table without a primary key with null; a struct without fields says the same.
+    after = {"id": 1, "region": "eu", "amount": "2.50", "updated_at": 1_700_000_000_000_000}
+    schema = {
+        "type": "struct",
+        "fields": [{"type": "struct", "field": "after", "fields": [{"type": "int64", "field": "id"}]}],
+    }
+    for value in (
+        dump({"op": "c", "before": None, "after": after}),
+        dump({"schema": schema, "payload": {"op": "r", "after": after}}),
+    ):
+        event = parse_change(key, value, COLUMNS, ())
+        assert isinstance(event, ChangeEvent) and event.key == () and event.after == after
+    # A delete's before-image is decoded as on any table; the append-only rule is the batch's.
+    deleted = parse_change(key, dump({"op": "d", "before": after, "after": None}), COLUMNS, ())
+    assert isinstance(deleted, ChangeEvent) and (deleted.op, deleted.key, deleted.before) == ("d", (), after)

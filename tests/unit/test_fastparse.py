@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
+from dataclasses import replace
 from typing import Any
 
 import hypothesis.strategies as st
@@ -119,7 +120,7 @@ def column_type(kind: str) -> str:
 def tables(draw: st.DrawFn) -> tuple[TableLayout, SourceRules, dict[str, Any], dict[str, str]]:
     kinds = draw(st.lists(st.sampled_from(sorted(VALUES)), max_size=4))
     columns = [Column("id", "long", True), *(Column(f"c{i}", column_type(kind)) for i, kind in enumerate(kinds))]
-    key = ("id",)
+    key = ("id",) if draw(st.integers(0, 3)) else ()  # a quarter of the tables have no primary key (append-only)
     partition: list[PartitionTerm] = []
     for column in columns[1:]:
         if column.type in ("string", "int", "date") and draw(st.booleans()):
@@ -197,9 +198,12 @@ def records(draw: st.DrawFn, layout: TableLayout, kinds: dict[str, str], schema:
     if op is None and draw(st.booleans()):
         del payload["op"]
     key_id = draw(st.integers(1, 6))
-    key = (
-        orjson.dumps({"schema": {"type": "struct"}, "payload": {"id": key_id}})
-        if draw(st.booleans())
+    key_form = draw(st.integers(0, 9))
+    key: bytes | None = (
+        None  # a table without a primary key is keyed by null
+        if key_form == 0
+        else orjson.dumps({"schema": {"type": "struct"}, "payload": {"id": key_id}})
+        if key_form % 2
         else orjson.dumps({"id": key_id})
     )
     dump = _json  # orjson refuses integers past 64 bits, which a source may send
@@ -474,3 +478,21 @@ def test_connector_records_of_a_table_with_postgres_types_take_the_fast_path() -
     batch = [{**row, "topic": TOPIC} for b in batches for row in b.to_pylist()]
     layout = TableLayout(layout.table, TOPIC, layout.columns, layout.field_ids, layout.primary_key, layout.partition, 0, "/w")
     assert _rows(layout, rules, batch, True, {}) == _rows(layout, rules, batch, False, {})
+
+
+def test_a_table_without_a_primary_key_takes_its_creates_and_hands_over_its_updates_and_deletes() -> None:
+    layout, rules = replace(orders(), primary_key=()), SourceRules()
+    ops = ["c", "r", "u", "d"] * 5
+    values = [common(op, key, True) for key, op in enumerate(ops)]
+    parsed = FastParser(layout, rules).parse(values)
+    assert sorted(parsed.positions) == [i for i, op in enumerate(ops) if op in ("c", "r")]
+    change = parsed.taken.filter(pc.equal(parsed.taken.column("index"), 0)).to_pylist()[0]
+    assert (change["key"], change["prior"], change["global_delete"]) == ("{}", [], False)
+    # Debezium keys the records of a table without a primary key with null.
+    batch = [{"key": None, "value": v, "topic": TOPIC, "partition": 0, "offset": i} for i, v in enumerate(values)]
+    fast = _rows(layout, rules, batch, True, {})
+    assert fast == _rows(layout, rules, batch, False, {})
+    rejected = [row for row in fast if row["reason"] is not None]
+    assert sorted(row["offset"] for row in rejected) == [i for i, op in enumerate(ops) if op in ("u", "d")]
+    assert {row["reason"] for row in rejected} == {"no-primary-key"}
+    assert all(row["raw_value"] == values[row["offset"]] for row in rejected), "a dead letter keeps the record's bytes"

@@ -17,7 +17,7 @@ from icecdc.domain.layout import Column, PartitionTerm, TableLayout
 from icecdc.ingest.batch import KeyChange, reduce_key
 from icecdc.ingest.fastparse import change_columns, key_text
 from icecdc.ingest.filemeta import FileKind
-from icecdc.ingest.reduce import GLOBAL_PARTITION, KeyGroups, plain_rows, reduce_plain_keys
+from icecdc.ingest.reduce import GLOBAL_PARTITION, KeyGroups, append_rows, plain_rows, reduce_plain_keys
 from icecdc.ingest.stage_rows import PARSED
 
 LAYOUT = TableLayout(
@@ -124,3 +124,34 @@ def test_key_groups_follow_the_key_column() -> None:
     assert groups.ends.tolist() == [False, True, True, False, False, True]
     assert groups.any(pa.array([False, True, False, None, False, False])).tolist() == [True, False, False]
     assert KeyGroups.of(pa.array([], pa.string())).count == 0
+
+
+def test_a_table_without_a_primary_key_keeps_every_row_two_equal_ones_too() -> None:
+    keyless = TableLayout(
+        LAYOUT.table, LAYOUT.topic, LAYOUT.columns, LAYOUT.field_ids, (), LAYOUT.partition, 0, LAYOUT.data_location
+    )
+    images = [
+        {"id": 1, "name": "a", "region": "eu", "amount": "1.00"},
+        {"id": 1, "name": "a", "region": "eu", "amount": "1.00"},  # the same row again: a second row
+        {"id": 2, "name": "b", "region": "us", "amount": None},
+        {"id": 3, "name": "c", "region": None, "amount": "2.50"},
+    ]
+    rows = pa.Table.from_pylist(
+        [
+            {
+                "table": keyless.table,
+                "kafka_partition": 0,
+                "offset": offset,
+                "op": "c" if offset % 2 else "r",
+                "key": key_text((), ()),
+                **change_columns(keyless, KeyChange("c", image, ())),
+            }
+            for offset, image in enumerate(images)
+        ],
+        schema=PARSED,
+    )
+    files = append_rows(keyless, rows)
+    assert set(files) == {('["eu"]', FileKind.DATA), ('["us"]', FileKind.DATA), ("[null]", FileKind.DATA)}
+    got = sorted(orjson.dumps(_canonical(r), option=orjson.OPT_SORT_KEYS) for arrow in files.values() for r in arrow.to_pylist())
+    assert got == sorted(orjson.dumps(_canonical(r), option=orjson.OPT_SORT_KEYS) for r in images)
+    assert files['["eu"]', FileKind.DATA].num_rows == 2

@@ -82,3 +82,41 @@ def test_the_redo_skips_the_truncated_table_s_changes_below_its_lsn_and_still_re
         ("t", 2, 0): "c",  # no LSN to compare: kept, as after the truncate
         ("u", 0, 0): "c",
     }
+
+
+def test_a_table_without_a_primary_key_keeps_its_creates_and_dead_letters_the_rest_with_the_reason():
+    keyless = {
+        "shop.public.h": TableLayout(
+            "db.h", "shop.public.h", LAYOUTS["shop.public.t"].columns, {"id": 1, "v": 2}, (), (), 0, "/w"
+        )
+    }
+    batch = [
+        record("shop.public.h", 0, 0, "r", 10, {"id": 1, "v": "snapshot"}),
+        record("shop.public.h", 0, 1, "c", 20, {"id": 1, "v": "snapshot"}),  # the same row again
+        record("shop.public.h", 0, 2, "u", 30, {"id": 1, "v": "updated"}),
+        {
+            **record("shop.public.h", 0, 3, "d", 40),
+            "value": orjson.dumps({"op": "d", "before": {"id": 1, "v": "x"}, "after": None}),
+        },
+        {"key": None, "value": None, "topic": "shop.public.h", "partition": 0, "offset": 4},  # a tombstone
+        record("shop.public.h", 0, 5, "t", 50),  # a truncate, applied (it needs no key)
+    ]
+    for row in batch:
+        row["key"] = None  # Debezium keys a table without a primary key with null
+    stage = parse_stage(keyless, {}, {"db.h": DEFAULT_RULES}, {})
+    rows = [row for out in stage([pa.RecordBatch.from_pylist(batch)]) for row in out.to_pylist() if row["op"] != Tag.MARK]
+    assert ops(rows) == {
+        ("h", 0, 0): "r",
+        ("h", 0, 1): "c",
+        ("h", 0, 2): Reason.NO_PRIMARY_KEY,
+        ("h", 0, 3): Reason.NO_PRIMARY_KEY,
+        ("h", 0, 4): Reason.NO_PRIMARY_KEY,
+        ("h", 0, 5): Tag.TRUNCATE,
+    }
+    created = [row for row in rows if row["op"] in ("c", "r")]
+    assert [(row["key"], row["prior"], row["global_delete"]) for row in created] == [("{}", [], False)] * 2
+    details = [row["detail"] for row in rows if row["reason"] is not None]
+    assert details == [
+        f"table db.h has no primary key: it is mirrored append-only, updates and deletes cannot be applied ({what})"
+        for what in ("an update", "a delete", "a tombstone")
+    ]
