@@ -3,8 +3,11 @@
 It starts the embedded broker, writes its configuration to ``<state_dir>/icecdc.yaml``, and feeds
 an ``orders`` table partitioned by region and day, from a throwaway PostgreSQL through the real
 Debezium connector (``--source postgres``) or from generated events (``--source synthetic``).
-The ingester and the compactor sidecar run side by side; at the end the demo checks the table
-against the source and shows every partition's files and deletes.
+Beside it, a plain Spark ``foreachBatch`` MERGE job that knows nothing of icecdc writes a
+``customers`` table, which the sidecar keeps by name alone (``icecdc.demo_merge_job``). The
+ingester, the job and the compactor sidecar run side by side; at the end the demo checks both
+tables (the job's: its refused commits, and its rows against its own model) and shows every
+partition's files and deletes.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from icecdc.workload import ORDERS_SCHEMA, OrdersWorkload, orders_table
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from icecdc.demo_merge_job import ForeachBatchMergeJob
     from icecdc.testbed.connector import DebeziumPostgresSource
     from icecdc.testbed.orders import OrdersTransactions
     from icecdc.testbed.postgres import ThrowawayPostgres
@@ -54,6 +58,10 @@ CATCH_UP_SECONDS = 180
 # Orders change within their first thousand successors (about a day of the feed).
 RECENT_KEYS = 1_000
 MALFORMED = [b"{this is not json", b'{"op": "c", "after": {"id": null, "region": "eu"}}']
+# The other writer's table: configured by name alone, so the sidecar keeps it and nothing ingests it.
+MERGE_JOB_TABLE = "demo.customers"
+# How long the job's last batches may take once the orders have caught up, on a loaded machine.
+MERGE_JOB_SECONDS = 180
 
 
 class DemoSource(str, Enum):
@@ -72,13 +80,15 @@ def demo_config(state_dir: Path, port: int, table: dict[str, Any] = DEMO_TABLE) 
     return embedded_config(
         state_dir,
         port,
-        tables=[table],
+        tables=[table, {"name": MERGE_JOB_TABLE}],
         ingest={"source": "direct", "trigger_seconds": 2, "max_batch_records": 2_000, "http": {"host": "127.0.0.1", "port": 0}},
         compactor={
             "http": {"host": "127.0.0.1", "port": 0},
             "target_file_size_bytes": 8 * 1024 * 1024,
             "min_small_files": 4,
             "reconcile_seconds": 30,
+            # The merge job's commits are looked for in the catalog as often as its trigger fires.
+            "watch_interval_seconds": 2,
             "settle": {"min_seconds": 4, "initial_seconds": 8, "max_seconds": 30},
         },
     )
@@ -308,6 +318,7 @@ def _interrupt(_signum: int, _frame: Any) -> None:
 
 def run_demo(state_dir: Path, port: int, keep_broker: bool = False, source: DemoSource = DemoSource.POSTGRES) -> int:
     from icecdc.compactor.sidecar import run_compactor
+    from icecdc.demo_merge_job import ForeachBatchMergeJob
     from icecdc.ingest.runner import run_ingest
     from icecdc.runtime.spark import create_spark_session
 
@@ -325,6 +336,7 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False, source: Demo
     started = broker.start()
     _step(f"broker {'started' if started else 'already running'} on {broker.bootstrap_servers} (memory only)")
     spark = None
+    job: ForeachBatchMergeJob | None = None
     try:
         table = config.tables[0]
         name = config.table_ref(table).qualified
@@ -337,6 +349,12 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False, source: Demo
             spark.sql(f"DROP TABLE {name} PURGE")
         status_path(config).unlink(missing_ok=True)
         upstream.wait_ready()
+        job_name = config.table_ref(config.tables[1]).qualified
+        job = ForeachBatchMergeJob(spark, job_name, state_dir / "merge-job").start()
+        _step(
+            f"merge job: a Spark foreachBatch query running MERGE INTO {job_name} (merge-on-read, format v2, by region), "
+            f"{len(job.batches)} batches of changes, one per 2 s trigger"
+        )
 
         results: dict[str, Any] = {}
         stop_ingest, stop_compactor = threading.Event(), threading.Event()
@@ -363,6 +381,8 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False, source: Demo
             if caught_up():
                 stop_ingest.set()
         upstream_thread.join()
+        job_done = job.wait(MERGE_JOB_SECONDS)
+        job.stop()
         # The feed has ended: give the last hot partitions time to settle and be compacted.
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline and not _all_settled(config):
@@ -374,6 +394,9 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False, source: Demo
             _step("FAILED: the upstream, the ingester or the compactor stopped with an error (see the log above)")
             return 1
         stats, compactions = results["ingest"], results["compactor"]
+        if not job_done:
+            _step(f"FAILED: the merge job committed {len(job.committed)} of {len(job.batches)} batches: {job.error()}")
+            return 1
 
         rows, expected = _table_rows(spark, config), upstream.expected_rows()
         if rows != expected:
@@ -387,6 +410,8 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False, source: Demo
         )
         _step(f"compactor: {compactions.committed} compactions committed, outcomes {compactions.outcomes}")
         _step(f"check: {name} holds exactly the {len(rows)} rows {upstream.what}")
+        if not _merge_job_check(job):
+            return 1
         if not _all_settled(config):
             _step("NOT COMPACTED: some partitions still hold equality deletes 90 s after the feed ended")
             return 1
@@ -398,12 +423,28 @@ def run_demo(state_dir: Path, port: int, keep_broker: bool = False, source: Demo
         )
         return 0
     finally:
+        if job is not None:
+            job.stop()
         if spark is not None:
             spark.stop()  # before the broker, and before the JVM's shutdown hooks would
         upstream.stop()
         if started and not keep_broker:
             broker.stop()
             _step("broker stopped")
+
+
+def _merge_job_check(job: ForeachBatchMergeJob) -> bool:
+    """The other writer's check: no commit of its refused, and the table holds its model's rows."""
+    rows, expected = job.rows(), job.expected()
+    what = f"{job.table} (a Spark foreachBatch MERGE job, merge-on-read) had {len(job.committed)} commits, {len(job.refused)} refused"
+    differences = row_differences(expected, rows)
+    if not differences and not job.refused:
+        _step(f"check: {what}, and holds exactly the job's {len(rows)} rows")
+        return True
+    _step(f"MISMATCH: {what}; the table has {len(rows)} rows, the job's model {len(expected)}")
+    for line in [*differences, *(f"refused: {refusal}" for refusal in job.refused[:5])]:
+        _step(f"  {line}")
+    return False
 
 
 def _catch_up(

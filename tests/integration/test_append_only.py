@@ -174,7 +174,9 @@ def test_pgbench_history_under_four_clients_equals_select_star(spark, stack_conf
             changes = read_changes(config, topic, sum(expected.values()))  # every row's record has arrived
     assert sum(expected.values()) == 4 * 10 + 4 * 50
     assert {c.op for c in changes} == {"r", "c"} and all(c.key is None for c in changes)
-    assert {c.partition for c in changes} == {0, 1}, "null-keyed records spread over the topic's partitions"
+    # Null-keyed records spread over the topic's partitions (two, or the broker's default when it
+    # made the topic on the first produce), so no order holds across them.
+    assert len({c.partition for c in changes}) > 1, "null-keyed records spread over the topic's partitions"
 
     stats = run_ingest(config, until_idle=UNTIL_IDLE_SECONDS, spark=spark)
 

@@ -54,6 +54,15 @@ def test_demo_runs_from_postgres_through_debezium(tmp_path):
     # The demo checks the table against PostgreSQL's own rows, and says so.
     assert re.search(r"check: lake\.demo\.orders holds exactly the [1-9]\d* rows PostgreSQL holds \(SELECT \*\)", result.stdout)
     assert "0 malformed records sent to icecdc.dlq" in result.stdout
+    # Beside it, a plain Spark foreachBatch MERGE job wrote a table the sidecar keeps by name alone:
+    # none of its commits was refused, and the table holds exactly the rows its batches imply.
+    job = re.search(
+        r"check: lake\.demo\.customers \(a Spark foreachBatch MERGE job, merge-on-read\) had ([1-9]\d*) commits, 0 refused, "
+        r"and holds exactly the job's ([1-9]\d*) rows",
+        result.stdout,
+    )
+    assert job, result.stdout
+    assert "demo.customers" in result.stdout.split("every partition has settled")[-1], "its partitions in the status table"
     # The compactor ran beside the ingester and left every partition merged.
     committed = re.search(r"compactor: (\d+) compactions committed", result.stdout)
     assert committed and int(committed.group(1)) > 0, result.stdout
