@@ -38,6 +38,11 @@ BENCHMARKS = (
         "per maintenance strategy (none, cron, threshold, icecdc)",
     ),
     Benchmark(
+        "writers",
+        "the sidecar beside writers that are not icecdc's (MERGE merge-on-read and copy-on-write, appends, a "
+        "Flink-style upsert sink): refused commits, conflicts, reads against a compacted copy, files after",
+    ),
+    Benchmark(
         "source-latency",
         "PostgreSQL commit to visible in Iceberg through the real Debezium connector and the ingester, at a steady "
         "rate of transactions",

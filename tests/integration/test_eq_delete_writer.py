@@ -1,4 +1,4 @@
-"""The Flink-style upsert sink of tests/writers_java alone on the real stack: Iceberg's own Java
+"""The Flink-style upsert sink of icecdc/testbed/upsert_sink alone on the real stack: Iceberg's own Java
 writers through the JVM, one RowDelta per checkpoint with no validations. Its table must hold
 exactly its model's rows at every checkpoint, and its history must show what Flink's upsert sink
 writes: equality deletes across checkpoints, file-scoped position deletes within one."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.writers.model import Row
-from tests.writers_java import Change, ChangeGenerator, UpsertSink, apply_changes, create_table, plan_checkpoint
+from icecdc.testbed.upsert_sink import Change, ChangeGenerator, UpsertSink, apply_changes, create_table, plan_checkpoint
+from icecdc.testbed.writers.model import Row
 
 POSITION_DELETES = 1
 EQUALITY_DELETES = 2

@@ -1,4 +1,4 @@
-"""The foreign writers of tests/writers alone (no sidecar): each ends with its table equal to its
+"""The foreign writers of icecdc/testbed/writers alone (no sidecar): each ends with its table equal to its
 model and no refused commit, and the harness does record a refusal when one happens."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.writers import AppendWriter, BatchKind, ChangeGenerator, Gate, MergeWriter, Row, TableModel, WriteMode, diff
-from tests.writers.model import Batch, Change, Op
+from icecdc.testbed.writers import AppendWriter, BatchKind, ChangeGenerator, Gate, MergeWriter, Row, TableModel, WriteMode, diff
+from icecdc.testbed.writers.model import Batch, Change, Op
 
 TRIGGER_SECONDS = 1.0
 MIXED_BATCHES = 8

@@ -19,8 +19,8 @@ from pyspark.sql import SparkSession
 from icecdc.domain.errors import CommitConflict, CompareAndSetLost
 from icecdc.domain.tableref import TableRef
 from icecdc.jvm.bridge import JavaBridge, java_errors
-from tests.writers.model import COLUMNS, DDL_COLUMNS, Row, diff
-from tests.writers_java.upserts import ChangeGenerator, apply_changes, counts, plan_checkpoint
+from icecdc.testbed.upsert_sink.upserts import ChangeGenerator, apply_changes, counts, plan_checkpoint
+from icecdc.testbed.writers.model import COLUMNS, DDL_COLUMNS, Row, diff
 
 JAVA_CLASS = "UpsertCheckpointWriter"
 SOURCE = Path(__file__).with_name(f"{JAVA_CLASS}.java")
@@ -35,7 +35,7 @@ def java_writer(bridge: JavaBridge) -> Any:
 
 
 def create_table(spark: SparkSession, name: str, format_version: int = 2) -> None:
-    """The foreign writers' table (``tests.writers.model``), keyed by ``id`` (its identifier
+    """The foreign writers' table (``icecdc.testbed.writers.model``), keyed by ``id`` (its identifier
     field, so required), as a Flink upsert sink writes it."""
     columns = DDL_COLUMNS.replace("id BIGINT", "id BIGINT NOT NULL", 1)
     spark.sql(
@@ -77,7 +77,14 @@ class UpsertSink:
     ("Must use DVs for position deletes in V3"), as Flink's sink in Iceberg 1.10.2 does."""
 
     def __init__(
-        self, spark: SparkSession, name: str, *, seed: int = 64, changes_per_checkpoint: int = 40, attempts: int = 3
+        self,
+        spark: SparkSession,
+        name: str,
+        *,
+        seed: int = 64,
+        changes_per_checkpoint: int = 40,
+        attempts: int = 3,
+        generator: ChangeGenerator | None = None,
     ) -> None:
         self.spark = spark
         self.name = name
@@ -88,7 +95,7 @@ class UpsertSink:
         self.model: dict[int, Row] = {}
         self.refused: list[str] = []
         self.checkpoints: list[Checkpoint] = []
-        self._generator = ChangeGenerator(seed)
+        self._generator = generator or ChangeGenerator(seed)
         self._checkpoint_id = 0  # Flink's checkpoint ids grow, whether or not a checkpoint commits
         self._bridge = JavaBridge(spark)
         self._java = java_writer(self._bridge)

@@ -55,7 +55,7 @@ class Gate:
         """``name`` passed through the gate (a Python UDF, so it runs inside the statement's job)."""
         from pyspark import cloudpickle
 
-        import tests.writers.gate as module
+        import icecdc.testbed.writers.gate as module
 
         # Spark's workers may not have the tests on their path: ship this function by value.
         cloudpickle.register_pickle_by_value(module)

@@ -8,8 +8,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from tests.writers.model import COLUMNS, Batch, BatchKind
-from tests.writers.streaming import StreamingWriter
+from icecdc.testbed.writers.model import COLUMNS, Batch, BatchKind
+from icecdc.testbed.writers.streaming import StreamingWriter
 
 
 class AppendWriter(StreamingWriter):

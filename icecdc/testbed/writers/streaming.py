@@ -18,8 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming import StreamingQuery
 from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-from tests.writers.gate import Gate
-from tests.writers.model import COLUMNS, DDL_COLUMNS, Batch, Row, TableModel, diff
+from icecdc.testbed.writers.gate import Gate
+from icecdc.testbed.writers.model import COLUMNS, DDL_COLUMNS, Batch, Row, TableModel, diff
 
 # The stream's files: the batch's place in the feed and statement, then the MERGE source's columns.
 FIELDS = (

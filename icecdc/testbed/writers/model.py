@@ -98,17 +98,38 @@ class Mix:
     moves: float = 0.2  # updates that move the row to another region (partition)
 
 
+@dataclass(frozen=True)
+class Locality:
+    """Changes placed as a CDC stream of orders places them: new rows land in the current
+    partition, which moves on every ``batches_per_partition`` batches (as a day does), and updates
+    and deletes touch rows inserted in the last ``reach_back`` batches. Rows never move partition.
+    Without a locality, every batch touches random rows of every partition."""
+
+    batches_per_partition: int = 10
+    reach_back: int = 3
+
+    def region(self, seq: int) -> str:
+        """The partition new rows of batch ``seq`` land in."""
+        return f"p{seq // self.batches_per_partition:03d}"
+
+    def reaches(self, born: int, seq: int) -> bool:
+        """Whether batch ``seq`` may change a row inserted by batch ``born``."""
+        return seq - born <= self.reach_back
+
+
 class ChangeGenerator:
     """Seeded batches over its own model of every batch it made, so updates, moves and deletes
     always name keys that exist, and inserts new ones."""
 
-    def __init__(self, seed: int, regions: Sequence[str] = REGIONS) -> None:
+    def __init__(self, seed: int, regions: Sequence[str] = REGIONS, locality: Locality | None = None) -> None:
         self.random = random.Random(seed)
         self.regions = tuple(regions)
+        self.locality = locality
         self.model = TableModel()
         self.next_key = 1
         self.clock = BASE_MICROS
         self.seq = 0
+        self.born: dict[int, int] = {}  # key -> the batch that inserted it
 
     def _tick(self) -> int:
         self.clock += self.random.randint(1, 5_000_000)
@@ -116,11 +137,14 @@ class ChangeGenerator:
 
     def _new_row(self) -> Row:
         key, self.next_key = self.next_key, self.next_key + 1
-        region = self.random.choice(self.regions)
+        self.born[key] = self.seq
+        region = self.locality.region(self.seq) if self.locality else self.random.choice(self.regions)
         return Row(key, region, self.random.randint(100, 100_000), STATUSES[0], self._tick())
 
     def _existing(self, count: int) -> list[Row]:
         keys = sorted(self.model.rows)
+        if self.locality is not None:
+            keys = [key for key in keys if self.locality.reaches(self.born[key], self.seq)]
         return [self.model.rows[key] for key in self.random.sample(keys, min(count, len(keys)))]
 
     def _emit(self, kind: BatchKind, changes: list[Change]) -> Batch:
@@ -141,7 +165,7 @@ class ChangeGenerator:
         changes = [Change(Op.DELETE, row) for row in touched[:deletes]]
         for index, row in enumerate(touched[deletes:]):
             region = row.region
-            if index < moves and len(self.regions) > 1:
+            if index < moves and len(self.regions) > 1 and self.locality is None:
                 region = self.random.choice([r for r in self.regions if r != row.region])
             amount = self.random.randint(100, 100_000)
             status = self.random.choice(STATUSES)

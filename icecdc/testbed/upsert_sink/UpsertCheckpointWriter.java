@@ -1,5 +1,5 @@
 // A Flink-style upsert sink's files and commit, written with Iceberg's own Java writer classes.
-// Compiled in the driver's JVM at run time by Janino (tests/writers_java/sink.py), which erases
+// Compiled in the driver's JVM at run time by Janino (icecdc/testbed/upsert_sink/sink.py), which erases
 // generics: every value taken out of a collection is cast.
 //
 // What it writes follows Flink's BaseDeltaTaskWriter in upsert mode: per partition one data file

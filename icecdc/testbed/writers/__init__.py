@@ -1,6 +1,6 @@
-"""Writers that are not ours, for the integration tests: real Spark Structured Streaming queries
-that write an Iceberg table the way other teams' jobs do, each checked against an independent
-model of its rows.
+"""Writers that are not ours, for the tests and ``icecdc bench writers``: real Spark Structured
+Streaming queries that write an Iceberg table the way other teams' jobs do, each checked against
+an independent model of its rows.
 
 The table: ``id BIGINT, region STRING, amount BIGINT, status STRING, updated_at TIMESTAMP``,
 partitioned by ``region`` (``model.DDL_COLUMNS``).
@@ -38,15 +38,15 @@ A refused commit raises in ``foreachBatch`` and so stops the query, as it stops 
 With ``retry=True`` the writer retries the statement up to ``max_attempts`` times first, as a job
 with its own retry loop does; every refusal is recorded either way.
 
-``Gate`` (tests/writers/gate.py) holds one task of a batch's MERGE after the MERGE planned its
+``Gate`` (icecdc/testbed/writers/gate.py) holds one task of a batch's MERGE after the MERGE planned its
 scan, so a test can commit something (a compaction) between that scan and the MERGE's commit.
 """
 
-from tests.writers.append import AppendWriter
-from tests.writers.gate import Gate
-from tests.writers.merge import MergeWriter, WriteMode
-from tests.writers.model import Batch, BatchKind, ChangeGenerator, Mix, Row, TableModel, diff
-from tests.writers.streaming import Refusal, StreamingWriter
+from icecdc.testbed.writers.append import AppendWriter
+from icecdc.testbed.writers.gate import Gate
+from icecdc.testbed.writers.merge import MergeWriter, WriteMode
+from icecdc.testbed.writers.model import Batch, BatchKind, ChangeGenerator, Mix, Row, TableModel, diff
+from icecdc.testbed.writers.streaming import Refusal, StreamingWriter
 
 __all__ = [
     "AppendWriter",

@@ -10,8 +10,8 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
-from tests.writers.model import Batch, BatchKind
-from tests.writers.streaming import StreamingWriter
+from icecdc.testbed.writers.model import Batch, BatchKind
+from icecdc.testbed.writers.streaming import StreamingWriter
 
 MERGE = """
 MERGE INTO {table} t USING {view} s ON t.id = s.id

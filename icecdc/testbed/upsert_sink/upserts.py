@@ -16,7 +16,7 @@ import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from tests.writers.model import BASE_MICROS, REGIONS, STATUSES, Row
+from icecdc.testbed.writers.model import BASE_MICROS, REGIONS, STATUSES, Locality, Row
 
 
 class ChangeKind(enum.Enum):
@@ -93,11 +93,17 @@ def apply_changes(model: Mapping[int, Row], changes: Iterable[Change]) -> dict[i
 class ChangeGenerator:
     """Seeded random checkpoints over a region-partitioned table: inserts, updates (some moving
     region), deletes of existing keys, and keys changed twice in one checkpoint (which give
-    position deletes)."""
+    position deletes). ``twice`` is the share of changes that change a key a second time (0 on
+    format v3: Flink's sink in Iceberg 1.10.2 cannot write deletion vectors); a ``locality``
+    places changes as a CDC stream does (``Locality``)."""
 
     seed: int
+    twice: float = 0.15
+    locality: Locality | None = None
     next_id: int = 1
     clock: int = BASE_MICROS  # ``updated_at`` only moves forward
+    seq: int = 0  # checkpoints made
+    born: dict[int, int] = field(default_factory=dict)  # key -> the checkpoint that inserted it
     _random: random.Random = field(init=False)
 
     def __post_init__(self) -> None:
@@ -106,28 +112,41 @@ class ChangeGenerator:
     def _row(self, key: int, region: str | None = None) -> Row:
         pick = self._random
         self.clock += pick.randint(1, 5_000_000)
-        return Row(key, region or pick.choice(REGIONS), pick.randint(100, 100_000), pick.choice(STATUSES), self.clock)
+        if region is None:
+            region = self.locality.region(self.seq) if self.locality else pick.choice(REGIONS)
+        return Row(key, region, pick.randint(100, 100_000), pick.choice(STATUSES), self.clock)
 
     def checkpoint(self, model: Mapping[int, Row], size: int) -> list[Change]:
         """``size`` changes to the rows in ``model``, the committed ones."""
+        changes = self._changes(model, size)
+        self.seq += 1
+        return changes
+
+    def _changes(self, model: Mapping[int, Row], size: int) -> list[Change]:
         pick = self._random
         keys = sorted(model)
+        if self.locality is not None:
+            keys = [key for key in keys if self.locality.reaches(self.born.get(key, 0), self.seq)]
         rows = dict(model)
         touched: set[int] = set()
         changes: list[Change] = []
         for _ in range(size):
             roll = pick.random()
             committed = self._untouched(keys, touched)
-            if touched and roll < 0.15:
+            if touched and roll < self.twice:
                 key = pick.choice(changes).id  # a second change in this checkpoint
-                change = Change.upsert(self._row(key)) if key not in rows or roll < 0.1 else Change.delete(key)
+                region = rows[key].region if key in rows and self.locality else None
+                change = (
+                    Change.upsert(self._row(key, region)) if key not in rows or roll < self.twice * 2 / 3 else Change.delete(key)
+                )
             elif committed is not None and roll < 0.55:
-                moves = pick.random() < 0.3
+                moves = pick.random() < 0.3 and self.locality is None
                 change = Change.upsert(self._row(committed, None if moves else rows[committed].region))
             elif committed is not None and roll < 0.65:
                 change = Change.delete(committed)
             else:
                 change = Change.upsert(self._row(self.next_id))
+                self.born[self.next_id] = self.seq
                 self.next_id += 1
             if change.row is None:
                 del rows[change.id]

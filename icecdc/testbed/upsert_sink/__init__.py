@@ -17,12 +17,12 @@ deletes) and the model after it, so ``sink.table_diff(checkpoint)`` checks that 
 concurrent commit at a chosen moment. ``refused`` lists the commits Iceberg refused (each is
 tried again with the same files, as a restored Flink job does). ``upserts.py`` holds the pure
 part: the change generator, the plan of a checkpoint's files and the model of the rows. The table
-and its rows are those of ``tests.writers.model``. In this JVM Iceberg tags every commit
+and its rows are those of ``icecdc.testbed.writers.model``. In this JVM Iceberg tags every commit
 ``engine-name=spark``, so tell the sink's commits by ``flink.job-id``.
 """
 
-from tests.writers_java.sink import Checkpoint, UpsertSink, create_table, table_rows
-from tests.writers_java.upserts import Change, ChangeGenerator, ChangeKind, PartitionFiles, apply_changes, plan_checkpoint
+from icecdc.testbed.upsert_sink.sink import Checkpoint, UpsertSink, create_table, table_rows
+from icecdc.testbed.upsert_sink.upserts import Change, ChangeGenerator, ChangeKind, PartitionFiles, apply_changes, plan_checkpoint
 
 __all__ = [
     "Change",

@@ -1,0 +1,44 @@
+"""What the tests and ``icecdc bench writers`` check on a writer's table (``model.DDL_COLUMNS``,
+partitioned by ``region``): its live files by partition, whether it is compacted, and whether
+each snapshot the sidecar committed reads its parent's rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from icecdc.domain import summary
+from icecdc.testbed.writers.model import COLUMNS
+
+
+def live_files(spark: Any, table: str) -> dict[tuple[str, int], int]:
+    """(region, content) -> live files: content 0 data, 1 position deletes, 2 equality deletes."""
+    spark.sql(f"REFRESH TABLE {table}")
+    rows = spark.sql(f"SELECT partition.region AS region, content, count(*) AS n FROM {table}.files GROUP BY 1, 2").collect()
+    return {(r["region"], r["content"]): r["n"] for r in rows}
+
+
+def compacted(files: dict[tuple[str, int], int]) -> bool:
+    regions = {region for region, _ in files}
+    return bool(regions) and all(files.get((r, 0), 0) <= 2 and not files.get((r, 1)) and not files.get((r, 2)) for r in regions)
+
+
+def sidecar_snapshots_changing_rows(spark: Any, table: str) -> list[int]:
+    """The sidecar's snapshots whose rows differ from their parent's (none, if every one of them
+    only rewrote files)."""
+    selected = ", ".join(COLUMNS)
+    history = spark.sql(f"SELECT snapshot_id, parent_id, summary FROM {table}.snapshots").collect()
+    changed = []
+    for snapshot in history:
+        if summary.COMPACTOR in snapshot["summary"] and snapshot["parent_id"] is not None:
+            ours, parent = (
+                spark.sql(f"SELECT {selected} FROM {table} VERSION AS OF {snapshot_id}").exceptAll(
+                    spark.sql(f"SELECT {selected} FROM {table} VERSION AS OF {other}")
+                )
+                for snapshot_id, other in (
+                    (snapshot["snapshot_id"], snapshot["parent_id"]),
+                    (snapshot["parent_id"], snapshot["snapshot_id"]),
+                )
+            )
+            if ours.count() or parent.count():
+                changed.append(snapshot["snapshot_id"])
+    return changed
