@@ -81,7 +81,12 @@ def demo_config(state_dir: Path, port: int, table: dict[str, Any] = DEMO_TABLE) 
         state_dir,
         port,
         tables=[table, {"name": MERGE_JOB_TABLE}],
-        ingest={"source": "direct", "trigger_seconds": 2, "max_batch_records": 2_000, "http": {"host": "127.0.0.1", "port": 0}},
+        ingest={
+            "source": "direct",
+            "min_commit_interval_seconds": 2,
+            "max_batch_records": 2_000,
+            "http": {"host": "127.0.0.1", "port": 0},
+        },
         compactor={
             "http": {"host": "127.0.0.1", "port": 0},
             "target_file_size_bytes": 8 * 1024 * 1024,

@@ -6,9 +6,10 @@
   source's schema. Spark's checkpoint replays an unfinished batch after a crash; the writer's
   offset filter turns an already committed replay into a no-op.
 - ``DirectKafkaSource`` + ``run_direct``: confluent-kafka reading bounded micro-batches, for
-  machines without the connector. It starts at the offsets the tables committed (the tables,
-  not the consumer group, are the source of truth); the group's offsets are committed after
-  each batch only so that standard lag tools see progress.
+  machines without the connector, each written as soon as ``batch_cadence`` says it is worth a
+  commit. It starts at the offsets the tables committed (the tables, not the consumer group, are
+  the source of truth); the group's offsets are committed after each batch only so that
+  standard lag tools see progress.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from icecdc.domain.errors import UserError
 from icecdc.domain.idle import CatalogWaits
 from icecdc.domain.sourcespec import UnavailableValues
 from icecdc.ingest import metrics
+from icecdc.ingest.batch_cadence import Cadence, Collecting, batch_end, next_check
 from icecdc.ingest.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from icecdc.ingest.records import PolledRecords
 from icecdc.jvm.bridge import JavaBridge
@@ -44,6 +46,9 @@ KAFKA_PROVIDER_CLASS = "org.apache.spark.sql.kafka010.KafkaSourceProvider"
 # (micro-batch, batch id): Structured Streaming hands a DataFrame and numbers its batches, the
 # direct reader hands the records it polled and names them.
 BatchFunction = Callable[["DataFrame | PolledRecords", "int | str"], Any]
+# The longest blocking consume: the loop beats its health and sees a stop at least this often.
+BLOCK_SECONDS = 0.5
+CONSUME_MAX = 10_000  # records one consume call returns at most
 
 
 def kafka_connector_available(spark: SparkSession) -> bool:
@@ -78,36 +83,66 @@ class DirectKafkaSource:
         self._consumer.assign(assignment)
         self._positions: dict[tuple[str, int], int] = {}
         self._headers = reads_headers(config)
+        # The reader's start counts as the previous batch's (docs/ingest.md, "When a batch ends").
+        self._batch_started = time.monotonic()
 
-    def poll_batch(self, max_records: int, max_seconds: float) -> list[dict[str, Any]]:
-        """Records until ``max_records`` or ``max_seconds`` have passed, whichever first."""
+    def poll_batch(self, cadence: Cadence) -> list[dict[str, Any]]:
+        """The next batch's records, once it is worth a commit (``batch_cadence.batch_end``); none
+        when nothing arrives within one blocking consume, so the caller's loop goes on."""
         records: list[dict[str, Any]] = []
-        deadline = time.monotonic() + max_seconds
-        while len(records) < max_records:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                break
-            for message in self._consumer.consume(min(max_records - len(records), 10_000), timeout=min(left, 0.5)):
-                if message.error() is not None:
-                    log.warning("kafka: %s", message.error())
-                    continue
-                kind, millis = message.timestamp()
-                topic, partition, offset = message.topic() or "", message.partition() or 0, message.offset() or 0
-                records.append(
-                    {
-                        "key": message.key(),
-                        "value": message.value(),
-                        "topic": topic,
-                        "partition": partition,
-                        "offset": offset,
-                        "timestamp": dt.datetime.fromtimestamp(millis / 1000, dt.timezone.utc) if millis >= 0 else None,
-                        "timestampType": kind,
-                    }
+        first_record_at: float | None = None
+        drained = False
+        while True:
+            now = time.monotonic()
+            batch = Collecting(len(records), self._batch_started, first_record_at, drained)
+            end = batch_end(batch, now, cadence)
+            if end is not None:
+                log.debug(
+                    "batch of %d records ends (%s): %.3fs since the previous batch started, %.3fs since its first record",
+                    len(records),
+                    end.value,
+                    now - self._batch_started,
+                    now - (first_record_at or now),
                 )
-                if self._headers:
-                    records[-1]["headers"] = _key_change_headers(message.headers())
-                self._positions[(topic, partition)] = offset + 1
-        return records
+                metrics.BATCH_ENDS.labels(end.value).inc()
+                self._batch_started = now
+                return records
+            if not records:
+                # Waits for the first record only: a blocking consume returns early only when full.
+                asked, timeout = 1, BLOCK_SECONDS
+            else:
+                asked = min(cadence.max_batch_records - len(records), CONSUME_MAX)
+                # Caught up before the floor: wait for the floor, taking what arrives meanwhile.
+                timeout = min(next_check(batch, now, cadence), BLOCK_SECONDS) if drained else 0
+            messages = self._consumer.consume(asked, timeout=timeout)
+            if not records and not messages:
+                return records
+            self._append(records, messages)
+            if first_record_at is None and records:
+                first_record_at = time.monotonic()
+            drained = len(messages) < asked
+
+    def _append(self, records: list[dict[str, Any]], messages: list[Any]) -> None:
+        for message in messages:
+            if message.error() is not None:
+                log.warning("kafka: %s", message.error())
+                continue
+            kind, millis = message.timestamp()
+            topic, partition, offset = message.topic() or "", message.partition() or 0, message.offset() or 0
+            records.append(
+                {
+                    "key": message.key(),
+                    "value": message.value(),
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": offset,
+                    "timestamp": dt.datetime.fromtimestamp(millis / 1000, dt.timezone.utc) if millis >= 0 else None,
+                    "timestampType": kind,
+                }
+            )
+            if self._headers:
+                records[-1]["headers"] = _key_change_headers(message.headers())
+            self._positions[(topic, partition)] = offset + 1
 
     def lag(self) -> int | None:
         """Records behind the high watermarks (approximate: the embedded broker's watermarks can
@@ -162,6 +197,11 @@ def _key_change_headers(headers: Any) -> list[tuple[str, Any]]:
     return [(name, value) for name, value in headers or () if name in (OLD_KEY_HEADER, NEW_KEY_HEADER)]
 
 
+def cadence_of(config: Config) -> Cadence:
+    ingest = config.ingest
+    return Cadence(ingest.max_batch_records, ingest.min_commit_interval_seconds, ingest.max_commit_delay_seconds)
+
+
 def run_direct(
     spark: SparkSession,
     config: Config,
@@ -179,9 +219,10 @@ def run_direct(
     idle = UntilIdle(until_idle, catalog_waits)
     health = health or Health(float("inf"))
     health.mark("source", True, f"Kafka consumer assigned {source.partition_count} topic partitions")
+    cadence = cadence_of(config)
     while stop is None or not stop.is_set():
         health.beat()
-        records = source.poll_batch(config.ingest.max_batch_records, config.ingest.trigger_seconds)
+        records = source.poll_batch(cadence)
         if records:
             write(PolledRecords(spark, records), f"{run}-{batches}")
             source.commit_group_offsets()
@@ -218,7 +259,7 @@ def run_streaming(
     stream: DataFrame,
     write: BatchFunction,
     checkpoint: str,
-    trigger_seconds: float,
+    min_commit_interval_seconds: float,
     until_idle: float | None,
     stop: threading.Event | None = None,
     health: Health | None = None,
@@ -226,11 +267,12 @@ def run_streaming(
 ) -> None:
     """Run a Structured Streaming query with ``write`` as its foreachBatch function until it is
     idle for ``until_idle`` seconds (time blocked on the catalog not counted, as in
-    ``run_direct``), or until ``stop`` is set."""
+    ``run_direct``), or until ``stop`` is set. A micro-batch starts every
+    ``min_commit_interval_seconds``, or as soon as the previous one ends when it took longer."""
     query = (
         stream.writeStream.foreachBatch(write)
         .option("checkpointLocation", checkpoint)
-        .trigger(processingTime=f"{trigger_seconds} seconds")
+        .trigger(processingTime=f"{min_commit_interval_seconds} seconds")
         .start()
     )
     idle = UntilIdle(until_idle, catalog_waits)

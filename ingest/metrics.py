@@ -17,6 +17,11 @@ COMMIT_INTERLEAVED = Counter(
     "Commits by others (compactions) that landed during an ingest commit, each costing it a retry",
     ["table"],
 )
+BATCH_ENDS = Counter(
+    "icecdc_ingest_batch_ends_total",
+    "Direct-reader batches by why they stopped collecting records: full, caught-up or delay-reached",
+    ["reason"],
+)
 BATCH_SECONDS = Histogram(
     "icecdc_ingest_batch_seconds", "Micro-batch latency, read to commit", buckets=(0.25, 0.5, 1, 2, 5, 10, 30, 60, 120)
 )

@@ -59,7 +59,7 @@ def _ingest(config: Config, until_idle: float | None, spark: SparkSession, stop:
                 kafka_stream(spark, config),
                 writer,
                 checkpoint,
-                config.ingest.trigger_seconds,
+                config.ingest.min_commit_interval_seconds,
                 until_idle,
                 stop,
                 health,

@@ -288,10 +288,35 @@ class IngestConfig(_Strict):
     # connections: Iceberg's JDBC and Hive catalogs share a pool of ``clients`` (2 by default)
     # however many threads commit, and a source of one table commits on one thread.
     commit_threads: int = Field(default=8, ge=1, le=64)
-    # How long a micro-batch collects records before it is written (the commit cadence).
-    trigger_seconds: float = Field(default=5.0, gt=0)
+    # The shortest time between the starts of two batches: it caps the commits a second per table,
+    # and with them the files the sidecar must compact, so a higher floor trades freshness for
+    # fewer files (docs/operations.md, "Freshness against files"). The default is provisional,
+    # until a measurement in docs/BENCHMARKS.md sets it.
+    min_commit_interval_seconds: float = Field(default=1.0, gt=0)
+    # The longest a record waits in a batch that is still collecting (the direct reader only):
+    # a batch is written once its records are all read and the floor has passed, or after this.
+    max_commit_delay_seconds: float = Field(default=5.0, gt=0)
     consumer_group: str = "icecdc-ingest"
     http: HttpConfig = Field(default_factory=lambda: HttpConfig(port=9401))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _renamed(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "trigger_seconds" in data:
+            raise ValueError(
+                "trigger_seconds is gone: set min_commit_interval_seconds (the floor between batches) "
+                "and max_commit_delay_seconds (the longest a record waits), see docs/configuration.md"
+            )
+        return data
+
+    @model_validator(mode="after")
+    def _delay_above_floor(self) -> IngestConfig:
+        if self.max_commit_delay_seconds < self.min_commit_interval_seconds:
+            raise ValueError(
+                f"max_commit_delay_seconds ({self.max_commit_delay_seconds:g}) is below "
+                f"min_commit_interval_seconds ({self.min_commit_interval_seconds:g})"
+            )
+        return self
 
 
 MIB = 1024 * 1024

@@ -150,7 +150,7 @@ def test_pgbench_history_under_four_clients_equals_select_star(spark, stack_conf
         update={
             "commit_topic": f"commits-{unique}",
             "dead_letter_topic": f"dlq-{unique}",
-            "ingest": stack_config.ingest.model_copy(update={"source": "direct", "trigger_seconds": 0.5}),
+            "ingest": stack_config.ingest.model_copy(update={"source": "direct", "min_commit_interval_seconds": 0.5}),
         }
     )
     assert ensure_tables(spark, config) == [config.tables[0].name]  # made from its schema, with no identifier fields

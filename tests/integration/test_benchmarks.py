@@ -333,7 +333,7 @@ def test_source_latency_benchmark_harness(tmp_path):
         "1",
         "--connections",
         "2",
-        "--trigger-seconds",
+        "--min-commit-interval",
         "1",
         timeout=900,
     )

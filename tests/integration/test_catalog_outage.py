@@ -44,7 +44,7 @@ def outage_config(stack_config: Config, unique: str) -> tuple[Config, int]:
     port = free_port()
     data["ingest"] = {
         "source": "direct",
-        "trigger_seconds": 0.5,
+        "min_commit_interval_seconds": 0.5,
         "max_batch_records": 500,
         "http": {"host": "127.0.0.1", "port": port},
     }

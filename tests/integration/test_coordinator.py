@@ -520,7 +520,7 @@ def test_soak_ingester_compactor_and_maintenance_together(spark, stack_config, u
     # Iceberg's own manifest merging, as on a table icecdc did not create, and the compactor's
     # commits merging none (``compactor.merge_manifests``): the maintenance merges.
     data = with_table_properties(config, ICEBERG_MANIFEST_MERGING).model_dump(by_alias=True)
-    data["ingest"] = {"source": "direct", "trigger_seconds": 0.5, "max_batch_records": 500, "http": {"port": None}}
+    data["ingest"] = {"source": "direct", "min_commit_interval_seconds": 0.5, "max_batch_records": 500, "http": {"port": None}}
     config = Config.model_validate(data)
     table = config.tables[0]
     name = qualified(config)

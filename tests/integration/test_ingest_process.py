@@ -62,7 +62,7 @@ def test_sigkill_at_every_stage_then_restart_loses_and_duplicates_nothing(spark,
             "commit_topic": f"commits-{unique}",
             "dead_letter_topic": f"dlq-{unique}",
             "ingest": stack_config.ingest.model_copy(
-                update={"max_batch_records": 120, "trigger_seconds": 0.5, "source": "direct"}
+                update={"max_batch_records": 120, "min_commit_interval_seconds": 0.5, "source": "direct"}
             ),
         }
     )
@@ -128,7 +128,7 @@ def test_streaming_path_and_direct_path_build_identical_tables(spark, stack_conf
             .option("recursiveFileLookup", "true")
             .parquet(str(inbox))
         )
-        run_streaming(stream, writer, checkpoint, trigger_seconds=0.2, until_idle=4)
+        run_streaming(stream, writer, checkpoint, min_commit_interval_seconds=0.2, until_idle=4)
         return writer
 
     half = len(chunks) // 2
@@ -151,7 +151,7 @@ def test_streaming_path_and_direct_path_build_identical_tables(spark, stack_conf
     direct_config = stream_config.model_copy(
         update={
             "tables": [direct],
-            "ingest": stream_config.ingest.model_copy(update={"source": "direct", "trigger_seconds": 0.5}),
+            "ingest": stream_config.ingest.model_copy(update={"source": "direct", "min_commit_interval_seconds": 0.5}),
         }
     )
     kafka.ensure_topics(direct_config.kafka, [direct.topic])

@@ -76,9 +76,11 @@ def observable_config(stack_config: Config, unique: str) -> tuple[Config, int, i
     base = compactor_config(stack_config, unique, settle={"min_seconds": 0, "initial_seconds": 0})
     ingest_port, compactor_port = free_port(), free_port()
     data = base.model_dump(by_alias=True)
+    # Batches end full, at 40 records; the floor, counted from the reader's start, leaves the
+    # records time to arrive so that the first batch is full too.
     data["ingest"] = {
         "source": "direct",
-        "trigger_seconds": 1,
+        "min_commit_interval_seconds": 3,
         "max_batch_records": 40,
         "http": {"host": "127.0.0.1", "port": ingest_port},
     }
@@ -151,7 +153,7 @@ def test_configured_secrets_never_appear_in_a_runs_logs(broker, unique, tmp_path
     data = config.model_dump(by_alias=True)
     data["kafka"]["properties"] = {"sasl.username": "icecdc", "sasl.password": "${TEST_KAFKA_PASSWORD}"}
     data["catalog"]["properties"]["token"] = "${TEST_CATALOG_TOKEN}"
-    data["ingest"] = {"source": "direct", "trigger_seconds": 1}
+    data["ingest"] = {"source": "direct", "min_commit_interval_seconds": 1}
     path = tmp_path / "icecdc.yaml"
     path.write_text(orjson.dumps(data, default=str).decode())  # JSON is YAML
     env = {"TEST_KAFKA_PASSWORD": kafka_password, "TEST_CATALOG_TOKEN": catalog_token}

@@ -391,7 +391,7 @@ def test_ingested_table_matches_the_database(postgres, spark, stack_config, uniq
             "tables": [TableConfig.model_validate(spec)],
             "commit_topic": f"commits-{unique}",
             "dead_letter_topic": f"dlq-{unique}",
-            "ingest": stack_config.ingest.model_copy(update={"source": "direct", "trigger_seconds": 0.5}),
+            "ingest": stack_config.ingest.model_copy(update={"source": "direct", "min_commit_interval_seconds": 0.5}),
         }
     )
     stats = run_ingest(config, until_idle=UNTIL_IDLE_SECONDS, spark=spark)

@@ -225,9 +225,10 @@ def ingest_config(stack_config: Config, prefix: str) -> Config:
         )
         for case in CASES.values()
     ]
-    # A trigger long enough that each run's first batch takes all that the topics hold, so the
-    # batches (and the truncate cases) are the same on every run of the test.
-    ingest = stack_config.ingest.model_copy(update={"source": "direct", "trigger_seconds": 3.0})
+    # A floor long enough that each run's first batch takes all that the topics hold (the floor
+    # counts from the reader's start), so the batches (and the truncate cases) are the same on
+    # every run of the test.
+    ingest = stack_config.ingest.model_copy(update={"source": "direct", "min_commit_interval_seconds": 3.0})
     return stack_config.model_copy(
         update={"tables": tables, "commit_topic": f"commits-{prefix}", "dead_letter_topic": f"dlq-{prefix}", "ingest": ingest}
     )

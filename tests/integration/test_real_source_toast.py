@@ -106,7 +106,7 @@ def test_unchanged_toast_values_end_exact_and_dead_letter_mode_sends_them_away(p
             "commit_topic": f"commits-{unique}",
             "dead_letter_topic": f"dlq-{unique}",
             "ingest": stack_config.ingest.model_copy(
-                update={"source": "direct", "trigger_seconds": 0.5, "max_batch_records": BATCH_RECORDS}
+                update={"source": "direct", "min_commit_interval_seconds": 0.5, "max_batch_records": BATCH_RECORDS}
             ),
         }
     )

@@ -63,7 +63,9 @@ def assert_clean_exit(process: subprocess.Popen, log: Path, children: list[int],
 
 def ingest_config(stack_config: Config, unique: str) -> Config:
     """The direct Kafka reader, in batches of 120 records."""
-    ingest = stack_config.ingest.model_copy(update={"max_batch_records": 120, "trigger_seconds": 0.5, "source": "direct"})
+    ingest = stack_config.ingest.model_copy(
+        update={"max_batch_records": 120, "min_commit_interval_seconds": 0.5, "source": "direct"}
+    )
     return config_for(stack_config, unique).model_copy(update={"ingest": ingest})
 
 

@@ -205,7 +205,9 @@ def test_a_crash_between_the_schema_commit_and_the_data_commit_loses_and_duplica
     config = evolving_table(compactor_config(stack_config, unique))
     config = config.model_copy(
         update={
-            "ingest": config.ingest.model_copy(update={"source": "direct", "trigger_seconds": 0.5, "max_batch_records": 30}),
+            "ingest": config.ingest.model_copy(
+                update={"source": "direct", "min_commit_interval_seconds": 0.5, "max_batch_records": 30}
+            ),
             "dead_letter_topic": f"dlq-{unique}",
         }
     )

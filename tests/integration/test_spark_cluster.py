@@ -132,7 +132,7 @@ def test_ingester_and_compactor_on_a_standalone_cluster(spark, stack_config, uni
                 "dead_letter_topic": f"dlq-{unique}",
                 "compaction_topic": f"compactions-{unique}",
                 "ingest": stack_config.ingest.model_copy(
-                    update={"source": "direct", "max_batch_records": 150, "trigger_seconds": 0.5}
+                    update={"source": "direct", "max_batch_records": 150, "min_commit_interval_seconds": 0.5}
                 ),
                 "spark": stack_config.spark.model_copy(
                     update={"master": master, "conf": {"spark.executor.memory": "1g", "spark.executor.cores": "1"}}

@@ -113,6 +113,34 @@ def test_duplicate_topics_are_rejected():
         )
 
 
+@pytest.mark.parametrize(
+    ("ingest", "message"),
+    [
+        pytest.param(
+            {"min_commit_interval_seconds": 2, "max_commit_delay_seconds": 1},
+            "ingest: max_commit_delay_seconds (1) is below min_commit_interval_seconds (2)",
+            id="delay-below-floor",
+        ),
+        pytest.param({"min_commit_interval_seconds": 6}, "max_commit_delay_seconds (5) is below", id="floor-above-default-delay"),
+        pytest.param(
+            {"min_commit_interval_seconds": 0}, "ingest.min_commit_interval_seconds: Input should be greater than 0", id="zero"
+        ),
+        pytest.param({"trigger_seconds": 5}, "ingest: trigger_seconds is gone: set min_commit_interval_seconds", id="old-key"),
+    ],
+)
+def test_the_commit_floor_and_delay_are_checked(ingest, message):
+    with pytest.raises(ConfigError) as info:
+        parse_config({"catalog": {"properties": {"type": "rest"}}, "ingest": ingest})
+    assert message in str(info.value)
+
+
+def test_the_commit_delay_may_equal_the_floor():
+    config = parse_config(
+        {"catalog": {"properties": {"type": "rest"}}, "ingest": {"min_commit_interval_seconds": 5, "max_commit_delay_seconds": 5}}
+    )
+    assert (config.ingest.min_commit_interval_seconds, config.ingest.max_commit_delay_seconds) == (5.0, 5.0)
+
+
 @pytest.mark.parametrize("branch", ["main", "", "has space", "-leading-dash"])
 def test_a_staging_branch_must_be_a_branch_other_than_main(branch):
     with pytest.raises(ConfigError, match="staging_branch"):
