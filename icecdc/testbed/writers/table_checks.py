@@ -42,3 +42,21 @@ def sidecar_snapshots_changing_rows(spark: Any, table: str) -> list[int]:
             if ours.count() or parent.count():
                 changed.append(snapshot["snapshot_id"])
     return changed
+
+
+def most_deletes_on_a_data_file(spark: Any, table: str) -> int:
+    """The most delete files that apply to one live data file: a delete file naming its data file
+    (a DV, a file-scoped position delete) applies to that file; any other to every data file of
+    its partition. Sequence numbers are not compared, so an equality delete counts on every file."""
+    rows = spark.sql(f"SELECT content, file_path, partition.region AS region, referenced_data_file FROM {table}.files").collect()
+    data = {r["file_path"]: r["region"] for r in rows if r["content"] == 0}
+    named: dict[str, int] = {}
+    unnamed: dict[str, int] = {}
+    for r in rows:
+        if r["content"] == 0:
+            continue
+        if r["referenced_data_file"] is not None:
+            named[r["referenced_data_file"]] = named.get(r["referenced_data_file"], 0) + 1
+        else:
+            unnamed[r["region"]] = unnamed.get(r["region"], 0) + 1
+    return max((named.get(path, 0) + unnamed.get(region, 0) for path, region in data.items()), default=0)
