@@ -46,9 +46,15 @@ def sidecar_snapshots_changing_rows(spark: Any, table: str) -> list[int]:
 
 def most_deletes_on_a_data_file(spark: Any, table: str) -> int:
     """The most delete files that apply to one live data file: a delete file naming its data file
-    (a DV, a file-scoped position delete) applies to that file; any other to every data file of
-    its partition. Sequence numbers are not compared, so an equality delete counts on every file."""
-    rows = spark.sql(f"SELECT content, file_path, partition.region AS region, referenced_data_file FROM {table}.files").collect()
+    (a DV, a file-scoped position delete) applies to that file, any other to every data file of
+    its partition, as Iceberg's ``DeleteFileIndex`` matches them. Sequence numbers are not compared, so an equality delete counts on every file."""
+    # A v2 position-delete file names its data file by equal bounds on ``file_path`` (field 2147483546).
+    lower, upper = (f"cast(element_at({b}, 2147483546) AS STRING)" for b in ("lower_bounds", "upper_bounds"))
+    rows = spark.sql(
+        f"SELECT content, file_path, partition.region AS region, "
+        f"coalesce(referenced_data_file, CASE WHEN {lower} = {upper} THEN {lower} END) AS referenced_data_file "
+        f"FROM {table}.files"
+    ).collect()
     data = {r["file_path"]: r["region"] for r in rows if r["content"] == 0}
     named: dict[str, int] = {}
     unnamed: dict[str, int] = {}
