@@ -252,7 +252,8 @@ def run(settings: Settings, out: Path, state_dir: Path) -> WritersResults:
                 for format_version in settings.formats:
                     say(f"run {run_number}/{settings.runs}: {writer.value} on format v{format_version}")
                     results.cases.append(run_case(stack, writer, format_version, run_number, settings, out))
-    publish(out, "writers", results, plot, summary)
+                    # After every case, so that a long run shows its results so far and keeps them if stopped.
+                    publish(out, "writers", results, plot, summary)
     return results
 
 
