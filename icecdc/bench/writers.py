@@ -32,7 +32,12 @@ from icecdc.runtime.catalog import pyiceberg_catalog
 from icecdc.runtime.config import Config
 from icecdc.testbed.writers.jobs import JobSettings, Writer, writer_job
 from icecdc.testbed.writers.model import Locality
-from icecdc.testbed.writers.table_checks import compacted, live_files, sidecar_snapshots_changing_rows
+from icecdc.testbed.writers.table_checks import (
+    compacted,
+    live_files,
+    most_deletes_on_a_data_file,
+    sidecar_snapshots_changing_rows,
+)
 
 # After the writes stop, every partition ends compacted within its settle window and this bound
 # (issue "beside other writers": a watch interval, the sidecar's turn, one job per partition).
@@ -40,8 +45,9 @@ COMPACTED_WITHIN_SECONDS = 60.0
 # The goals of docs/BENCHMARKS.md, rows "Beside other writers" and "Reads beside other writers".
 CONFLICT_SHARE_GOAL = 0.05
 READ_RATIO_GOAL = 1.5
-LOOKUPS = 8  # point lookups a probe
-REPEATS = 3  # aggregations a probe
+# Enough queries a probe that the writer's jobs on the same cores fall on the table and the copy alike.
+LOOKUPS = 12  # point lookups a probe
+REPEATS = 5  # aggregations a probe
 say = progress("writers")
 
 
@@ -53,6 +59,7 @@ class ReadPoint:
     lookup_ratio: float
     data_files: int
     delete_files: int
+    most_deletes_on_a_data_file: int
 
 
 @dataclass
@@ -133,6 +140,7 @@ def _probe(reader: Any, name: str, copy: str, keys: list[int], t: float, writing
         latency["table"]["lookup_ms"] / latency["copy"]["lookup_ms"],
         sum(n for (_, content), n in files.items() if content == 0),
         sum(n for (_, content), n in files.items() if content != 0),
+        most_deletes_on_a_data_file(reader, name),
     )
 
 
@@ -208,7 +216,8 @@ def run_case(stack: BenchStack, writer: Writer, format_version: int, run: int, s
 def _said(point: ReadPoint) -> str:
     return (
         f"aggregation {point.aggregate_ratio:.2f}x, lookup {point.lookup_ratio:.2f}x the compacted copy, "
-        f"{point.data_files} data and {point.delete_files} delete files"
+        f"{point.data_files} data and {point.delete_files} delete files, at most {point.most_deletes_on_a_data_file} "
+        "on one data file"
     )
 
 
@@ -243,7 +252,8 @@ def run(settings: Settings, out: Path, state_dir: Path) -> WritersResults:
                 for format_version in settings.formats:
                     say(f"run {run_number}/{settings.runs}: {writer.value} on format v{format_version}")
                     results.cases.append(run_case(stack, writer, format_version, run_number, settings, out))
-    publish(out, "writers", results, plot, summary)
+                    # After every case, so that a long run shows its results so far and keeps them if stopped.
+                    publish(out, "writers", results, plot, summary)
     return results
 
 
@@ -274,6 +284,7 @@ def summary(results: WritersResults) -> str:
                 f"{conflicts}/{attempts} ({conflicts / attempts:.0%})" if attempts else "0/0",
                 _spread([c.ratio("aggregate_ratio", True) for c in cases]),
                 _spread([c.ratio("lookup_ratio", True) for c in cases]),
+                max((p.most_deletes_on_a_data_file for c in cases for p in c.reads if p.writing), default=0),
                 _spread([c.ratio("aggregate_ratio", False) for c in cases]),
                 _spread([c.write_amplification for c in cases]),
                 _spread([c.compacted_after_seconds for c in cases], "{:.0f}"),
@@ -308,7 +319,8 @@ def summary(results: WritersResults) -> str:
         + markdown_table(
             (
                 "writer | runs | writer commits | refused | runs not exact | sidecar compactions | sidecar conflicts | "
-                "aggregation while writing | lookup while writing | aggregation after | write amplification | "
+                "aggregation while writing | lookup while writing | most deletes on a data file while writing | "
+                "aggregation after | write amplification | "
                 "compacted s after last write | runs not compacted"
             ),
             rows,

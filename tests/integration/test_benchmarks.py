@@ -382,6 +382,40 @@ def test_contention_benchmark_harness(tmp_path):
     assert "| coordinated |" in (out / "contention.md").read_text()
 
 
+def test_writers_benchmark_harness(tmp_path):
+    """A short ``icecdc bench writers``: a merge-on-read writer beside the sidecar in its own process,
+    never refused, its table equal to its model, read probes taken, JSON, plot and summary written."""
+    out = tmp_path / "out"
+    run = icecdc_process(
+        "bench",
+        "writers",
+        "--state-dir",
+        str(tmp_path / "state"),
+        "--writers",
+        "merge-on-read",
+        "--formats",
+        "2",
+        "--commits",
+        "4",
+        "--rows",
+        "500",
+        "--changes",
+        "40",
+        "--probe-seconds",
+        "4",
+        "--out",
+        str(out),
+        timeout=900,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    (case,) = orjson.loads((out / "writers.json").read_bytes())["cases"]
+    assert case["commits"] == 6 and case["refused"] == [] and case["differences"] == []
+    assert case["snapshots_changing_rows"] == [] and case["sidecar"] is not None
+    assert any(point["writing"] for point in case["reads"]) and not case["reads"][-1]["writing"]
+    assert (out / "writers.png").stat().st_size > 0
+    assert "| merge-on-read v2 | 1 |" in (out / "writers.md").read_text()
+
+
 def test_parse_benchmark_harness(tmp_path):
     """A short ``python -m benchmarks parse``: both paths measured on both message shapes (the bench checks
     that they give the same rows), JSON, plot and summary written."""

@@ -42,3 +42,27 @@ def sidecar_snapshots_changing_rows(spark: Any, table: str) -> list[int]:
             if ours.count() or parent.count():
                 changed.append(snapshot["snapshot_id"])
     return changed
+
+
+def most_deletes_on_a_data_file(spark: Any, table: str) -> int:
+    """The most delete files that apply to one live data file: a delete file naming its data file
+    (a DV, a file-scoped position delete) applies to that file, any other to every data file of
+    its partition, as Iceberg's ``DeleteFileIndex`` matches them. Sequence numbers are not compared, so an equality delete counts on every file."""
+    # A v2 position-delete file names its data file by equal bounds on ``file_path`` (field 2147483546).
+    lower, upper = (f"cast(element_at({b}, 2147483546) AS STRING)" for b in ("lower_bounds", "upper_bounds"))
+    rows = spark.sql(
+        f"SELECT content, file_path, partition.region AS region, "
+        f"coalesce(referenced_data_file, CASE WHEN {lower} = {upper} THEN {lower} END) AS referenced_data_file "
+        f"FROM {table}.files"
+    ).collect()
+    data = {r["file_path"]: r["region"] for r in rows if r["content"] == 0}
+    named: dict[str, int] = {}
+    unnamed: dict[str, int] = {}
+    for r in rows:
+        if r["content"] == 0:
+            continue
+        if r["referenced_data_file"] is not None:
+            named[r["referenced_data_file"]] = named.get(r["referenced_data_file"], 0) + 1
+        else:
+            unnamed[r["region"]] = unnamed.get(r["region"], 0) + 1
+    return max((named.get(path, 0) + unnamed.get(region, 0) for path, region in data.items()), default=0)
