@@ -1,7 +1,7 @@
 """Table maintenance: snapshot expiry, orphan-file removal and manifest rewrites
 (docs/coordinator.md, "Maintenance"). What maintenance must never do is decided here, in plain
-functions: expire the starting snapshot of a running compaction, the ingester's newest offsets
-snapshot or, on a staged table, the snapshots between main and its branch's head (the cutoff
+functions: expire the starting snapshot of a running compaction, a writer's newest exactly-once
+marker (the ingester's offsets, a Flink job's or a Kafka Connect sink's) or, on a staged table, the snapshots between main and its branch's head (the cutoff
 moves back to the oldest of them); remove a file younger than ``orphan_age_seconds``, which a
 commit in flight may be about to reference; announce a run that has nothing to do. Running them
 is Iceberg's own actions, through the Java adapter (``icecdc.jvm.actions``).
@@ -13,7 +13,6 @@ import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from icecdc.domain import summary
 from icecdc.domain.events import MaintenanceKind
 from icecdc.jvm import actions
 from icecdc.jvm.actions import ManifestFacts
@@ -142,9 +141,10 @@ class TableMaintenance:
         self.table.refresh()
         times = self.table.snapshot_times_ms()
         protected = {i: times[i] for i in running_starts if i is not None and i in times}
-        offsets = self.table.newest_snapshot_with(summary.OFFSETS)
-        if offsets is not None:
-            protected[offsets.snapshot_id] = offsets.timestamp_ms
+        # Each writer's newest exactly-once marker, and so every snapshot after it: the ingester's
+        # offsets, a Flink job's checkpoint id, a Kafka Connect sink's offsets on a kept table.
+        for marked in self.table.newest_recovery_snapshots().values():
+            protected[marked.snapshot_id] = marked.timestamp_ms
         main = self.table.main_snapshot_id() if self.table.ref.staged else None
         if main is not None and main in times:
             # A staged table's main lags its branch: the branch's snapshots after it are how it

@@ -179,6 +179,18 @@ class IcebergTable:
         with java_errors():
             return {int(s.snapshotId()): int(s.timestampMillis()) for s in iterate(self._java.snapshots())}
 
+    def newest_recovery_snapshots(self) -> dict[str, Snapshot]:
+        """writer -> the newest snapshot in the current history carrying that writer's
+        exactly-once marker (``summary.recovery_marker``): one walk, one call a snapshot."""
+        found: dict[str, Snapshot] = {}
+        with java_errors():
+            for java in self._java_history():
+                # The key set as one string ("[k1, k2]"): summary keys hold no ", ".
+                keys = str(java.summary().keySet().toString())[1:-1].split(", ")
+                for writer in {w for key in keys if (w := summary_keys.recovery_marker(key)) is not None}:
+                    found.setdefault(writer, Snapshot.of(java))
+        return found
+
     def newest_snapshot_with(self, key: str) -> Snapshot | None:
         """The newest snapshot in the current history whose summary has ``key``."""
         with java_errors():

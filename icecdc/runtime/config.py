@@ -427,8 +427,8 @@ class MaintenanceConfig(_Strict):
     enabled: bool = True
     interval_seconds: float = Field(default=900.0, gt=0)
     # Snapshots older than this are expired, except the newest ``retain_last``, the starting
-    # snapshot of every running compaction and the ingester's newest offsets snapshot (and
-    # everything after it): exactly-once recovery reads its offsets from that snapshot.
+    # snapshot of every running compaction and each writer's newest exactly-once marker (and
+    # everything after it): the ingester, a Flink job or a Kafka Connect sink recovers from it.
     snapshot_retention_seconds: float = Field(default=6 * 3600.0, ge=0)
     retain_last: int = Field(default=10, ge=1)
     # Files under the table location that no snapshot references are removed once this old. It

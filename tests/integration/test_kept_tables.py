@@ -20,8 +20,13 @@ from typing import Any
 import pytest
 
 from icecdc.compactor.sidecar import CompactorSidecar, create_sidecar
+from icecdc.coordinator.maintenance import TableMaintenance
+from icecdc.domain import summary as summary_keys
 from icecdc.domain.writer_commits import WriterKind
-from icecdc.runtime.config import Config, TableConfig
+from icecdc.jvm.bridge import JavaBridge
+from icecdc.jvm.tables import IcebergTable
+from icecdc.runtime.config import Config, MaintenanceConfig, TableConfig
+from icecdc.testbed.upsert_sink import UpsertSink, create_table
 from icecdc.testbed.writers.jobs import JobSettings, Writer, WriterJob, writer_job
 from icecdc.testbed.writers.table_checks import compacted, live_files, sidecar_snapshots_changing_rows
 from tests.integration.test_compactor import compactor_config, running
@@ -128,3 +133,36 @@ def test_a_writer_that_is_not_ours_is_never_refused_beside_the_sidecar(spark, st
     # A copy-on-write writer rewrites the files it changes, leaving the sidecar nothing to do.
     assert sidecar.stats.committed >= 1 or case.writer is Writer.COPY_ON_WRITE
     assert sidecar_snapshots_changing_rows(spark, name) == []
+
+
+def test_expiry_keeps_the_newest_exactly_once_marker_of_a_flink_job_and_of_a_kafka_connect_sink(spark, stack_config, unique):
+    """A kept table's writers recover from their newest marker snapshot: maintenance expires the
+    snapshots before the oldest of those markers, and none from it on."""
+    config = kept_config(stack_config, unique, f"it.markers_{unique}")
+    ref = config.table_ref(config.tables[0])
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {ref.catalog}.it")
+    create_table(spark, ref.qualified, 2)
+    sink = UpsertSink(spark, ref.qualified, changes_per_checkpoint=20)
+    checkpoints = [sink.commit_checkpoint(50), sink.commit_checkpoint(), sink.commit_checkpoint()]
+    assert all(checkpoints)
+    marker = f"{summary_keys.KAFKA_CONNECT_OFFSETS_PREFIX}control-iceberg.connect-group"
+    appends = spark.createDataFrame(
+        [(10_000 + n, "eu", n, "new") for n in range(3)], "id long, region string, amount long, status string"
+    )
+    appends = appends.selectExpr("*", "current_timestamp() AS updated_at")
+    appends.writeTo(ref.qualified).option(f"snapshot-property.{marker}", '{"0": 7}').append()
+    for _ in range(3):
+        appends.selectExpr("id + 100 AS id", "region", "amount", "status", "updated_at").writeTo(ref.qualified).append()
+    table = IcebergTable(JavaBridge(spark), ref)
+    table.refresh()
+    marked = table.newest_recovery_snapshots()
+    assert set(marked) == {"flink", "kafka-connect"} and marked["flink"].snapshot_id == checkpoints[-1].snapshot_id
+    before = set(table.snapshot_times_ms())
+    time.sleep(0.01)
+    result = TableMaintenance(table, {}).expire(
+        int(time.time() * 1000), MaintenanceConfig(snapshot_retention_seconds=0, retain_last=1), []
+    )
+    after = set(table.snapshot_times_ms())
+    assert {c.snapshot_id for c in checkpoints[:2]} == before - after, "only the snapshots before the oldest marker go"
+    assert checkpoints[-1].snapshot_id in after and marked["kafka-connect"].snapshot_id in after
+    assert set(result.protected_snapshot_ids) >= {checkpoints[-1].snapshot_id, marked["kafka-connect"].snapshot_id}

@@ -27,6 +27,7 @@ from icecdc.coordinator.maintenance import (
 )
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.coordinator.quiet import quiet_delay
+from icecdc.domain import summary
 from icecdc.domain.cadence import WriteCadence
 from icecdc.domain.errors import CommitConflict, CompareAndSetLost
 from icecdc.domain.events import CompactionEvent, CompactionOutcome, MaintenanceEvent, MaintenanceOutcome
@@ -405,8 +406,8 @@ def test_expiry_spares_a_staged_tables_snapshots_from_main_to_the_branchs_head(m
         def snapshot_times_ms(self) -> dict[int, int]:
             return {1: 1_000, 2: 2_000, 3: 3_000, 4: 4_000}  # main at 2, the branch's head at 4
 
-        def newest_snapshot_with(self, key: str):
-            return SimpleNamespace(snapshot_id=4, timestamp_ms=4_000)
+        def newest_recovery_snapshots(self) -> dict:
+            return {"icecdc": SimpleNamespace(snapshot_id=4, timestamp_ms=4_000)}
 
         def main_snapshot_id(self) -> int:
             return 2
@@ -417,3 +418,34 @@ def test_expiry_spares_a_staged_tables_snapshots_from_main_to_the_branchs_head(m
     result = TableMaintenance(StagedTable(), {}).expire(10_000, settings, [])
     assert result.cutoff_ms == 2_000 and 2 in result.protected_snapshot_ids
     assert cutoffs == [2_000]  # only snapshot 1, before main, may go
+
+
+def test_expiry_keeps_every_writers_newest_exactly_once_marker_and_what_follows(monkeypatch):
+    """The ingester's offsets, a Flink job's checkpoint id and a Kafka Connect sink's offsets: the
+    cutoff moves back to the oldest of their newest snapshots."""
+
+    class KeptTable:
+        ref = TableRef("lake", ("db",), "t")
+
+        def refresh(self) -> None: ...
+
+        def snapshot_times_ms(self) -> dict[int, int]:
+            return {1: 1_000, 2: 2_000, 3: 3_000, 4: 4_000}
+
+        def newest_recovery_snapshots(self) -> dict:
+            return {
+                "flink": SimpleNamespace(snapshot_id=2, timestamp_ms=2_000),
+                "kafka-connect": SimpleNamespace(snapshot_id=3, timestamp_ms=3_000),
+            }
+
+    cutoffs: list[int] = []
+    monkeypatch.setattr(actions, "expire_snapshots", lambda table, cutoff, retain_last: cutoffs.append(cutoff) or 0)
+    result = TableMaintenance(KeptTable(), {}).expire(10_000, MaintenanceConfig(snapshot_retention_seconds=0, retain_last=1), [])
+    assert cutoffs == [2_000] and set(result.protected_snapshot_ids) == {2, 3}
+
+
+def test_recovery_markers_name_their_writer():
+    assert summary.recovery_marker(summary.OFFSETS) == "icecdc"
+    assert summary.recovery_marker(summary.FLINK_CHECKPOINT) == "flink"
+    assert summary.recovery_marker("kafka.connect.offsets.control-iceberg.cg") == "kafka-connect"
+    assert summary.recovery_marker("flink.job-id") is None and summary.recovery_marker("kafka.connect.commit-id") is None
