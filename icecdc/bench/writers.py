@@ -179,6 +179,8 @@ def run_case(stack: BenchStack, writer: Writer, format_version: int, run: int, s
                 say(f"{result.name}: {job.commits - 2}/{settings.commits} commits, {_said(result.reads[-1])}")
             time.sleep(0.5)
         job.wait()
+        if not result.reads:
+            say(f"{result.name}: the writer finished before the sidecar joined, so no read while writing: use more --commits")
         writes_ended, wrote_until = time.monotonic(), time.time()
         result.bound_seconds = config.compactor.settle.max_seconds + COMPACTED_WITHIN_SECONDS
         files = live_files(reader, name)
