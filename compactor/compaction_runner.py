@@ -23,6 +23,7 @@ from icecdc.compactor.plans import PartitionFiles, RewritePlan
 from icecdc.compactor.policy import Candidate
 from icecdc.compactor.rewrite import Committer, CompactionResult
 from icecdc.compactor.tracker import PartitionTracker, TrackedPartition
+from icecdc.coordinator.commits import Attempt
 from icecdc.coordinator.ownership import Ownership, slot_of
 from icecdc.domain import summary
 from icecdc.domain.errors import CatalogOutage
@@ -53,8 +54,8 @@ class Gate(Protocol):
     def commit(
         self,
         table: str,
-        attempt: Callable[[], CommittedSnapshot],
-        before_attempt: Callable[[], None] = ...,
+        attempt: Attempt,
+        before_attempt: Callable[[], int | None] = ...,
         commit_by: float | None = ...,
     ) -> CommittedSnapshot: ...
     def lease_lost(self, table: str) -> None: ...
@@ -64,9 +65,10 @@ class Publisher(Protocol):
     def compaction(self, event: CompactionEvent) -> None: ...
 
 
-# (table, starting sequence number, partition paths) -> None, right before each commit attempt;
-# raises ``WriterWroteThere`` when the table's writer forbids the commit (``policy.beside_writer``).
-WriterGuard = Callable[[str, int, Sequence[str]], None]
+# (table, starting sequence number, partition paths) -> the snapshot it checked the writer's
+# commits through (None: it did not check), right before each commit attempt; raises
+# ``WriterWroteThere`` when the table's writer forbids the commit (``policy.beside_writer``).
+WriterGuard = Callable[[str, int, Sequence[str]], int | None]
 
 # (table, layout, partitions) -> one compaction job; partitions None: the table's global deletes.
 CompactionFactory = Callable[[str, TableLayout, Sequence[PartitionKey] | None], Compaction]
@@ -170,7 +172,7 @@ class CompactionRunner:
         job.phases.work = self._clock() - working - job.phases.commit
         job.finish_with([result.counts for result in results])
 
-    def _commit(self, job: JobUnderWay, attempt: Callable[[], CommittedSnapshot]) -> CommittedSnapshot:
+    def _commit(self, job: JobUnderWay, attempt: Attempt) -> CommittedSnapshot:
         """One commit through the gate, which confirms the leases and asks the writer guard
         before each attempt."""
         at = self._clock()
@@ -181,11 +183,12 @@ class CompactionRunner:
         finally:
             job.phases.commit += self._clock() - at
 
-    def _before_commit(self, job: JobUnderWay) -> None:
+    def _before_commit(self, job: JobUnderWay) -> int | None:
         self._confirm_leases(job)
         since = job.starting_sequence_number
-        if since is not None:
-            self._writer_guard(job.table, since, [part.partition.path for part in job.parts if part.has_work])
+        if since is None:
+            return None
+        return self._writer_guard(job.table, since, [part.partition.path for part in job.parts if part.has_work])
 
     def _failed(self, job: JobUnderWay, error: Exception) -> Failure:
         """How the job ends after ``error``: the gate counts a fenced job as a lease conflict,

@@ -22,6 +22,7 @@ from icecdc.compactor.plans import CONVERSIONS, PartitionFiles, RewritePlan, kee
 from icecdc.compactor.policy import Work
 from icecdc.compactor.positions import Conversion, ConvertedFile, EqualityDeletes, FileDeletes, PositionDeletes, convert_all
 from icecdc.compactor.row_merge import MergedFile, RowMerge, bins, merge_all
+from icecdc.coordinator.commits import Attempt
 from icecdc.domain import summary
 from icecdc.domain.errors import CatalogOutage, CatalogUnavailable, CommitStateUnknown
 from icecdc.domain.events import CompactionCounts
@@ -37,12 +38,12 @@ if TYPE_CHECKING:
 
 J = TypeVar("J")
 R = TypeVar("R")
-Committer = Callable[[Callable[[], CommittedSnapshot]], CommittedSnapshot]
+Committer = Callable[[Attempt], CommittedSnapshot]
 # Errors after which the commit may have landed: what the compaction wrote may be referenced.
 OUTCOME_UNKNOWN = (CommitStateUnknown, CatalogUnavailable, CatalogOutage)
 
 
-def commit_now(attempt: Callable[[], CommittedSnapshot]) -> CommittedSnapshot:
+def commit_now(attempt: Attempt) -> CommittedSnapshot:
     return attempt()
 
 
@@ -144,9 +145,14 @@ class CompactionJob:
             summary_tags = {**tags, summary.COMPACTION: plan.work.value}
             if plan.work in CONVERSIONS:
                 examined = tuple(dict.fromkeys((*plan.convert, *plan.examined)))
-                committed = commit(lambda: rewrite.commit_conversion(examined, plan.remove_deletes, summary_tags))
+                # A conversion's validation indexes no deletes: it validates from the start.
+                committed = commit(
+                    lambda checked_through=None: rewrite.commit_conversion(examined, plan.remove_deletes, summary_tags)
+                )
             else:
-                committed = commit(lambda: rewrite.commit(plan.rewrite, plan.remove_deletes, summary_tags))
+                committed = commit(
+                    lambda checked_through=None: rewrite.commit(plan.rewrite, plan.remove_deletes, summary_tags, checked_through)
+                )
         except OUTCOME_UNKNOWN:
             raise
         except BaseException:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,9 +47,23 @@ log = logging.getLogger(__name__)
 
 # The field id of a position-delete file's ``file_path`` column (Iceberg spec, reserved ids).
 DELETE_FILE_PATH_FIELD_ID = 2147483546
-# Found commits remembered per table, for the check before a compaction commits: far more than
-# land on one table during one compaction.
-REMEMBERED_COMMITS = 1000
+# Snapshots remembered per table, for the check before a compaction commits: far more than land
+# on one table during one compaction.
+REMEMBERED_SNAPSHOTS = 1000
+
+
+@dataclass(frozen=True)
+class SeenSnapshot:
+    """A snapshot the watcher read: the writer's, with the partitions it touched, or ours."""
+
+    sequence_number: int
+    snapshot_id: int
+    ours: bool
+    # None: not read (the table's layout was not known yet), so taken as touching every partition.
+    partitions: frozenset[str] | None = frozenset()
+
+    def touches(self, partitions: Collection[str]) -> bool:
+        return not self.ours and (self.partitions is None or not self.partitions.isdisjoint(partitions))
 
 
 @dataclass
@@ -59,8 +73,48 @@ class WatchedTable:
     metadata_location: str | None = None
     snapshot_id: int | None = None
     sequence_number: int = -1
-    # (sequence number, partition paths) of the writer's latest commits, oldest first.
-    commits: deque[tuple[int, frozenset[str]]] = field(default_factory=lambda: deque(maxlen=REMEMBERED_COMMITS))
+    # The sequence number of the first snapshot seen: commits before it were never read.
+    watched_from: int | None = None
+    # The latest snapshots read, oldest first.
+    seen: deque[SeenSnapshot] = field(default_factory=lambda: deque(maxlen=REMEMBERED_SNAPSHOTS))
+    # The newest snapshot no longer remembered (-1: none forgotten).
+    forgotten_through: int = -1
+
+    def remember(self, snapshot: SeenSnapshot) -> None:
+        if len(self.seen) == self.seen.maxlen:
+            self.forgotten_through = self.seen[0].sequence_number
+        self.seen.append(snapshot)
+
+    def knows_snapshots_after(self, sequence_number: int) -> bool:
+        """Whether every snapshot after ``sequence_number``, up to the last poll, was read and is
+        still remembered."""
+        return (
+            self.watched_from is not None and self.watched_from <= sequence_number and self.forgotten_through <= sequence_number
+        )
+
+    def writer_wrote(self, since_sequence_number: int, partitions: Collection[str]) -> bool:
+        """Whether a writer's commit after ``since_sequence_number`` touched ``partitions``; True
+        as well when the watcher cannot tell."""
+        if not self.knows_snapshots_after(since_sequence_number):
+            return True
+        wanted = set(partitions)
+        return any(s.sequence_number > since_sequence_number and s.touches(wanted) for s in self.seen)
+
+    def checked_through(self, since_sequence_number: int) -> int | None:
+        """The newest snapshot up to which every snapshot after ``since_sequence_number`` is the
+        writer's (read, and checked by ``writer_wrote``), not the sidecar's: a sidecar commit
+        in another lease's slot (a global resolution) may have added deletes to the job's files.
+        None: the first snapshot after it is the sidecar's, or none was read."""
+        if not self.knows_snapshots_after(since_sequence_number):
+            return None
+        through = None
+        for snapshot in self.seen:
+            if snapshot.sequence_number <= since_sequence_number:
+                continue
+            if snapshot.ours:
+                break
+            through = snapshot.snapshot_id
+        return through
 
 
 def snapshot_links(table: Any) -> dict[int, SnapshotLink]:
@@ -199,17 +253,35 @@ class CommitWatcher:
             self._tracker.on_writer(table_name, (kind for kind, _ in found))
             for _, commit in found:
                 self._found(commit_event(commit))
-                watched.commits.append((commit.sequence_number, touched_partitions(commit)))
             self.commits_found += len(found)
+            ours = self._remember(table, links, head, watched, [commit for _, commit in found])
             # Commit events count what appends and equality deletes add; removed files, position
             # deletes and compactions (another replica's) only the metadata counts.
-            ours = any(links[s].ours for s in new_snapshots(links, head.snapshot_id if head else None, watched.snapshot_id))
             if ours or not all(told_by_event(commit) for _, commit in found):
                 self._reconciler.reconcile(table_name, table)
         watched.metadata_location = table.metadata_location
         watched.snapshot_id = head.snapshot_id if head is not None else None
         watched.sequence_number = (head.sequence_number or 0) if head is not None else -1
+        if watched.watched_from is None:
+            watched.watched_from = watched.sequence_number
         return len(found)
+
+    @staticmethod
+    def _remember(
+        table: Any, links: dict[int, SnapshotLink], head: Any, watched: WatchedTable, found: Sequence[FoundCommit]
+    ) -> bool:
+        """Remembers the snapshots since the last poll, oldest first; returns whether any is ours."""
+        commits = {commit.snapshot_id: commit for commit in found}
+        sequence_numbers = {s.snapshot_id: s.sequence_number or 0 for s in table.metadata.snapshots}
+        ours = False
+        for snapshot_id in new_snapshots(links, head.snapshot_id if head else None, watched.snapshot_id):
+            ours = ours or links[snapshot_id].ours
+            sequence_number = sequence_numbers[snapshot_id]
+            if sequence_number > watched.sequence_number:  # not one seen before a rollback
+                commit = commits.get(snapshot_id)
+                touched = touched_partitions(commit) if commit is not None else None
+                watched.remember(SeenSnapshot(sequence_number, snapshot_id, links[snapshot_id].ours, touched))
+        return ours
 
     def _baseline(self, table_name: str, table: Any) -> None:
         """First sight: the current snapshot is where the watch starts, the table's statistics come
@@ -246,22 +318,23 @@ class CommitWatcher:
 
     def writer_wrote(self, table_name: str, since_sequence_number: int, partitions: Collection[str]) -> bool:
         """Whether the table's writer committed to any of ``partitions`` after the snapshot of
-        ``since_sequence_number``, reading its newest commits first."""
+        ``since_sequence_number``, reading its newest commits first; True as well when the
+        watcher cannot tell (it started watching later, or has forgotten commits since)."""
         self.poll(table_name)
         watched = self._tables.get(table_name)
-        if watched is None:
-            return False
-        wanted = set(partitions)
-        return any(seq > since_sequence_number and touched & wanted for seq, touched in watched.commits)
+        return watched is not None and watched.writer_wrote(since_sequence_number, partitions)
 
-    def guard(self, table_name: str, since_sequence_number: int, partitions: Iterable[str]) -> None:
+    def guard(self, table_name: str, since_sequence_number: int, partitions: Iterable[str]) -> int | None:
         """Raises ``WriterWroteThere`` when a writer that names files (``policy.beside_writer``)
-        committed to the job's partitions since it started."""
+        committed to the job's partitions since it started. Otherwise returns the newest snapshot
+        up to which it checked the writer's commits (``WatchedTable.checked_through``), from which
+        the commit may validate."""
         if beside_writer(self._tracker.writer_kind(table_name)).commit_after_writer:
-            return
+            return None
         paths = list(partitions)
         if self.writer_wrote(table_name, since_sequence_number, paths):
             raise WriterWroteThere(
                 f"the writer of {table_name} committed to {', '.join(p or '(unpartitioned)' for p in paths)} "
                 "since the compaction started; tried again later"
             )
+        return self._tables[table_name].checked_through(since_sequence_number)

@@ -15,6 +15,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from tenacity import RetryError, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
@@ -31,6 +32,14 @@ log = logging.getLogger(__name__)
 
 # A first guess at a compaction commit's duration until this process has timed one.
 INITIAL_COMMIT_SECONDS = 0.5
+
+
+class Attempt(Protocol):
+    """One try at a commit, building a fresh Iceberg update. ``checked_through``: the newest
+    snapshot up to which the check before the attempt has examined the writer's commits itself
+    (None: none did), so that Iceberg's validation need only cover the commits after it."""
+
+    def __call__(self, checked_through: int | None = None) -> CommittedSnapshot: ...
 
 
 @dataclass
@@ -90,25 +99,26 @@ class CommitGate:
     def commit(
         self,
         table: str,
-        attempt: Callable[[], CommittedSnapshot],
-        before_attempt: Callable[[], None] = lambda: None,
+        attempt: Attempt,
+        before_attempt: Callable[[], int | None] = lambda: None,
         commit_by: float | None = None,
     ) -> CommittedSnapshot:
         """Commit through ``attempt`` (which builds a fresh update each time: a failed Iceberg
-        update cannot be committed again). ``before_attempt`` is the lease check; ``commit_by``
-        as ``wait_for_quiet`` has it."""
+        update cannot be committed again). ``before_attempt`` checks the leases and the writer,
+        and returns the snapshot it checked the writer's commits through, which ``attempt``
+        gets; ``commit_by`` as ``wait_for_quiet`` has it."""
 
         def one_attempt() -> CommittedSnapshot:
             self.wait_for_quiet(table, commit_by)
             try:
-                before_attempt()
+                checked_through = before_attempt()
             except CommitConflict:  # the writer wrote the job's partitions again (``WriterWroteThere``)
                 self._count(table, attempts=1, conflicts=1, kind="writer")
                 raise
             failpoints.hit("compactor-after-lease-check")
             started = self._clock()
             try:
-                committed = attempt()
+                committed = attempt(checked_through)
             except CompareAndSetLost:
                 self._count(table, attempts=1, conflicts=1, kind="cas")
                 raise

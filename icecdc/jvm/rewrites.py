@@ -203,18 +203,31 @@ class PartitionRewrite:
         self.new_position_deletes += added
         return added
 
-    def commit(self, rewritten: Sequence[str], removed_deletes: Sequence[str], summary: Mapping[str, str]) -> CommittedSnapshot:
+    def commit(
+        self,
+        rewritten: Sequence[str],
+        removed_deletes: Sequence[str],
+        summary: Mapping[str, str],
+        checked_through: int | None = None,
+    ) -> CommittedSnapshot:
         """One ``RewriteFiles``: remove the rewritten data files and the delete files nothing needs
         any more, add what this rewrite wrote, validate from the starting snapshot, and give new
         data files the starting snapshot's sequence number, so that equality deletes the writer
-        commits meanwhile still apply to them (and Iceberg's validation ignores them)."""
+        commits meanwhile still apply to them (and Iceberg's validation ignores them).
+
+        ``checked_through``: a later snapshot up to which the sidecar has checked that no writer
+        commit touched these partitions (``watcher.guard``); Iceberg validates from it instead.
+        Iceberg indexes every delete file added in the validated stretch, in any partition, and
+        its index fails on format v3 when the writer replaced one file's deletion vector twice
+        there ("Can't index multiple DVs", apache/iceberg#17764)."""
         table, start = self._table, self._listing.snapshot
+        validate_from = start.snapshot_id if checked_through is None else checked_through
 
         def build(source: JavaObject) -> JavaObject:
             # Set even when nothing is written (every rewritten row was deleted): Iceberg's
             # validation ignores the writer's new equality deletes only when it is set, and would
             # otherwise fail the rewrite of fully deleted files on any batch that lands meanwhile.
-            update = source.newRewrite().validateFromSnapshot(start.snapshot_id).dataSequenceNumber(start.sequence_number)
+            update = source.newRewrite().validateFromSnapshot(validate_from).dataSequenceNumber(start.sequence_number)
             for path in rewritten:
                 update = update.deleteFile(self._tasks[path].file())
             for java in self._added.values():

@@ -8,6 +8,7 @@ import pytest
 
 from icecdc.compactor.policy import PartitionStats, Work, beside_writer
 from icecdc.compactor.tracker import PartitionMetadata, PartitionTracker
+from icecdc.compactor.watcher import REMEMBERED_SNAPSHOTS, SeenSnapshot, WatchedTable
 from icecdc.domain.events import CommitEvent, PartitionDelta
 from icecdc.domain.files import DataFileContent
 from icecdc.domain.writer_commits import (
@@ -230,3 +231,42 @@ def test_a_table_remembers_its_writers_most_demanding_commit():
     tracker.on_writer("db.kept", [])
     assert tracker.writer_kind("db.kept") is WriterKind.DELETES_IN_PLACE
     assert tracker.writer_kind("db.other") is None
+
+
+def watched(*seen: SeenSnapshot, watched_from: int = 10) -> WatchedTable:
+    table = WatchedTable(watched_from=watched_from)
+    for snapshot in seen:
+        table.remember(snapshot)
+    return table
+
+
+def test_the_writer_guard_sees_a_commit_to_the_jobs_partitions_and_ignores_the_others():
+    table = watched(
+        SeenSnapshot(11, 111, False, frozenset({"region=eu"})), SeenSnapshot(12, 112, False, frozenset({"region=us"}))
+    )
+    assert table.writer_wrote(10, ["region=us"])
+    assert not table.writer_wrote(10, ["region=ap"])
+    assert not table.writer_wrote(12, ["region=us"])  # committed before the job started
+
+
+def test_the_writer_guard_cannot_vouch_for_what_it_did_not_read():
+    assert watched(watched_from=12).writer_wrote(11, ["region=eu"])  # the watch began after the job
+    unread = watched(SeenSnapshot(11, 111, False, None))  # the table's layout was not known yet
+    assert unread.writer_wrote(10, ["region=eu"])
+    forgetful = watched(
+        *(SeenSnapshot(11 + n, 111 + n, False, frozenset({"region=us"})) for n in range(REMEMBERED_SNAPSHOTS + 1))
+    )
+    assert forgetful.writer_wrote(10, ["region=eu"])  # the oldest commits after the start are forgotten
+    assert not forgetful.writer_wrote(12, ["region=eu"])
+
+
+def test_a_commit_validates_from_the_newest_writer_snapshot_before_any_of_the_sidecars():
+    writer = [SeenSnapshot(11, 111, False, frozenset({"region=us"})), SeenSnapshot(12, 112, False, frozenset({"region=ap"}))]
+    assert watched(*writer).checked_through(10) == 112
+    assert watched(*writer).checked_through(11) == 112
+    assert watched(*writer).checked_through(12) is None  # nothing landed since the start: validate from it
+    # A sidecar commit (another slot's global resolution) may have added deletes to the job's files.
+    ours = SeenSnapshot(13, 113, True)
+    assert watched(writer[0], ours, writer[1]).checked_through(10) == 111
+    assert watched(ours, *writer).checked_through(10) is None
+    assert watched(*writer, watched_from=11).checked_through(10) is None

@@ -138,7 +138,7 @@ def test_gate_retries_a_lost_compare_and_set_then_commits():
     outcomes = [CompareAndSetLost("lost"), CompareAndSetLost("lost"), None]
     checks = []
 
-    def attempt() -> CommittedSnapshot:
+    def attempt(checked_through: int | None = None) -> CommittedSnapshot:
         error = outcomes.pop(0)
         if error:
             raise error
@@ -156,7 +156,7 @@ def test_gate_gives_up_rather_than_keep_racing_the_writer():
     commit_gate, _ = gate(clock, commit_attempts=3)
     calls = []
 
-    def attempt() -> CommittedSnapshot:
+    def attempt(checked_through: int | None = None) -> CommittedSnapshot:
         calls.append(clock.now)
         raise CompareAndSetLost("lost")
 
@@ -173,7 +173,7 @@ def test_gate_never_retries_a_stale_plan_or_a_lost_lease(error):
     commit_gate, _ = gate(clock)
     calls = []
 
-    def attempt() -> CommittedSnapshot:
+    def attempt(checked_through: int | None = None) -> CommittedSnapshot:
         calls.append(1)
         raise error
 
@@ -196,9 +196,27 @@ def test_gate_counts_a_writer_that_wrote_the_partitions_again_as_its_own_conflic
         raise WriterWroteThere("the writer committed to region=eu")
 
     with pytest.raises(WriterWroteThere):
-        commit_gate.commit("t", lambda: calls.append(1) or SNAPSHOT, before_attempt=guard)
+        commit_gate.commit("t", lambda checked_through=None: calls.append(1) or SNAPSHOT, before_attempt=guard)
     assert calls == []  # nothing committed, and not tried again at once
     assert (commit_gate.stats.attempts, commit_gate.stats.conflicts, commit_gate.stats.retries) == (1, 1, 0)
+
+
+def test_gate_hands_each_attempt_the_snapshot_its_check_went_through():
+    clock = Clock()
+    commit_gate, _ = gate(clock)
+    checked = iter([41, 42])
+    outcomes = [CompareAndSetLost("lost"), None]
+    got = []
+
+    def attempt(checked_through: int | None = None) -> CommittedSnapshot:
+        got.append(checked_through)
+        error = outcomes.pop(0)
+        if error:
+            raise error
+        return SNAPSHOT
+
+    commit_gate.commit("t", attempt, before_attempt=lambda: next(checked))
+    assert got == [41, 42]  # checked again before the second attempt, and validated from there
 
 
 def test_gate_waits_for_the_quiet_window_and_no_longer_than_allowed():
@@ -206,20 +224,20 @@ def test_gate_waits_for_the_quiet_window_and_no_longer_than_allowed():
     cadence = writer(990, 992, 994, 996, 998)  # due again at 1000 = now
     clock.now = 999.6
     commit_gate, polls = gate(clock, cadence)
-    assert commit_gate.commit("t", lambda: SNAPSHOT) == SNAPSHOT
+    assert commit_gate.commit("t", lambda checked_through=None: SNAPSHOT) == SNAPSHOT
     assert polls and commit_gate.stats.quiet_wait_seconds[0] > 0
 
     # A writer that stops being predictable delays a commit by max_quiet_wait_seconds at most.
     late = Clock()
     late.now = 999.6
     commit_gate, polls = gate(late, writer(990, 992, 994, 996, 998), max_quiet_wait_seconds=0.3)
-    commit_gate.commit("t", lambda: SNAPSHOT)
+    commit_gate.commit("t", lambda checked_through=None: SNAPSHOT)
     assert commit_gate.stats.quiet_wait_seconds[0] == pytest.approx(0.3, abs=0.01)
 
     off = Clock()
     off.now = 999.6
     commit_gate, polls = gate(off, writer(990, 992, 994, 996, 998), quiet_windows=False)
-    commit_gate.commit("t", lambda: SNAPSHOT)
+    commit_gate.commit("t", lambda checked_through=None: SNAPSHOT)
     assert not polls
 
 
@@ -230,7 +248,7 @@ def test_gate_does_not_wait_for_a_window_it_could_not_commit_in_before_the_deadl
         clock = Clock()
         clock.now = 999.6
         commit_gate, _ = gate(clock, writer(990, 992, 994, 996, 998))
-        commit_gate.commit("t", lambda: SNAPSHOT, commit_by=commit_by)
+        commit_gate.commit("t", lambda checked_through=None: SNAPSHOT, commit_by=commit_by)
         assert (commit_gate.stats.quiet_wait_seconds[0] > 0) is waits
 
 
@@ -247,7 +265,7 @@ def test_gate_catches_up_on_events_before_judging_the_window():
         clock.sleep(seconds)
 
     commit_gate = CommitGate(CoordinatorConfig(), lambda _table: cadence, poll, clock=clock, sleep=clock.sleep)
-    commit_gate.commit("t", lambda: SNAPSHOT)
+    commit_gate.commit("t", lambda checked_through=None: SNAPSHOT)
     assert commit_gate.stats.quiet_wait_seconds[0] > 0.3
 
 
