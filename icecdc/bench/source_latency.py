@@ -1,12 +1,14 @@
 """``icecdc bench source-latency``: from a PostgreSQL commit to the first Iceberg snapshot that
-shows it, through the real Debezium connector and ``icecdc ingest``, at a steady rate. A row's
-latency is the commit time of the snapshot that added its data file minus its statement's clock.
+shows it, through the real Debezium connector and ``icecdc ingest``, at a steady rate, with
+``icecdc compact`` beside the ingester in its own process unless ``--no-sidecar``. A row
+version's latency is the commit time of the ingester's snapshot that added its data file minus
+its statement's clock; the files are read as that snapshot added them, so a compaction that
+rewrote them since changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import statistics
 import threading
 import time
@@ -15,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from icecdc.bench import out_argument, print_results
-from icecdc.bench.harness import BenchStack, bench_stack, clone, progress
+from icecdc.bench.e2e.snapshots import amplification_between, snapshot_log
+from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, bench_stack, clone, progress
 from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot, save
 from icecdc.domain.errors import UserError
 from icecdc.options import state_dir_argument
@@ -26,7 +29,6 @@ from icecdc.workload import ORDERS_SCHEMA, orders_table
 
 NAME = "source-latency"
 say = progress(NAME)
-EPOCH = dt.datetime(1970, 1, 1)
 CATCH_UP_SECONDS = 300  # for the table to catch up with the database once the load stops
 TICKS_PER_SECOND = 100  # the pacer's
 KEYS_PER_CONNECTION = 1_000_000_000
@@ -53,6 +55,13 @@ class RunResult:
     rows_match: bool = False
     # From the load's end until the commit of the snapshot that made the table match the database.
     catch_up_seconds: float = 0.0
+    writer_commits: int = 0  # the ingester's commits while the load ran
+    sidecar: CompactorCounts | None = None  # None: run without the sidecar
+    write_amplification: float | None = None  # bytes written by both over the ingester's, while the load ran
+
+    @property
+    def writer_commits_per_second(self) -> float:
+        return self.writer_commits / self.seconds if self.seconds else 0.0
 
     @property
     def rate(self) -> float:
@@ -110,6 +119,7 @@ class LatencyResults:
     min_commit_interval_seconds: float
     max_commit_delay_seconds: float
     connections: int
+    sidecar: bool = True
     runs: list[RunResult] = field(default_factory=list)
 
 
@@ -218,6 +228,14 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
         ),
     )
     name = config.table_ref(spec["name"]).qualified
+    compactor_config = clone(
+        config,
+        compaction_topic=f"compactions-{stack.run_id}-{run}",
+        maintenance_topic=f"maintenance-{stack.run_id}-{run}",
+        compactor={**config.compactor.model_dump(by_alias=True), "consumer_group": f"latency-{stack.run_id}-{run}"},
+        coordinator={**config.coordinator.model_dump(by_alias=True), "lease_topic": f"latency-leases-{stack.run_id}-{run}"},
+    )
+    sidecar: CompactorProcess | None = None
     # Debezium creates it on its first record; the ingester reads it from the start.
     kafka.ensure_topics(config.kafka, [source.topic(source_table)])
     stop_ingest = threading.Event()
@@ -238,6 +256,8 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
             300,
             "the ingester did not commit the first transaction",
         )
+        if args.sidecar:  # beside the ingester from its first commit, as deployed
+            sidecar = CompactorProcess(compactor_config, f"latency-{run}", out)
         load = PacedLoad(postgres, workloads, args.rate, args.seconds)
         say(
             f"run {run}: {args.rate:g} transactions/s for {args.seconds:g}s into {source_table} on {args.connections} connections"
@@ -253,12 +273,17 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
                 raise RuntimeError("the ingester stopped with an error (see the log above)")
             return _newest_stamp(stack, name) == (newest, len(expected)) and _rows(stack, name) == expected
 
-        _wait_until(caught_up, CATCH_UP_SECONDS, "the table did not catch up with the database")
-        # The check's own reads are not the pipeline's: the catch-up ends at the matching commit.
-        matched = catalog.load_table(spec["name"]).current_snapshot()
-        stop_ingest.set()
-        ingester.join()
-    result = RunResult(run, args.rate, load.elapsed, load.committed, load.rows_changed, rows=len(expected))
+        try:
+            _wait_until(caught_up, CATCH_UP_SECONDS, "the table did not catch up with the database")
+            # The check's own reads are not the pipeline's: the catch-up ends at the matching commit.
+            matched = catalog.load_table(spec["name"]).current_snapshot()
+            counts = sidecar.counts(spec["name"]) if sidecar is not None else None
+        finally:
+            if sidecar is not None:
+                sidecar.stop()
+            stop_ingest.set()
+            ingester.join()
+    result = RunResult(run, args.rate, load.elapsed, load.committed, load.rows_changed, rows=len(expected), sidecar=counts)
     result.rows_match = True
     if matched is not None:  # the table matched, so it has a snapshot
         result.catch_up_seconds = max(0.0, matched.timestamp_ms / 1000 - (load.started + load.elapsed))
@@ -278,30 +303,53 @@ def _newest_stamp(stack: BenchStack, name: str) -> Any:
 
 
 def _measure(stack: BenchStack, table_name: str, measured_from: float, load_started: float, result: RunResult) -> None:
-    """Each live row's latency: the commit of the snapshot that added its data file, minus its stamp."""
+    """Each row version's latency: the commit of the ingester's snapshot that added its data
+    file, minus its stamp; and the ingester's commits and the write amplification while the
+    load ran."""
+    import pyarrow.parquet as pq
+
+    from icecdc.domain import summary as summary_keys
+    from icecdc.domain.files import DataFileContent
     from icecdc.runtime.catalog import pyiceberg_catalog
 
-    name = stack.ref(table_name).qualified
     table = pyiceberg_catalog(stack.config).load_table(stack.ref(table_name).identifier)
-    committed_ms = {s.snapshot_id: s.timestamp_ms for s in table.snapshots()}
-    rows = stack.spark.sql(
-        f"SELECT t.updated_at, e.snapshot_id FROM (SELECT updated_at, _file FROM {name}) t "
-        f"JOIN (SELECT data_file.file_path AS file, snapshot_id FROM {name}.entries WHERE status < 2) e ON t._file = e.file"
-    ).collect()
+    load_ended = load_started + result.seconds
     visible_in = set()
-    for stamp, snapshot_id in rows:
-        stamped = (stamp - EPOCH).total_seconds()
-        if stamped < measured_from:
+    for snapshot in table.snapshots():
+        if snapshot.summary is not None and snapshot.summary.get(summary_keys.COMPACTOR) is not None:
             continue
-        result.latencies.append(committed_ms[snapshot_id] / 1000 - stamped)
-        result.committed_at.append(stamped - load_started)
-        visible_in.add(snapshot_id)
+        committed = snapshot.timestamp_ms / 1000
+        result.writer_commits += load_started <= committed <= load_ended
+        for manifest in snapshot.manifests(table.io):
+            if manifest.added_snapshot_id != snapshot.snapshot_id:
+                continue
+            for entry in manifest.fetch_manifest_entry(table.io):
+                data_file = entry.data_file
+                if entry.snapshot_id != snapshot.snapshot_id or DataFileContent(data_file.content) is not DataFileContent.DATA:
+                    continue
+                with table.io.new_input(data_file.file_path).open() as stream:
+                    stamps = pq.read_table(stream, columns=["updated_at"]).column(0).cast("int64").to_pylist()
+                for stamp_us in stamps:
+                    stamped = stamp_us / 1e6
+                    if stamped < measured_from:
+                        continue
+                    result.latencies.append(committed - stamped)
+                    result.committed_at.append(stamped - load_started)
+                    visible_in.add(snapshot.snapshot_id)
     result.snapshots = len(visible_in)
+    result.write_amplification = amplification_between(snapshot_log(table), load_started, load_ended + result.catch_up_seconds)
 
 
 def run(args: argparse.Namespace) -> LatencyResults:
     results = LatencyResults(
-        machine(), args.rate, args.seconds, args.warmup_seconds, args.min_commit_interval, args.max_commit_delay, args.connections
+        machine(),
+        args.rate,
+        args.seconds,
+        args.warmup_seconds,
+        args.min_commit_interval,
+        args.max_commit_delay,
+        args.connections,
+        sidecar=args.sidecar,
     )
     state_dir = args.state_dir.resolve()
     with bench_stack(NAME, state_dir) as stack, ThrowawayPostgres() as postgres:
@@ -311,10 +359,23 @@ def run(args: argparse.Namespace) -> LatencyResults:
             say(
                 f"run {number}: PostgreSQL took {result.rate:.0f} transactions/s, the table followed "
                 f"{result.pipeline_rate:.0f}/s; latency p50 {result.latency(0.5):.2f}s, p95 {result.latency(0.95):.2f}s, "
-                f"max {max(result.latencies, default=float('nan')):.2f}s over {len(result.latencies)} rows"
+                f"p99 {result.latency(0.99):.2f}s over {len(result.latencies)} rows; {_beside(result)}"
             )
     publish(args.out, NAME, results, _plot, summary)
     return results
+
+
+def _beside(result: RunResult) -> str:
+    """The writer's cadence and what the sidecar did beside it."""
+    cadence = f"the ingester committed {result.writer_commits_per_second:.2f} times a second"
+    if result.sidecar is None:
+        return f"{cadence}, no sidecar"
+    counts = result.sidecar
+    amplification = "n/a" if result.write_amplification is None else f"{result.write_amplification:.2f}"
+    return (
+        f"{cadence}; the sidecar committed {counts.compactions} compactions, {counts.commit_conflicts} conflicts in "
+        f"{counts.commit_attempts} attempts; write amplification {amplification}"
+    )
 
 
 def _spread(values: list[float], unit: str = "s", digits: int = 2) -> str:
@@ -363,23 +424,29 @@ def summary(results: LatencyResults) -> str:
             r.snapshots,
             f"{r.latency(0.5):.2f}",
             f"{r.latency(0.95):.2f}",
+            f"{r.latency(0.99):.2f}",
             f"{max(r.latencies, default=float('nan')):.2f}",
             f"{r.third(0):.1f} / {r.third(1):.1f} / {r.third(2):.1f}",
             f"{r.catch_up_seconds:.1f}",
+            f"{r.writer_commits_per_second:.2f}",
+            "-" if r.sidecar is None else f"{r.sidecar.compactions} ({r.sidecar.commit_conflicts}/{r.sidecar.commit_attempts})",
+            "-" if r.write_amplification is None else f"{r.write_amplification:.2f}",
         ]
         for r in runs
     ]
     header = (
-        "run | tx/s into PostgreSQL | tx/s the table followed | transactions | rows measured | snapshots | p50 s | "
-        "p95 s | max s | p50 s by third of the run | catch-up s"
+        "run | tx/s into PostgreSQL | tx/s the table followed | transactions | row versions measured | snapshots | p50 s | "
+        "p95 s | p99 s | max s | p50 s by third of the run | catch-up s | ingester commits/s | "
+        "sidecar compactions (conflicts/attempts) | write amplification"
     )
     return (
         f"{len(runs)} runs of {results.seconds:g} s at {results.rate:,.0f} transactions/s on {results.connections} connections "
         f"(the first {results.warmup_seconds:g} s of each not measured), ingester min commit interval "
-        f"{results.min_commit_interval_seconds:g} s, max commit delay {results.max_commit_delay_seconds:g} s; "
-        f"{results.machine}.\n\n"
+        f"{results.min_commit_interval_seconds:g} s, max commit delay {results.max_commit_delay_seconds:g} s, "
+        f"{'icecdc compact beside it' if results.sidecar else 'no sidecar'}; {results.machine}.\n\n"
         f"PostgreSQL commit to visible in Iceberg, median of the runs (range): p50 {_spread([r.latency(0.5) for r in runs])}, "
-        f"p95 {_spread([r.latency(0.95) for r in runs])}, max {_spread([max(r.latencies) for r in runs])}. "
+        f"p95 {_spread([r.latency(0.95) for r in runs])}, p99 {_spread([r.latency(0.99) for r in runs])}, "
+        f"max {_spread([max(r.latencies) for r in runs])}. "
         f"{verdict(results)}\n\n"
         "The table followed: PostgreSQL's rate, times the time between the mean commits of the run's first and last "
         "thirds, over the time between the mean moments their rows became visible. Catch-up: from the load's end "
@@ -429,6 +496,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=defaults.max_commit_delay_seconds,
         help=f"the ingester's ingest.max_commit_delay_seconds (default: {defaults.max_commit_delay_seconds:g})",
+    )
+    parser.add_argument(
+        "--sidecar",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="run icecdc compact beside the ingester, in its own process (default: on)",
     )
     out_argument(parser)
 

@@ -309,9 +309,9 @@ def test_ingest_benchmark_harness(tmp_path):
 
 
 def test_source_latency_benchmark_harness(tmp_path):
-    """A short ``icecdc bench source-latency`` at a low rate: the table ends equal to
-    PostgreSQL's rows (the run fails otherwise), every measured row has a latency, and JSON, plot
-    and summary are written."""
+    """A short ``icecdc bench source-latency`` at a low rate, the sidecar beside the ingester: the
+    table ends equal to PostgreSQL's rows (the run fails otherwise), every measured row version
+    has a latency, and JSON, plot and summary are written."""
     if postgres_missing():
         pytest.skip(postgres_missing())
     out = tmp_path / "out"
@@ -346,6 +346,9 @@ def test_source_latency_benchmark_harness(tmp_path):
     assert all(latency > 0 for latency in result["latencies"]), "visible after the commit, never before"
     assert all(at >= 1 for at in result["committed_at"]), "the warm-up is not measured"
     assert result["snapshots"] >= 1
+    # The sidecar ran beside the ingester, whose commits are counted.
+    assert result["sidecar"] is not None and result["writer_commits"] >= 1
+    assert result["write_amplification"] is not None and result["write_amplification"] >= 1
     assert (out / "source-latency.png").stat().st_size > 0
     assert "| 1 |" in (out / "source-latency.md").read_text()
 
