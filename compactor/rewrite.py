@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import logging
 import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,10 @@ from icecdc.runtime.config import RewriteEngine
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+log = logging.getLogger(__name__)
+# (table, sort order id) whose order the arrow engine cannot apply, said once per process.
+_SPARK_FOR_ORDER_SAID: set[tuple[str, int]] = set()
 
 J = TypeVar("J")
 R = TypeVar("R")
@@ -130,8 +135,7 @@ class CompactionJob:
         converted: list[PositionDeleteFile] = []
         try:
             if plan.rewrite:
-                # Format v3 stays on Spark's rewrite: it carries the rows' lineage, this one does not.
-                if self._engine is RewriteEngine.ARROW and self._layout.format_version < 3:
+                if self._arrow_rewrites():
                     self._merge_rows(plan.rewrite, files, listings, rewrite)
                 else:
                     rewrite.rewrite_data(plan.rewrite)
@@ -178,6 +182,27 @@ class CompactionJob:
             )
             for p, new_data in zip(plans, self._new_data_by_partition(rewrite, listings), strict=True)
         ]
+
+    def _arrow_rewrites(self) -> bool:
+        """Whether this job's rewrites go through the arrow engine. Format v3 stays on Spark's:
+        it carries the rows' lineage, the arrow engine does not. So does a table whose sort order
+        has a transform the arrow engine cannot apply: Spark's write sorts by any of them
+        (``PartitionRewrite.rewrite_data``), said once per table and order."""
+        if self._engine is not RewriteEngine.ARROW or self._layout.format_version >= 3:
+            return False
+        order = self._layout.sort_order
+        if order.applies or not order.is_sorted:
+            return True
+        said = (self._layout.table, order.order_id)
+        if said not in _SPARK_FOR_ORDER_SAID:
+            _SPARK_FOR_ORDER_SAID.add(said)
+            log.info(
+                "table %s is ordered by %s: its rewrites go through the spark engine, since the arrow engine cannot sort by %s",
+                self._layout.table,
+                order,
+                ", ".join(map(str, order.unsupported)),
+            )
+        return False
 
     @staticmethod
     def _new_data_by_partition(rewrite: PartitionRewrite, listings: Sequence[PartitionListing]) -> list[list[NewFile]]:
@@ -251,13 +276,13 @@ class CompactionJob:
         (``row_merge``): each partition's files in runs of at most the target size, a new file
         each, beside the files it replaces."""
         sizes = {f.path: f.size for partition in files for f in partition.data}
-        chosen, schema = set(paths), self._layout.arrow_schema()
+        chosen, schema, order = set(paths), self._layout.arrow_schema(), self._layout.sort_order
         jobs = []
         for listing in listings:
             mine = [(f.path, sizes[f.path]) for f in listing.data if f.path in chosen]
             for run in bins(mine, self._target):
                 output = f"{run[0].rsplit('/', 1)[0]}/{uuid.uuid4().hex}-compacted.parquet"
-                jobs.append(RowMerge(tuple(self._file_deletes(rewrite, p) for p in run), schema, output))
+                jobs.append(RowMerge(tuple(self._file_deletes(rewrite, p) for p in run), schema, output, order))
         merged: list[MergedFile] = self._on_executors(jobs, merge_all)
         rewrite.add_data_files([WrittenDataFile(m.path, m.size, m.source) for m in merged if m.path])
 

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from icecdc.compactor.positions import FileDeletes, KeyReader, deleted_positions_of, key_reader
+from icecdc.domain.sort_order import UNSORTED, SortOrder
 from icecdc.runtime.fileio import read_parquet_rows, write_parquet
 
 
@@ -28,6 +30,7 @@ class RowMerge:
     inputs: tuple[FileDeletes, ...]  # each with the deletes Iceberg's scan planning attached to it
     schema: pa.Schema  # the table's current schema, field ids in the fields' metadata
     output: str
+    sort: SortOrder = UNSORTED  # the table's order, applied only when ``sort.applies``
 
 
 @dataclass(frozen=True)
@@ -46,7 +49,23 @@ def merge(job: RowMerge, io_properties: Mapping[str, str], read_keys: KeyReader)
     source = job.inputs[0].data_file
     if not rows.num_rows:
         return MergedFile(None, 0, 0, source)
+    if job.sort.applies:
+        rows = sorted_rows(rows, job.sort)
     return MergedFile(job.output, write_parquet(rows, job.output, io_properties), rows.num_rows, source)
+
+
+def sorted_rows(rows: pa.Table, order: SortOrder) -> pa.Table:
+    """``rows`` in the table's sort order (``order.applies``), stable: equal keys keep arrival order."""
+    columns: dict[str, pa.ChunkedArray] = {}
+    keys: list[tuple[str, str]] = []
+    for n, key in enumerate(order.arrow_keys()):
+        values = rows.column(key.column)
+        if values.null_count:  # a column without nulls needs no flag: every flag would be false
+            columns[f"null{n}"] = pc.is_null(values)
+            keys.append((f"null{n}", key.null_flag))
+        columns[f"key{n}"] = values
+        keys.append((f"key{n}", key.order))
+    return rows.take(pc.sort_indices(pa.table(columns), sort_keys=keys))
 
 
 def _live_rows(data_file: str, schema: pa.Schema, io_properties: Mapping[str, str], *deleted: pa.Array) -> pa.Table:

@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.json as pj
 
 from icecdc.domain.jsonlines import json_lines
+from icecdc.domain.sort_order import UNSORTED, SortOrder, sort_order_of
 from icecdc.domain.tablespec import PartitionField, TableSpecError, decimal_type, parse_partition_field
 
 EPOCH_DATE = dt.date(1970, 1, 1)
@@ -179,6 +180,8 @@ class TableLayout:
     # A partition spec of the table without fields, where global equality deletes (applying to
     # every partition) are registered; None when the table has none yet, or is unpartitioned.
     global_spec_id: int | None = None
+    # The table's declared sort order: compactions write their output sorted by it.
+    sort_order: SortOrder = UNSORTED
 
     @property
     def append_only(self) -> bool:
@@ -337,4 +340,14 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         data_location=location,
         format_version=int(table.metadata.format_version),
         global_spec_id=unpartitioned[0] if unpartitioned else None,
+        sort_order=sort_order_from_pyiceberg(schema, table.sort_order()),
+    )
+
+
+def sort_order_from_pyiceberg(schema: Any, order: Any) -> SortOrder:
+    """A pyiceberg ``SortOrder`` of ``schema`` as plain data, each field named by its source
+    column's current name (None when that column was dropped)."""
+    return sort_order_of(
+        order.order_id,
+        ((schema.find_column_name(f.source_id), str(f.transform), f.direction.value, f.null_order.value) for f in order.fields),
     )

@@ -86,7 +86,12 @@ class PartitionRewrite:
         One partition is read in target-sized splits, a task each. Several partitions are read
         as ONE task that writes each partition's rows to its own file (Iceberg's fanout writer):
         a job of several is only ever made of partitions that fit in one target file together
-        (``turns.job_partitions``), and a partition split over two tasks would end as two files."""
+        (``turns.job_partitions``), and a partition split over two tasks would end as two files.
+
+        A table with a sort order gets each task's rows sorted by it, transforms included: with
+        no distribution asked for, Iceberg's write still sorts within each task by the table's
+        order (``SparkWriteUtil.writeOrdering``), as its own bin-pack rewrite does, without a
+        shuffle. So every output file is sorted (``tests/integration/test_sort_order.py``)."""
         bridge, table, listing = self._table.bridge, self._table._java, self._listing
         several = len(self._listings) > 1
         tasks = [self._tasks[p] for p in paths]
