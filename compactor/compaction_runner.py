@@ -138,7 +138,7 @@ class CompactionRunner:
                 c,
                 p,
                 slot_of(table, c.partition_path, slot_count),
-                self._tracker.begin(p, hot=c.hot, answers=c.due_by is None).attempt,
+                self._tracker.begin(p, hot=c.hot, answers=c.due_by is None, last_pack=c.last_pack).attempt,
                 c.reason,
             )
             for c, p in job

@@ -164,4 +164,5 @@ def _plan(candidate: Candidate, files: PartitionFiles, settings: CompactorConfig
         hot=candidate.hot,
         portable=candidate.due_by is not None,
         deletion_vectors=layout.format_version >= 3,
+        last_pack=candidate.last_pack,
     )

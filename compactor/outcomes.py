@@ -41,14 +41,18 @@ class Answered:
     """An attempt answered the write at ``write`` (done, found nothing to do, or given up): no
     new work until the partition is written again. This is what makes the policy stop. ``hot``:
     it was work on a hot partition (what keeps it within its read budget), which leaves the
-    settled partition's work (one file per target size, no deletes) to do once it settles."""
+    settled partition's work (one file per target size, no deletes) to do once it settles.
+    ``last_pack``: it was the last pack (``policy.last_pack``); any other answer leaves that to do
+    once the partition has been quiet long enough for it."""
 
     write: float
     hot: bool = False
+    last_pack: bool = False
 
-    def holds(self, last_write: float | None, settled: bool) -> bool:
-        """Whether the partition, last written at ``last_write``, needs nothing more of its phase."""
-        return self.write == last_write and not (settled and self.hot)
+    def holds(self, last_write: float | None, settled: bool, last_pack_due: bool = False) -> bool:
+        """Whether the partition, last written at ``last_write``, needs nothing more of its phase
+        (``last_pack_due``: it has been quiet long enough for the last pack)."""
+        return self.write == last_write and not (settled and self.hot) and not (last_pack_due and not self.last_pack)
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class Compacting:
     hot: bool
     before: Idle | Answered | BackingOff
     answers: bool = True  # False: a conversion for the portability target, which answers no write
+    last_pack: bool = False  # the last pack of a partition quiet long enough for it
 
     @property
     def attempt(self) -> int:
@@ -92,10 +97,10 @@ class Resolution:
     settled_for: float | None = None
 
 
-def answered(state: PartitionState, last_write: float | None, settled: bool) -> bool:
+def answered(state: PartitionState, last_write: float | None, settled: bool, last_pack_due: bool = False) -> bool:
     """Whether a partition last written at ``last_write`` has had the work its phase calls for."""
     answer = _standing_answer(state)
-    return answer is not None and answer.holds(last_write, settled)
+    return answer is not None and answer.holds(last_write, settled, last_pack_due)
 
 
 def retry_delay(failures: int, settings: CompactorConfig, rng: random.Random) -> float:
@@ -115,12 +120,15 @@ def outcome_of(error: Exception) -> CompactionOutcome:
     return Outcome.FAILED
 
 
-def begin(state: PartitionState, last_write: float | None, hot: bool = False, answers: bool = True) -> Compacting:
+def begin(
+    state: PartitionState, last_write: float | None, hot: bool = False, answers: bool = True, last_pack: bool = False
+) -> Compacting:
     """An attempt on a partition last written at ``last_write``; never two at once. ``answers``:
-    whether it answers that write (not a conversion for the portability target)."""
+    whether it answers that write (not a conversion for the portability target); ``last_pack``:
+    it is the last pack."""
     if isinstance(state, Compacting):
         raise ValueError("the partition is already being compacted")
-    return Compacting(last_write, hot, state, answers)
+    return Compacting(last_write, hot, state, answers, last_pack)
 
 
 def resolve(
@@ -169,4 +177,4 @@ def _answer(state: Compacting) -> Idle | Answered:
     # target leaves the answer it found (its failures forgotten).
     if not state.answers:
         return _standing_answer(state.before) or Idle()
-    return Idle() if state.after_write is None else Answered(state.after_write, state.hot)
+    return Idle() if state.after_write is None else Answered(state.after_write, state.hot, state.last_pack)

@@ -15,7 +15,14 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from icecdc.compactor.policy import EQUALITY_DELETE_WEIGHT, OPEN_FILE_COST_BYTES, Work, budget_for_bytes, medium_files_pack
+from icecdc.compactor.policy import (
+    EQUALITY_DELETE_WEIGHT,
+    OPEN_FILE_COST_BYTES,
+    Work,
+    budget_for_bytes,
+    compacted_files,
+    medium_files_pack,
+)
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.files import DataFileContent, LiveDataFile, LiveDeleteFile
 from icecdc.runtime.config import CompactorConfig
@@ -100,8 +107,12 @@ class RewritePlan:
         return not (self.rewrite or self.convert or self.remove_deletes)
 
 
-def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig, deletion_vectors: bool = False) -> RewritePlan:
-    """The files one compaction of this partition touches. ``deletion_vectors`` (format v3): the
+def plan_rewrite(
+    files: PartitionFiles, work: Work, settings: CompactorConfig, deletion_vectors: bool = False, *, last_pack: bool = False
+) -> RewritePlan:
+    """The files one compaction of this partition touches. ``last_pack``: a minor compaction packs
+    every file under the large size when that makes fewer files, however few (``policy.last_pack``).
+    ``deletion_vectors`` (format v3): the
     large files' equality deletes are not converted here but left to a conversion
     (``plan_conversion``, the portability target asks for it): a ``RewriteFiles`` that adds a
     deletion vector is not validated against deletion vectors added concurrently (Iceberg 1.10
@@ -124,7 +135,11 @@ def plan_rewrite(files: PartitionFiles, work: Work, settings: CompactorConfig, d
     rewrite: list[DataFileFacts] = []
     convert: list[DataFileFacts] = []
     if work is Work.MINOR:
-        if packed_medium:
+        if last_pack:
+            packable = small + medium
+            if len(packable) >= 2 and compacted_files(sum(f.size for f in packable), settings) < len(packable):
+                rewrite = packable
+        elif packed_medium:
             rewrite = small + packed_medium
         elif len(small) >= max(2, settings.min_small_files):
             rewrite = small
@@ -368,15 +383,17 @@ def plan_for(
     *,
     portable: bool = False,
     deletion_vectors: bool = False,
+    last_pack: bool = False,
 ) -> RewritePlan:
     """The plan of a candidate: a conversion alone for the portability target (``portable``:
     conversions, never data rewrites, whatever the partition's phase); against its read budget
-    for a partition still being written; else the plan of its kind of work. ``deletion_vectors``:
-    the table is format v3 (``plan_rewrite``)."""
+    for a partition still being written; else the plan of its kind of work (``last_pack``: the
+    last pack of a partition settled long ago). ``deletion_vectors``: the table is format v3
+    (``plan_rewrite``)."""
     if work is Work.RESOLVE_GLOBAL_DELETES:
         return plan_resolution(files)
     if work is Work.CONVERT and (portable or not hot):
         return plan_conversion(files)
     if hot:
         return plan_hot(files, settings, deletion_vectors)
-    return plan_rewrite(files, work, settings, deletion_vectors)
+    return plan_rewrite(files, work, settings, deletion_vectors, last_pack=last_pack)

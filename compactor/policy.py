@@ -209,6 +209,18 @@ def needed_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work,
     return None
 
 
+def last_pack(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, str] | None:
+    """What a partition nobody has written for ``last_pack_after_windows`` settle windows needs
+    once ``needed_work`` finds nothing: its files under the large size packed into target-size
+    files, when that makes fewer of them, however few they are (docs/compactor.md, "The last
+    pack"). ``plans.plan_rewrite`` plans the same files with ``last_pack``."""
+    files = stats.small_files + stats.medium_files
+    packed_bytes = stats.small_bytes + stats.medium_bytes
+    if files < 2 or compacted_files(packed_bytes, settings) >= files:
+        return None
+    return Work.MINOR, f"last pack of {files} files under the large size ({packed_bytes / MIB:.1f} MiB), settled"
+
+
 def medium_files_pack(files: int, data_bytes: int, settings: CompactorConfig) -> bool:
     """Whether a partition's medium files are worth packing into target-size ones, deletes or not:
     Amoro's "enough content" for its undersized segment files. Together they make at least one
@@ -227,8 +239,11 @@ def over_hot_ceiling(stats: PartitionStats, settings: CompactorConfig) -> bool:
     return stats.delete_files >= settings.hot_max_delete_files or stats.small_files >= settings.hot_max_small_files
 
 
-def benefit_and_cost(stats: PartitionStats, work: Work, settings: CompactorConfig) -> tuple[float, float]:
-    """Read cost removed (file opens) and bytes rewritten, both estimated from the statistics."""
+def benefit_and_cost(
+    stats: PartitionStats, work: Work, settings: CompactorConfig, *, last_pack: bool = False
+) -> tuple[float, float]:
+    """Read cost removed (file opens) and bytes rewritten, both estimated from the statistics
+    (``last_pack``: a minor compaction packs the medium files too, ``policy.last_pack``)."""
     target = settings.target_file_size_bytes
     large_files = stats.data_files - stats.small_files - stats.medium_files
     if work is Work.RESOLVE_GLOBAL_DELETES:
@@ -240,7 +255,7 @@ def benefit_and_cost(stats: PartitionStats, work: Work, settings: CompactorConfi
         rewritten = 0
     elif work is Work.MINOR:
         packed_files, packed_bytes = stats.small_files, stats.small_bytes
-        if medium_files_pack(stats.medium_files, stats.medium_bytes, settings):
+        if last_pack or medium_files_pack(stats.medium_files, stats.medium_bytes, settings):
             packed_files += stats.medium_files
             packed_bytes += stats.medium_bytes
         files_after = stats.data_files - packed_files + math.ceil(packed_bytes / target)
@@ -269,6 +284,9 @@ class Candidate:
     # Work the portability target asks for: when its oldest equality delete reaches the target
     # (it goes first, the most urgent first). None: work for reads and file counts.
     due_by: float | None = None
+    # The last pack of a partition nobody has written for a while (``last_pack``): its plan packs
+    # every file under the large size, and its answer stands until the next write.
+    last_pack: bool = False
 
     @property
     def priority(self) -> float:

@@ -51,3 +51,13 @@ def settles_at(cadence: WriteCadence, settings: SettleConfig) -> float | None:
     """When the partition will count as settled if nothing writes it in the meantime."""
     last = cadence.last_write
     return None if last is None else last + settle_window(cadence, settings)
+
+
+def quiet_windows(cadence: WriteCadence, now: float, settings: SettleConfig) -> float:
+    """How many of its settle windows the partition has been quiet for (infinite when no write
+    of it is known: nothing is writing it)."""
+    last = cadence.last_write
+    if last is None:
+        return float("inf")
+    window = settle_window(cadence, settings)
+    return float("inf") if window <= 0 else (now - last) / window

@@ -15,7 +15,7 @@ import enum
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from icecdc.compactor import outcomes
 from icecdc.compactor.outcomes import BackingOff, Compacting, Idle, PartitionState, Resolution
@@ -28,6 +28,7 @@ from icecdc.compactor.policy import (
     global_work,
     hot_work,
     ideal_read_cost,
+    last_pack,
     needed_work,
     portability_due,
     portability_work,
@@ -35,7 +36,7 @@ from icecdc.compactor.policy import (
     read_budget,
     read_cost,
 )
-from icecdc.compactor.settle import Phase, phase, settle_window, settles_at
+from icecdc.compactor.settle import Phase, phase, quiet_windows, settle_window, settles_at
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.cadence import WriteCadence
 from icecdc.domain.events import CommitEvent, CompactionOutcome, PartitionDelta
@@ -102,9 +103,22 @@ class TrackedPartition:
     def compacting(self) -> bool:
         return isinstance(self.state, Compacting)
 
-    def answered(self, settled: bool) -> bool:
-        """Whether its last write has had the work its phase calls for."""
-        return outcomes.answered(self.state, self.cadence.last_write, settled)
+    def answered(self, settled: bool, last_pack_due: bool = False) -> bool:
+        """Whether its last write has had the work its phase calls for (``last_pack_due``: it has
+        been quiet long enough for the last pack)."""
+        return outcomes.answered(self.state, self.cadence.last_write, settled, last_pack_due)
+
+
+class _Due(NamedTuple):
+    """What a partition needs now, for its candidate: ``hot``, planned against its read budget;
+    ``due_by``, the portability target's deadline; ``last_pack``, it has been quiet long enough
+    for the last pack, which its plan then includes."""
+
+    work: Work
+    reason: str
+    hot: bool = False
+    due_by: float | None = None
+    last_pack: bool = False
 
 
 def _conversion(partition: TrackedPartition) -> Work:
@@ -293,10 +307,10 @@ class PartitionTracker:
             return PartitionPhase.GLOBAL
         return PartitionPhase(phase(partition.cadence, now, self.settings.settle).value)
 
-    def begin(self, partition: TrackedPartition, hot: bool = False, answers: bool = True) -> Compacting:
+    def begin(self, partition: TrackedPartition, hot: bool = False, answers: bool = True, last_pack: bool = False) -> Compacting:
         """An attempt on the partition starts (``outcomes.begin``); ``hot``: work on a hot partition;
-        ``answers``: not a conversion for the portability target."""
-        started = partition.state = outcomes.begin(partition.state, partition.cadence.last_write, hot, answers)
+        ``answers``: not a conversion for the portability target; ``last_pack``: its last pack."""
+        started = partition.state = outcomes.begin(partition.state, partition.cadence.last_write, hot, answers, last_pack)
         return started
 
     def resolve(
@@ -328,6 +342,11 @@ class PartitionTracker:
     def _settled(self, partition: TrackedPartition, now: float) -> bool:
         return phase(partition.cadence, now, self.settings.settle) is Phase.SETTLED
 
+    def _last_pack_due(self, partition: TrackedPartition, now: float) -> bool:
+        """Whether nobody has written the partition for ``last_pack_after_windows`` settle windows."""
+        quiet = quiet_windows(partition.cadence, now, self.settings.settle)
+        return not partition.is_global and quiet >= self.settings.last_pack_after_windows
+
     def portability_due_at(self, partition: TrackedPartition) -> float | None:
         """When the portability target asks for a conversion of the partition: once its oldest
         equality delete is ``policy.PORTABLE_SHARE`` of the target old, and not before a backoff
@@ -349,13 +368,14 @@ class PartitionTracker:
         due = [at for p in self._partitions.values() if (at := self.portability_due_at(p)) is not None]
         return min(due, default=None)
 
-    def _due(self, partition: TrackedPartition, now: float) -> tuple[Work, str, bool, float | None] | None:
-        """(work, reason, hot, due_by) for a partition that needs work now. The portability
-        target first: a partition whose oldest equality delete is due gets a conversion, hot or
-        settled (which answers no write: the rules below judge what it leaves).
-        Otherwise a settled partition gets what it needs; one still being written only what
-        keeps it within its read budget."""
+    def _due(self, partition: TrackedPartition, now: float) -> _Due | None:
+        """What a partition needs now. The portability target first: a partition whose oldest
+        equality delete is due gets a conversion, hot or settled (which answers no write: the
+        rules below judge what it leaves). Otherwise a settled partition gets what it needs, and
+        once quiet long enough its last pack; one still being written only what keeps it within
+        its read budget."""
         state, stats, settled = partition.state, partition.stats, self._settled(partition, now)
+        last_pack_due = settled and self._last_pack_due(partition, now)
         if not settled and not beside_writer(self._writers.get(partition.table)).hot_work:
             return None
         portable_at = self.portability_due_at(partition)
@@ -363,28 +383,43 @@ class PartitionTracker:
             portable = portability_work(stats, partition.oldest_write, now, self.settings, is_global=partition.is_global)
             if portable is not None:
                 oldest = partition.oldest_write
-                return (*portable, True, now if oldest is None else oldest + self.settings.portable_within_seconds)
-        if isinstance(state, Compacting) or partition.answered(settled):
+                return _Due(*portable, True, now if oldest is None else oldest + self.settings.portable_within_seconds)
+        if isinstance(state, Compacting) or partition.answered(settled, last_pack_due):
             return None
+        # Answered as settled, and quiet long enough since: only the last pack is left to ask.
+        answered_as_settled = settled and partition.answered(settled)
         if isinstance(state, BackingOff) and now < state.retry_at:
             return None
         if partition.is_global:  # resolved at once, written or not: every read of every partition pays for them
             work = global_work(stats, partition.oldest_write, now)
-            return None if work is None else (*work, False, None)
+            return None if work is None else _Due(*work)
         if settled:
-            work = needed_work(stats, self.settings)
-            return None if work is None else (*work, False, None)
+            work = None if answered_as_settled else needed_work(stats, self.settings)
+            work = work or (last_pack(stats, self.settings) if last_pack_due else None)
+            return None if work is None else _Due(*work, last_pack=last_pack_due)
         hot = hot_work(stats, self.settings)
-        return None if hot is None else (*hot, True, None)
+        return None if hot is None else _Due(*hot, hot=True)
 
     def candidates(self, now: float) -> list[Candidate]:
         out = []
         for p in self._partitions.values():
             due = self._due(p, now)
             if due is not None:
-                work, reason, hot, due_by = due
-                benefit, cost = benefit_and_cost(p.stats, work, self.settings)
-                out.append(Candidate(p.table, p.path, work, reason, benefit, cost, hot, p.stats.data_bytes, due_by))
+                benefit, cost = benefit_and_cost(p.stats, due.work, self.settings, last_pack=due.last_pack)
+                out.append(
+                    Candidate(
+                        p.table,
+                        p.path,
+                        due.work,
+                        due.reason,
+                        benefit,
+                        cost,
+                        due.hot,
+                        p.stats.data_bytes,
+                        due.due_by,
+                        due.last_pack,
+                    )
+                )
         return rank(out)
 
     def coming_conversions(self, now: float) -> list[Candidate]:
@@ -421,10 +456,12 @@ class PartitionTracker:
         due (None: none)."""
         if self.portability_due_at(partition) is not None:
             return _conversion(partition)
-        if partition.answered(self._settled(partition, now)):
-            return None
-        stats = partition.stats
-        work = global_work(stats, partition.oldest_write, now) if partition.is_global else needed_work(stats, self.settings)
+        stats, settled = partition.stats, self._settled(partition, now)
+        work = None
+        if not partition.answered(settled):
+            work = global_work(stats, partition.oldest_write, now) if partition.is_global else needed_work(stats, self.settings)
+        if work is None and settled and not partition.is_global and not partition.answered(settled, last_pack_due=True):
+            work = last_pack(stats, self.settings)  # once quiet long enough
         return None if work is None else work[0]
 
     def pending(self, partition: TrackedPartition, now: float) -> Work | None:

@@ -363,6 +363,12 @@ class CompactorConfig(_Strict):
     rewrite_engine: RewriteEngine = RewriteEngine.ARROW
     # Bin-packing is worth a commit from this many small files in a partition.
     min_small_files: int = Field(default=12, ge=2)
+    # A settled partition nobody has written for this many settle windows gets one last pack of
+    # its files under the large size, even under ``min_small_files``: nobody will add the files
+    # that would make the minor compaction worth it. Two windows, not one, so that a writer
+    # that pauses once and comes back does not have its partition packed just before it writes
+    # more small files (docs/compactor.md, "The last pack").
+    last_pack_after_windows: float = Field(default=2.0, ge=1.0)
     # Small settled partitions of a table compacted by one Spark job and one commit, when they
     # fit in one target file together (``scheduler.job_partitions``): a job's fixed cost dominates
     # a small partition's compaction (docs/BENCHMARKS.md, row "Partitions per job"). 1: a job each.

@@ -20,6 +20,7 @@ from icecdc.compactor.policy import (
     benefit_and_cost,
     hot_work,
     ideal_read_cost,
+    last_pack,
     medium_files_pack,
     needed_work,
     read_budget,
@@ -305,9 +306,67 @@ def test_work_done_while_hot_leaves_the_settled_work_to_do_once_it_settles():
     assert t.candidates(101) == []  # answered while it is still hot
     [settled] = t.candidates(5000)  # no write since, and it has settled: the full delete merge
     assert (settled.work, settled.hot) == (Work.DELETE_MERGE, False)
-    t.begin(state, hot=settled.hot)
+    t.begin(state, hot=settled.hot, last_pack=settled.last_pack)
     finish(t, state, Outcome.COMMITTED, 5001)
     assert t.candidates(6000) == []
+
+
+def settled_small_files(t: PartitionTracker, files: int) -> None:
+    """A partition written once every 10 s for ``files`` commits of one small file each (no
+    deletes), so that its settle window is the floor, 30 s."""
+    for i in range(files):
+        t.on_commit(event("db.t", "p=a", i * 10_000, deletes=0, sequence_number=i + 1))
+
+
+def test_a_settled_partition_under_the_minor_trigger_gets_one_last_pack_once_quiet_for_two_windows():
+    t = tracker()  # min_small_files=4
+    settled_small_files(t, 3)  # last write at 20 s; settle window 30 s
+    assert t.candidates(51) == []  # settled, and 3 small files are under the minor trigger
+    assert [p.path for p in t.waiting(51)] == ["p=a"]  # the last pack is ahead
+    [last] = t.candidates(81)  # two windows quiet
+    assert (last.work, last.hot, last.last_pack) == (Work.MINOR, False, True) and "last pack of 3 files" in last.reason
+    state = t.get("db.t", "p=a")
+    t.begin(state, hot=last.hot, last_pack=last.last_pack)
+    finish(t, state, Outcome.SKIPPED, 82)  # even when its plan found nothing, it is not tried again
+    assert t.candidates(10_000) == [] and t.waiting(10_000) == []
+    t.on_commit(event("db.t", "p=a", 20_000_000, deletes=0, sequence_number=9))  # written again
+    assert not state.answered(settled=False)  # written again: the last pack answered the write before
+
+
+def test_the_last_pack_follows_the_settled_work_and_a_compacted_partition_needs_none():
+    t = tracker()
+    settled_small_files(t, 5)  # at the minor trigger: the settled work is a minor compaction
+    [minor] = t.candidates(71)
+    assert (minor.work, minor.last_pack) == (Work.MINOR, False)
+    state = t.get("db.t", "p=a")
+    t.begin(state, hot=minor.hot, last_pack=minor.last_pack)
+    finish(t, state, Outcome.COMMITTED, 72)
+    packed = PartitionStats(data_files=1, data_bytes=5000, records=50, small_files=1, small_bytes=5000)
+    t.on_metadata("db.t", 6, {"p=a": PartitionMetadata({"p": "p=a"}, packed, 40.0, 72.0)})
+    assert t.candidates(200) == [] and t.waiting(200) == []  # one file: no last pack to make
+
+
+@pytest.mark.parametrize(
+    ("stats", "packs"),
+    [
+        (PartitionStats(data_files=1, small_files=1, small_bytes=MB), False),
+        (PartitionStats(data_files=3, small_files=3, small_bytes=3 * MB), True),
+        # Two medium files that fill more than a target file together make no fewer files.
+        (PartitionStats(data_files=2, medium_files=2, medium_bytes=200 * MB), False),
+        (PartitionStats(data_files=3, small_files=1, small_bytes=MB, medium_files=2, medium_bytes=100 * MB), True),
+    ],
+)
+def test_the_last_pack_is_worth_it_when_it_makes_fewer_files(stats: PartitionStats, packs: bool):
+    assert (last_pack(stats, SETTINGS) is not None) is packs
+
+
+def test_the_last_pack_plans_every_file_under_the_large_size():
+    small = [DataFileFacts(f"s{i}", MB, 10, i) for i in range(2)]
+    medium = [DataFileFacts("m", 40 * MB, 10, 3)]
+    large = [DataFileFacts("l", 120 * MB, 10, 4)]
+    files = PartitionFiles((*small, *medium, *large), ())
+    assert plan_rewrite(files, Work.MINOR, SETTINGS).empty  # two small files: under the minor trigger
+    assert set(plan_rewrite(files, Work.MINOR, SETTINGS, last_pack=True).rewrite) == {"s0", "s1", "m"}
 
 
 def test_a_write_during_a_compaction_is_not_answered_by_it():

@@ -28,8 +28,8 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from icecdc.compactor import scheduler
 from icecdc.compactor.outcomes import BackingOff, Compacting, Outcome
-from icecdc.compactor.policy import PartitionStats, global_work, needed_work
-from icecdc.compactor.settle import Phase, phase
+from icecdc.compactor.policy import PartitionStats, global_work, last_pack, needed_work
+from icecdc.compactor.settle import Phase, phase, quiet_windows
 from icecdc.compactor.tracker import GLOBAL_DELETES_PATH, PartitionMetadata, PartitionPhase, PartitionTracker, TrackedPartition
 from icecdc.domain.events import CommitEvent, PartitionDelta
 from icecdc.runtime.config import CompactorConfig, SettleConfig
@@ -111,7 +111,8 @@ class Expected:
     """What the outcome rules say of one partition, from the attempts it has seen."""
 
     failures: int = 0  # conflicts and failures in a row
-    answer: tuple[float, bool] | None = None  # the write an attempt answered, and whether as hot work
+    # The write an attempt answered, whether as hot work, and whether as the last pack.
+    answer: tuple[float, bool, bool] | None = None
     failed_at: float | None = None  # when the last of them ended
 
 
@@ -119,7 +120,7 @@ class Expected:
 class Job:
     started: float
     # (partition, the write it answers, hot, whether it answers it: not the portability target's)
-    partitions: tuple[tuple[Key, float | None, bool, bool], ...]
+    partitions: tuple[tuple[Key, float | None, bool, bool, bool], ...]
 
 
 class TrackerMachine(RuleBasedStateMachine):
@@ -209,25 +210,28 @@ class TrackerMachine(RuleBasedStateMachine):
             partition = self.tracker.get(candidate.table, candidate.partition_path)
             assert partition is not None
             answers = candidate.due_by is None
-            compacting = self.tracker.begin(partition, hot=candidate.hot, answers=answers)
+            compacting = self.tracker.begin(partition, hot=candidate.hot, answers=answers, last_pack=candidate.last_pack)
             assert compacting.attempt == self.expected[partition.key].failures + 1
             assert compacting.after_write == partition.cadence.last_write
-            begun.append((partition.key, compacting.after_write, candidate.hot, answers))
+            begun.append((partition.key, compacting.after_write, candidate.hot, answers, candidate.last_pack))
         return Job(self.now, tuple(begun))
 
     def _end(self, job: Job, end: JobEnd) -> None:
         _, outcome, nothing_to_do, seconds = dataclasses.astuple(end)
         self.now += seconds
-        for i, (key, after_write, hot, answers) in enumerate(job.partitions):
+        for i, (key, after_write, hot, answers, packs_last) in enumerate(job.partitions):
             ended = Outcome.SKIPPED if len(job.partitions) > 1 and nothing_to_do >> i & 1 else outcome
             partition = self.tracker.get(*key)
             assert partition is not None, "a partition under a job is not forgotten"
             resolution = self.tracker.resolve(partition, ended, "why", started=job.started, now=self.now, rng=self.rng)
-            self._expect(key, ended, resolution.outcome, after_write, hot, answers)
+            self._expect(key, ended, resolution.outcome, after_write, (hot, answers, packs_last))
             if resolution.outcome is Outcome.COMMITTED:
                 assert partition.last_compaction == self.now
 
-    def _expect(self, key: Key, ended: Outcome, reported: Outcome, after_write: float | None, hot: bool, answers: bool) -> None:
+    def _expect(
+        self, key: Key, ended: Outcome, reported: Outcome, after_write: float | None, kind: tuple[bool, bool, bool]
+    ) -> None:
+        hot, answers, last_pack = kind
         expected = self.expected[key]
         if ended is Outcome.FENCED:
             assert reported is Outcome.FENCED  # and nothing changes
@@ -241,7 +245,7 @@ class TrackerMachine(RuleBasedStateMachine):
         assert reported is (Outcome.ABANDONED if given_up else ended)
         expected.failures, expected.failed_at = 0, None
         if answers:  # a conversion for the portability target leaves the answer as it was
-            expected.answer = None if after_write is None else (after_write, hot)
+            expected.answer = None if after_write is None else (after_write, hot, last_pack)
 
     @rule(read=st.sampled_from(METADATA_READS))
     def metadata_read(self, read: MetadataRead) -> None:
@@ -294,6 +298,8 @@ class TrackerMachine(RuleBasedStateMachine):
             needs = global_work(p.stats, p.oldest_write, self.now) if p.is_global else needed_work(p.stats, SETTINGS)
             if needs is not None and not p.answered(settled):
                 assert p.key in due | waiting, "work needed is due or waiting"
+            if settled and not p.is_global and last_pack(p.stats, SETTINGS) and not p.answered(settled, last_pack_due=True):
+                assert p.key in due | waiting, "a settled partition's last pack is due or waiting"
             portable_at = self.tracker.portability_due_at(p)
             if portable_at is not None:
                 # Due once the share of the target is reached, hot or settled, answered or not.
@@ -302,9 +308,18 @@ class TrackerMachine(RuleBasedStateMachine):
 
     def _answered_until_the_next_write(self, p: TrackedPartition, expected: Expected, settled: bool, wanted: set[Key]) -> None:
         answer = expected.answer
-        holds = answer is not None and answer[0] == p.cadence.last_write and not (settled and answer[1])
-        assert p.answered(settled) == holds, (p.state, p.cadence.last_write, settled)
-        if holds:  # unless the portability target asks for a conversion: that is not answered
+        quiet = quiet_windows(p.cadence, self.now, SETTINGS.settle)
+        last_pack_due = settled and not p.is_global and quiet >= SETTINGS.last_pack_after_windows
+        holds = (
+            answer is not None
+            and answer[0] == p.cadence.last_write
+            and not (settled and answer[1])
+            and not (last_pack_due and not answer[2])
+        )
+        assert p.answered(settled, last_pack_due) == holds, (p.state, p.cadence.last_write, settled, last_pack_due)
+        # A settled partition's answer leaves its last pack to come, unless it was that or there is none to make.
+        final = holds and (not settled or (answer is not None and answer[2]) or last_pack(p.stats, SETTINGS) is None)
+        if final:  # unless the portability target asks for a conversion: that is not answered
             assert p.key not in wanted or self.tracker.portability_due_at(p) is not None
 
     def _backoff_grows_within_its_bound_and_resets(self, p: TrackedPartition, expected: Expected, due: set[Key]) -> None:

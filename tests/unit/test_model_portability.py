@@ -174,7 +174,7 @@ class Run:
         tracked = [self.tracker.get(c.table, c.partition_path) for c in candidates]
         for c, p in zip(candidates, tracked, strict=True):
             assert p is not None
-            self.tracker.begin(p, hot=c.hot)
+            self.tracker.begin(p, hot=c.hot, last_pack=c.last_pack)
         start = self.table.current
         listed: list[PartitionFiles | None] = [
             global_delete_files(start)
@@ -192,6 +192,7 @@ class Run:
                 hot=c.hot,
                 portable=c.due_by is not None,
                 deletion_vectors=self.table.format_version >= 3,
+                last_pack=c.last_pack,
             )
             for c, files in zip(candidates, listed, strict=True)
         ]
