@@ -22,7 +22,9 @@ BATCHES = 3
 
 def data_files(spark: Any, name: str) -> Counter[str]:
     spark.sql(f"REFRESH TABLE {name}")
-    return Counter(r.region for r in spark.sql(f"SELECT partition.region AS region FROM {name}.files WHERE content = 0").collect())
+    return Counter(
+        r.region for r in spark.sql(f"SELECT partition.region AS region FROM {name}.files WHERE content = 0").collect()
+    )
 
 
 def test_settled_partitions_under_the_minor_trigger_end_with_at_most_two_data_files(spark, stack_config, unique):
@@ -41,7 +43,7 @@ def test_settled_partitions_under_the_minor_trigger_end_with_at_most_two_data_fi
             pairs = [change("c", row, offset + i + 1) for i, row in enumerate(rows)]
             write(records_to_dataframe(spark, kafka_records(topic, pairs, offset)), batch)
             offset += len(pairs)
-        assert data_files(spark, name) == {region: BATCHES for region in REGIONS}, "under the trigger of 12"
+        assert data_files(spark, name) == dict.fromkeys(REGIONS, BATCHES), "under the trigger of 12"
         # The last pack is due once the partition has been quiet for two windows of at most max_seconds.
         bound = config.compactor.last_pack_after_windows * settle["max_seconds"] + 60
         with running(create_sidecar(config, spark), 120) as sidecar:
