@@ -29,6 +29,7 @@ from icecdc.compactor.policy import (
     hot_work,
     ideal_read_cost,
     needed_work,
+    older_spec_work,
     portability_due,
     portability_work,
     rank,
@@ -39,6 +40,7 @@ from icecdc.compactor.settle import Phase, phase, settle_window, settles_at
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.cadence import WriteCadence
 from icecdc.domain.events import CommitEvent, CompactionOutcome, PartitionDelta
+from icecdc.domain.layout import older_spec_of
 from icecdc.domain.writer_commits import WriterKind, most_demanding
 from icecdc.runtime.config import CompactorConfig
 
@@ -93,6 +95,11 @@ class TrackedPartition:
     @property
     def is_global(self) -> bool:
         return self.path == GLOBAL_DELETES_PATH
+
+    @property
+    def is_older_spec(self) -> bool:
+        """A partition of one of the table's older partition specs."""
+        return older_spec_of(self.path) is not None
 
     @property
     def key(self) -> tuple[str, str]:
@@ -333,7 +340,8 @@ class PartitionTracker:
         equality delete is ``policy.PORTABLE_SHARE`` of the target old, and not before a backoff
         ends (None: it holds none, or an attempt on it is under way)."""
         state = partition.state
-        if not partition.stats.equality_delete_files or isinstance(state, Compacting):
+        # An older spec's equality deletes go with its rewrite into the current spec, once settled.
+        if not partition.stats.equality_delete_files or isinstance(state, Compacting) or partition.is_older_spec:
             return None
         # No "answered" here: the statistics are re-read from metadata after each of our own
         # compactions, and a conversion removes every equality delete it lists, so equality
@@ -368,12 +376,11 @@ class PartitionTracker:
             return None
         if isinstance(state, BackingOff) and now < state.retry_at:
             return None
-        if partition.is_global:  # resolved at once, written or not: every read of every partition pays for them
-            work = global_work(stats, partition.oldest_write, now)
+        if partition.is_global or settled:  # the global deletes are resolved at once, written or not
+            work = self._needed(partition, now)
             return None if work is None else (*work, False, None)
-        if settled:
-            work = needed_work(stats, self.settings)
-            return None if work is None else (*work, False, None)
+        if partition.is_older_spec:  # left alone while a writer still deletes rows in its files
+            return None
         hot = hot_work(stats, self.settings)
         return None if hot is None else (*hot, True, None)
 
@@ -423,9 +430,17 @@ class PartitionTracker:
             return _conversion(partition)
         if partition.answered(self._settled(partition, now)):
             return None
-        stats = partition.stats
-        work = global_work(stats, partition.oldest_write, now) if partition.is_global else needed_work(stats, self.settings)
+        work = self._needed(partition, now)
         return None if work is None else work[0]
+
+    def _needed(self, partition: TrackedPartition, now: float) -> tuple[Work, str] | None:
+        """What the partition needs by its kind: the global deletes a resolution, an older spec's
+        partition its rewrite into the current spec, any other the policy's work."""
+        if partition.is_global:
+            return global_work(partition.stats, partition.oldest_write, now)
+        if partition.is_older_spec:
+            return older_spec_work(partition.stats)
+        return needed_work(partition.stats, self.settings)
 
     def pending(self, partition: TrackedPartition, now: float) -> Work | None:
         """The work the sidecar has ahead for the partition, due now or once due (None: it is
