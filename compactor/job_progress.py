@@ -59,7 +59,9 @@ class JobPartition:
         """Whether the job rewrote this settled partition's data: its conversions are done, and
         were it written again, its next conversion rebuilds its keys."""
         rewrote = self.plan is not None and bool(self.plan.rewrite) and self.plan.work not in CONVERSIONS
-        return outcome is Outcome.COMMITTED and rewrote and not self.candidate.hot and not self.partition.is_global
+        # The key index holds current-spec partitions only (conversions), never an older spec's.
+        held = not (self.partition.is_global or self.partition.is_older_spec)
+        return outcome is Outcome.COMMITTED and rewrote and not self.candidate.hot and held
 
 
 @dataclass

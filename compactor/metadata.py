@@ -26,6 +26,7 @@ class PartitionTally:
     """What live files of one partition add up to, and the newest commit among them."""
 
     key: PartitionKey
+    record: dict[str, Any]  # the partition as field name -> value, in its own spec's fields
     counts: Counter[str] = field(default_factory=Counter)
     # (timestamp ms, snapshot id) of the newest commit that added one of the files.
     newest: tuple[int, int] | None = None
@@ -45,8 +46,8 @@ class PartitionTally:
 
 @dataclass
 class ManifestTally:
-    """One manifest's live entries, summed per partition of the current spec, and its global
-    equality deletes. A manifest file never changes once written, so this is read once per file."""
+    """One manifest's live entries, summed per partition (of the current spec, or of an older one
+    under its tracked path), and its global equality deletes. A manifest file never changes once written, so this is read once per file."""
 
     partitions: dict[str, PartitionTally] = field(default_factory=dict)
     global_delete_files: int = 0
@@ -58,26 +59,29 @@ def _tally_manifest(
     manifest: Any, io: Any, layout: TableLayout, settings: CompactorConfig, commit_times: Mapping[int, int]
 ) -> ManifestTally:
     tally = ManifestTally()
-    if manifest.partition_spec_id not in (layout.spec_id, layout.global_spec_id):
-        return tally  # files of older specs are left to a full rewrite and not reported
-    names = [term.name for term in layout.partition]
+    spec_id = manifest.partition_spec_id
+    # Files of an older spec are tallied as partitions of that spec, to be rewritten into the
+    # current one; the global-delete spec's equality deletes are the table's global deletes.
+    spec_layout = layout.of_spec(spec_id)
+    if spec_layout is None:
+        return tally  # a spec whose source columns are gone: its files are left as they are
+    names = [term.name for term in spec_layout.partition]
     for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
         data_file = entry.data_file
         content = DataFileContent(data_file.content)
         at = commit_times.get(entry.snapshot_id) if entry.snapshot_id is not None else None
-        if manifest.partition_spec_id == layout.global_spec_id:  # never the current spec's (layout_from_pyiceberg)
-            if content is DataFileContent.EQUALITY_DELETES:
-                tally.global_delete_files += 1
-                tally.global_delete_records += data_file.record_count
-                if at is not None:
-                    old = tally.global_delete_times_ms
-                    tally.global_delete_times_ms = (at, at) if old is None else (min(old[0], at), max(old[1], at))
+        if spec_id == layout.global_spec_id and content is DataFileContent.EQUALITY_DELETES:
+            tally.global_delete_files += 1
+            tally.global_delete_records += data_file.record_count
+            if at is not None:
+                old = tally.global_delete_times_ms
+                tally.global_delete_times_ms = (at, at) if old is None else (min(old[0], at), max(old[1], at))
             continue
-        key = layout.partition_from_metadata(dict(zip(names, data_file.partition, strict=True)))
-        path = layout.partition_path(key)
+        key = spec_layout.partition_from_metadata(dict(zip(names, data_file.partition, strict=True)))
+        path = spec_layout.tracked_path(key)
         partition = tally.partitions.get(path)
         if partition is None:
-            partition = tally.partitions[path] = PartitionTally(key)
+            partition = tally.partitions[path] = PartitionTally(key, spec_layout.partition_record(key))
         if at is not None and (partition.newest is None or (at, entry.snapshot_id) > partition.newest):
             partition.newest = (at, entry.snapshot_id)
         c, size, records = partition.counts, data_file.file_size_in_bytes, data_file.record_count
@@ -156,8 +160,8 @@ def read_partitions(
     cache: ManifestCache | None = None,
     branch: str = MAIN_BRANCH,
 ) -> dict[str, PartitionMetadata]:
-    """Every partition of the table's current spec that has live files, by partition path, and
-    the table's global deletes (under GLOBAL_DELETES_PATH). One pass over the manifests of the
+    """Every partition that has live files, by tracked path (``TableLayout.tracked_path``: an
+    older spec's carry its id), and the table's global deletes (under GLOBAL_DELETES_PATH). One pass over the manifests of the
     head of ``branch`` (the ones ``cache`` has not seen), entries only: no file statistics decoded."""
     snapshot = head_snapshot(table, branch)
     if snapshot is None:
@@ -169,7 +173,7 @@ def read_partitions(
         for path, partition in tally.partitions.items():
             total = totals.get(path)
             if total is None:
-                total = totals[path] = PartitionTally(partition.key)
+                total = totals[path] = PartitionTally(partition.key, partition.record)
             total.add(partition)
         global_files += tally.global_delete_files
         global_records += tally.global_delete_records
@@ -185,8 +189,9 @@ def read_partitions(
         )
     snapshots = {s.snapshot_id: s for s in table.metadata.snapshots}
     for path, total in totals.items():
-        # An unpartitioned table's one partition was last written by the current snapshot.
-        newest_id = total.newest[1] if layout.partition and total.newest is not None else snapshot.snapshot_id
+        # An unpartitioned table's one partition (the only empty path) was last written by the
+        # current snapshot.
+        newest_id = total.newest[1] if path and total.newest is not None else snapshot.snapshot_id
         newest = snapshots.get(newest_id)
         when = newest.timestamp_ms / 1000 if newest is not None else None
         tags = newest.summary.additional_properties if newest is not None else {}
@@ -198,7 +203,7 @@ def read_partitions(
         # next wrote it (docs/compactor.md, "Global deletes").
         ours = summary.COMPACTOR in tags and tags.get(summary.COMPACTION) != Work.RESOLVE_GLOBAL_DELETES.value
         out[path] = PartitionMetadata(
-            partition=layout.partition_record(total.key),
+            partition=total.record,
             stats=PartitionStats(**total.counts),
             last_write=None if ours else when,
             last_compaction=when if ours else None,

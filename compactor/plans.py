@@ -242,6 +242,18 @@ def plan_resolution(files: PartitionFiles) -> RewritePlan:
     )
 
 
+def plan_older_spec(files: PartitionFiles) -> RewritePlan:
+    """A partition of an older spec joins the current spec: every data file rewritten with its
+    deletes applied (Spark's engine writes the rows partitioned by the current spec), and every
+    delete file of the partition removed, since the partition then holds no data file for it to
+    apply to. Its listing holds no global delete (``listing._list``)."""
+    return RewritePlan(
+        Work.REWRITE_OLDER_SPEC,
+        rewrite=tuple(f.path for f in files.data),
+        remove_deletes=tuple(d.path for d in files.deletes),
+    )
+
+
 def keep_deletes_of_unchanged(plan: RewritePlan, files: PartitionFiles, unchanged: Iterable[str]) -> RewritePlan:
     """The plan once its conversions have run: a converted file whose equality deletes matched
     no row it still held got no new position-delete file, so the position deletes that apply to
@@ -392,6 +404,8 @@ def plan_for(
     (``plan_rewrite``)."""
     if work is Work.RESOLVE_GLOBAL_DELETES:
         return plan_resolution(files)
+    if work is Work.REWRITE_OLDER_SPEC:
+        return plan_older_spec(files)
     if work is Work.CONVERT and (portable or not hot):
         return plan_conversion(files)
     if hot:

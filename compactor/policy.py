@@ -155,6 +155,17 @@ def global_work(stats: PartitionStats, oldest_write: float | None, now: float) -
     )
 
 
+def older_spec_work(stats: PartitionStats) -> tuple[Work, str] | None:
+    """What a settled partition of an older spec needs: a rewrite into the current spec, while it
+    holds any live file."""
+    if not (stats.data_files or stats.delete_files):
+        return None
+    return (
+        Work.REWRITE_OLDER_SPEC,
+        f"{stats.data_files} data files and {stats.delete_files} delete files of an older partition spec",
+    )
+
+
 def portability_due(oldest_write: float | None, settings: CompactorConfig) -> float | None:
     """When a partition whose oldest live equality delete was committed at ``oldest_write``
     needs its conversion (None: it has none, as far as this is told)."""
@@ -249,6 +260,10 @@ def benefit_and_cost(
     if work is Work.RESOLVE_GLOBAL_DELETES:
         # No data rewritten; every read of every partition stops opening them.
         return float(EQUALITY_DELETE_WEIGHT * stats.equality_delete_files), float(FIXED_COST_BYTES)
+    if work is Work.REWRITE_OLDER_SPEC:
+        # Every byte rewritten, into about one file per target size (of the new spec's partitions).
+        after = compacted_files(stats.data_bytes, settings) if stats.data_files else 0
+        return max(0.0, file_opens(stats) - after), float(stats.data_bytes + FIXED_COST_BYTES)
     if work is Work.CONVERT:
         # No data rewritten; every data file may end with one position-delete file.
         after = stats.data_files + min(stats.data_files, stats.position_delete_files + stats.equality_delete_records)

@@ -185,10 +185,11 @@ class CompactionJob:
 
     def _arrow_rewrites(self) -> bool:
         """Whether this job's rewrites go through the arrow engine. Format v3 stays on Spark's:
-        it carries the rows' lineage, the arrow engine does not. So does a table whose sort order
+        it carries the rows' lineage, the arrow engine does not. So does a partition of an older
+        spec: the arrow engine writes each file in the spec of the files it replaces. So does a table whose sort order
         has a transform the arrow engine cannot apply: Spark's write sorts by any of them
         (``PartitionRewrite.rewrite_data``), said once per table and order."""
-        if self._engine is not RewriteEngine.ARROW or self._layout.format_version >= 3:
+        if self._engine is not RewriteEngine.ARROW or self._layout.format_version >= 3 or self._layout.is_older_spec:
             return False
         order = self._layout.sort_order
         if order.applies or not order.is_sorted:

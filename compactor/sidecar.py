@@ -211,6 +211,8 @@ class CompactorSidecar:
         layout = self.layouts.get(table)
         if not job or layout is None:  # forgotten by a reconcile since they were ranked
             return []
+        # A partition of an older spec has a job of its own, listed through that spec.
+        layout = layout.for_path(candidates[0].partition_path)
         events = self.compactions.run(job, layout)  # it re-reads the table before reporting the end
         for event in events:
             self.stats.outcomes[event.outcome.value] += 1

@@ -30,6 +30,7 @@ from icecdc.compactor.policy import (
     ideal_read_cost,
     last_pack,
     needed_work,
+    older_spec_work,
     portability_due,
     portability_work,
     rank,
@@ -40,6 +41,7 @@ from icecdc.compactor.settle import Phase, phase, quiet_windows, settle_window, 
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.cadence import WriteCadence
 from icecdc.domain.events import CommitEvent, CompactionOutcome, PartitionDelta
+from icecdc.domain.layout import older_spec_of
 from icecdc.domain.writer_commits import WriterKind, most_demanding
 from icecdc.runtime.config import CompactorConfig
 
@@ -94,6 +96,17 @@ class TrackedPartition:
     @property
     def is_global(self) -> bool:
         return self.path == GLOBAL_DELETES_PATH
+
+    @property
+    def is_older_spec(self) -> bool:
+        """A partition of one of the table's older partition specs."""
+        return older_spec_of(self.path) is not None
+
+    @property
+    def packs_last(self) -> bool:
+        """Whether it gets a last pack once quiet long enough: a current-spec partition (the
+        global deletes get resolutions, an older spec's partitions their rewrite)."""
+        return not (self.is_global or self.is_older_spec)
 
     @property
     def key(self) -> tuple[str, str]:
@@ -345,14 +358,15 @@ class PartitionTracker:
     def _last_pack_due(self, partition: TrackedPartition, now: float) -> bool:
         """Whether nobody has written the partition for ``last_pack_after_windows`` settle windows."""
         quiet = quiet_windows(partition.cadence, now, self.settings.settle)
-        return not partition.is_global and quiet >= self.settings.last_pack_after_windows
+        return partition.packs_last and quiet >= self.settings.last_pack_after_windows
 
     def portability_due_at(self, partition: TrackedPartition) -> float | None:
         """When the portability target asks for a conversion of the partition: once its oldest
         equality delete is ``policy.PORTABLE_SHARE`` of the target old, and not before a backoff
         ends (None: it holds none, or an attempt on it is under way)."""
         state = partition.state
-        if not partition.stats.equality_delete_files or isinstance(state, Compacting):
+        # An older spec's equality deletes go with its rewrite into the current spec, once settled.
+        if not partition.stats.equality_delete_files or isinstance(state, Compacting) or partition.is_older_spec:
             return None
         # No "answered" here: the statistics are re-read from metadata after each of our own
         # compactions, and a conversion removes every equality delete it lists, so equality
@@ -390,13 +404,12 @@ class PartitionTracker:
         answered_as_settled = settled and partition.answered(settled)
         if isinstance(state, BackingOff) and now < state.retry_at:
             return None
-        if partition.is_global:  # resolved at once, written or not: every read of every partition pays for them
-            work = global_work(stats, partition.oldest_write, now)
-            return None if work is None else _Due(*work)
-        if settled:
-            work = None if answered_as_settled else needed_work(stats, self.settings)
+        if partition.is_global or settled:  # the global deletes are resolved at once, written or not
+            work = None if answered_as_settled else self._needed(partition, now)
             work = work or (last_pack(stats, self.settings) if last_pack_due else None)
             return None if work is None else _Due(*work, last_pack=last_pack_due)
+        if partition.is_older_spec:  # left alone while a writer still deletes rows in its files
+            return None
         hot = hot_work(stats, self.settings)
         return None if hot is None else _Due(*hot, hot=True)
 
@@ -457,12 +470,19 @@ class PartitionTracker:
         if self.portability_due_at(partition) is not None:
             return _conversion(partition)
         stats, settled = partition.stats, self._settled(partition, now)
-        work = None
-        if not partition.answered(settled):
-            work = global_work(stats, partition.oldest_write, now) if partition.is_global else needed_work(stats, self.settings)
-        if work is None and settled and not partition.is_global and not partition.answered(settled, last_pack_due=True):
+        work = None if partition.answered(settled) else self._needed(partition, now)
+        if work is None and settled and partition.packs_last and not partition.answered(settled, last_pack_due=True):
             work = last_pack(stats, self.settings)  # once quiet long enough
         return None if work is None else work[0]
+
+    def _needed(self, partition: TrackedPartition, now: float) -> tuple[Work, str] | None:
+        """What the partition needs by its kind: the global deletes a resolution, an older spec's
+        partition its rewrite into the current spec, any other the policy's work."""
+        if partition.is_global:
+            return global_work(partition.stats, partition.oldest_write, now)
+        if partition.is_older_spec:
+            return older_spec_work(partition.stats)
+        return needed_work(partition.stats, self.settings)
 
     def pending(self, partition: TrackedPartition, now: float) -> Work | None:
         """The work the sidecar has ahead for the partition, due now or once due (None: it is

@@ -144,12 +144,12 @@ def found_commit(table_name: str, table: Any, snapshot: Any, layout: TableLayout
     """One snapshot's facts, from the manifests it added (entries it added or removed only)."""
     from pyiceberg.manifest import ManifestEntryStatus
 
-    names = [term.name for term in layout.partition]
     changes: list[FileChange] = []
     for manifest in snapshot.manifests(table.io):
         if manifest.added_snapshot_id != snapshot.snapshot_id:
             continue
-        current_spec = manifest.partition_spec_id == layout.spec_id
+        spec_layout = layout.of_spec(manifest.partition_spec_id)
+        names = [term.name for term in spec_layout.partition] if spec_layout is not None else []
         for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False):
             if entry.status == ManifestEntryStatus.EXISTING or entry.snapshot_id != snapshot.snapshot_id:
                 continue
@@ -157,9 +157,12 @@ def found_commit(table_name: str, table: Any, snapshot: Any, layout: TableLayout
             content = DataFileContent(data_file.content)
             path: str | None = None
             partition: dict[str, Any] = {}
-            if current_spec:
-                key = layout.partition_from_metadata(dict(zip(names, data_file.partition, strict=True)))
-                path, partition = layout.partition_path(key), layout.partition_record(key)
+            # The global deletes touch no tracked partition: their reconcile counts them.
+            if spec_layout is not None and not (
+                manifest.partition_spec_id == layout.global_spec_id and content is DataFileContent.EQUALITY_DELETES
+            ):
+                key = spec_layout.partition_from_metadata(dict(zip(names, data_file.partition, strict=True)))
+                path, partition = spec_layout.tracked_path(key), spec_layout.partition_record(key)
             changes.append(
                 FileChange(
                     content=content,

@@ -35,6 +35,9 @@ class CompactionKind(str, enum.Enum):
     # Global equality deletes (keys whose old partition was unknown) become position deletes on
     # the files they hit, in every partition, and are removed; no data rewritten.
     RESOLVE_GLOBAL_DELETES = "resolve-global-deletes"
+    # A settled partition of an older partition spec: every live data file rewritten into the
+    # current spec, its deletes applied, and every delete file of the partition removed.
+    REWRITE_OLDER_SPEC = "rewrite-older-spec"
 
 
 class CompactionOutcome(str, enum.Enum):

@@ -11,8 +11,9 @@ import base64
 import datetime as dt
 import decimal
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote_plus
 
@@ -166,6 +167,29 @@ class PartitionTerm:
         return f"{self.name}={'null' if value is None else quote_plus(self.human_string(value))}"
 
 
+# An older spec's partition is tracked as "(spec 0) region=eu": never a current-spec path.
+_OLDER_SPEC = re.compile(r"^\(spec (\d+)\)(?: (.*))?$")
+
+
+def older_spec_path(spec_id: int, path: str) -> str:
+    """The tracked path of a partition (``path``) of the older spec ``spec_id``."""
+    return f"(spec {spec_id}) {path}" if path else f"(spec {spec_id})"
+
+
+def older_spec_of(tracked_path: str) -> int | None:
+    """The older spec a tracked path names (None: a current-spec path)."""
+    found = _OLDER_SPEC.match(tracked_path)
+    return None if found is None else int(found.group(1))
+
+
+@dataclass(frozen=True)
+class OlderSpec:
+    """A partition spec of the table other than its current one."""
+
+    spec_id: int
+    partition: tuple[PartitionTerm, ...]
+
+
 @dataclass(frozen=True)
 class TableLayout:
     table: str  # namespace.table, as in the config
@@ -182,6 +206,46 @@ class TableLayout:
     global_spec_id: int | None = None
     # The table's declared sort order: compactions write their output sorted by it.
     sort_order: SortOrder = UNSORTED
+    # The table's other partition specs (the global-delete one included), whose files the
+    # compactor rewrites into the current spec.
+    older_specs: tuple[OlderSpec, ...] = ()
+    # Set on the layout of an older spec (``of_older_spec``): the current spec, which its
+    # rewrites write into.
+    output_spec_id: int | None = None
+
+    @property
+    def is_older_spec(self) -> bool:
+        return self.output_spec_id is not None
+
+    @property
+    def write_spec_id(self) -> int:
+        """The spec a rewrite of this layout's partitions writes its files in."""
+        return self.spec_id if self.output_spec_id is None else self.output_spec_id
+
+    def of_older_spec(self, spec_id: int) -> TableLayout:
+        """This table seen through one of its older specs: its partitions, and the current spec to
+        write into."""
+        older = next((s for s in self.older_specs if s.spec_id == spec_id), None)
+        if older is None:
+            raise ValueError(f"table {self.table} has no older partition spec {spec_id}")
+        return replace(self, partition=older.partition, spec_id=spec_id, older_specs=(), output_spec_id=self.spec_id)
+
+    def of_spec(self, spec_id: int) -> TableLayout | None:
+        """This table seen through any of its specs (None: one whose source columns are gone)."""
+        if spec_id == self.spec_id:
+            return self
+        return self.of_older_spec(spec_id) if any(s.spec_id == spec_id for s in self.older_specs) else None
+
+    def for_path(self, path: str) -> TableLayout:
+        """The layout a tracked partition's path is read with: an older spec's for its paths."""
+        spec_id = older_spec_of(path)
+        return self if spec_id is None else self.of_older_spec(spec_id)
+
+    def tracked_path(self, partition: PartitionKey) -> str:
+        """The path the compactor tracks a partition of this layout's spec by: an older spec's
+        paths carry the spec id, so that they never meet the current spec's."""
+        path = self.partition_path(partition)
+        return path if self.output_spec_id is None else older_spec_path(self.spec_id, path)
 
     @property
     def append_only(self) -> bool:
@@ -317,16 +381,9 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
             parse_partition_field(str(term), types)
         except TableSpecError as exc:
             raise TableSpecError(f"table {table_name}: {exc}") from None
-    partition = tuple(
-        PartitionTerm(
-            f.name,
-            schema.find_column_name(f.source_id),
-            str(f.transform),
-            types[schema.find_column_name(f.source_id)],
-            f.field_id,
-        )
-        for f in spec.fields
-    )
+    partition = _partition_terms(schema, spec, types)
+    if partition is None:
+        raise TableSpecError(f"table {table_name}: a partition field's source column is not in the schema")
     location = table.properties.get("write.data.path") or f"{table.location().rstrip('/')}/data"
     unpartitioned = sorted(i for i, s in table.specs().items() if s.is_unpartitioned()) if spec.fields else []
     return TableLayout(
@@ -341,6 +398,22 @@ def layout_from_pyiceberg(table_name: str, topic: str, primary_key: Sequence[str
         format_version=int(table.metadata.format_version),
         global_spec_id=unpartitioned[0] if unpartitioned else None,
         sort_order=sort_order_from_pyiceberg(schema, table.sort_order()),
+        older_specs=tuple(
+            OlderSpec(spec_id, terms)
+            for spec_id, other in sorted(table.specs().items())
+            if spec_id != spec.spec_id and (terms := _partition_terms(schema, other, types)) is not None
+        ),
+    )
+
+
+def _partition_terms(schema: Any, spec: Any, types: Mapping[str, str]) -> tuple[PartitionTerm, ...] | None:
+    """A pyiceberg spec's fields as partition terms; None when one's source column is gone from
+    the schema (an older spec's files are then left as they are)."""
+    names = [schema.find_column_name(f.source_id) for f in spec.fields]
+    if any(name is None or name not in types for name in names):
+        return None
+    return tuple(
+        PartitionTerm(f.name, name, str(f.transform), types[name], f.field_id) for f, name in zip(spec.fields, names, strict=True)
     )
 
 

@@ -48,7 +48,9 @@ class FileChange:
     added: bool  # False: removed (a DELETED entry)
     path: str
     partition: Mapping[str, Any]
-    partition_path: str | None  # None: a file of an older partition spec, in no tracked partition
+    # The tracked path (an older spec's carries its id); None: a global delete, or a file of a
+    # spec whose source columns are gone, in no tracked partition.
+    partition_path: str | None
     spec_id: int
     records: int = 0
     size: int = 0

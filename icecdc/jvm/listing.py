@@ -2,7 +2,8 @@
 a table with equality deletes): typed facts for the policy, and the Java handles a commit needs,
 kept inside the listing.
 
-The listing is a scan with a filter built from the partition's transforms (identity, year,
+A partition of an older spec is listed the same way through that spec's layout
+(``TableLayout.of_older_spec``). The listing is a scan with a filter built from the partition's transforms (identity, year,
 month, day, hour, bucket, truncate), ``ignoreResiduals`` so that no row is ever filtered out of a
 rewrite, then an exact check of each file's spec id and partition path; delete files come from
 the delete manifests, so that deletes which apply to nothing are found too.
@@ -43,7 +44,7 @@ class PartitionListing:
 
     @property
     def partition_path(self) -> str:
-        return "(global deletes)" if self._global else self.layout.partition_path(self.partition)
+        return "(global deletes)" if self._global else self.layout.tracked_path(self.partition)
 
 
 def java_partition(
@@ -147,6 +148,9 @@ def _list(table: IcebergTable, layout: TableLayout, partitions: Sequence[Partiti
     for partition in partitions[1:]:
         expression = getattr(expressions, "or")(expression, partition_filter(bridge, layout, partition))
     io = java.io()
+    # An older spec without fields may be the global-delete spec: its equality deletes are the
+    # global deletes, which apply to every partition and are left to their resolution.
+    global_deletes_here = layout.spec_id == layout.global_spec_id
     deletes: dict[str, list[LiveDeleteFile]] = {path: [] for path in by_path}
     for manifest in iterate(snapshot.deleteManifests(io)):
         if manifest.partitionSpecId() != layout.spec_id:
@@ -154,6 +158,8 @@ def _list(table: IcebergTable, layout: TableLayout, partitions: Sequence[Partiti
         reader = bridge.iceberg.ManifestFiles.readDeleteManifest(manifest, io, specs).filterRows(expression)
         try:
             for delete in iterate(reader):
+                if global_deletes_here and delete.content().toString() == "EQUALITY_DELETES":
+                    continue
                 if (owner := listing_of(delete)) is not None:
                     deletes[owner.iceberg_path].append(_delete_file(owner, delete))
         finally:

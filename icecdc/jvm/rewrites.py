@@ -94,6 +94,9 @@ class PartitionRewrite:
         shuffle. So every output file is sorted (``tests/integration/test_sort_order.py``)."""
         bridge, table, listing = self._table.bridge, self._table._java, self._listing
         several = len(self._listings) > 1
+        # An older spec's partition is written into the current spec, where it may span several
+        # partitions: the fanout writer takes rows of any partition in any order.
+        fanout = several or listing.layout.is_older_spec
         tasks = [self._tasks[p] for p in paths]
         split_size = max(self._target, sum(int(t.sizeBytes()) for t in tasks)) if several else self._target
         spark_pkg = bridge.iceberg.spark
@@ -118,8 +121,8 @@ class PartitionRewrite:
                     .option(write.REWRITTEN_FILE_SCAN_TASK_SET_ID, group)
                     .option(write.TARGET_FILE_SIZE_BYTES, str(self._target))
                     .option(write.DISTRIBUTION_MODE, "none")
-                    .option(write.OUTPUT_SPEC_ID, str(listing.layout.spec_id))
-                    .option(write.FANOUT_ENABLED, str(several).lower())
+                    .option(write.OUTPUT_SPEC_ID, str(listing.layout.write_spec_id))
+                    .option(write.FANOUT_ENABLED, str(fanout).lower())
                     .mode("append")
                     .save(group)
                 )
@@ -128,7 +131,7 @@ class PartitionRewrite:
                 cache.remove(group)
                 staged.removeTasks(table, group)
                 coordinator.clearRewrite(table, group)
-            spec = table.specs().get(listing.layout.spec_id)
+            spec = table.specs().get(listing.layout.write_spec_id)
             added = [
                 NewFile(
                     str(f.location()), int(f.fileSizeInBytes()), int(f.recordCount()), str(spec.partitionToPath(f.partition()))

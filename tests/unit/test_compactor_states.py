@@ -298,7 +298,7 @@ class TrackerMachine(RuleBasedStateMachine):
             needs = global_work(p.stats, p.oldest_write, self.now) if p.is_global else needed_work(p.stats, SETTINGS)
             if needs is not None and not p.answered(settled):
                 assert p.key in due | waiting, "work needed is due or waiting"
-            if settled and not p.is_global and last_pack(p.stats, SETTINGS) and not p.answered(settled, last_pack_due=True):
+            if settled and p.packs_last and last_pack(p.stats, SETTINGS) and not p.answered(settled, last_pack_due=True):
                 assert p.key in due | waiting, "a settled partition's last pack is due or waiting"
             portable_at = self.tracker.portability_due_at(p)
             if portable_at is not None:
@@ -309,7 +309,7 @@ class TrackerMachine(RuleBasedStateMachine):
     def _answered_until_the_next_write(self, p: TrackedPartition, expected: Expected, settled: bool, wanted: set[Key]) -> None:
         answer = expected.answer
         quiet = quiet_windows(p.cadence, self.now, SETTINGS.settle)
-        last_pack_due = settled and not p.is_global and quiet >= SETTINGS.last_pack_after_windows
+        last_pack_due = settled and p.packs_last and quiet >= SETTINGS.last_pack_after_windows
         holds = (
             answer is not None
             and answer[0] == p.cadence.last_write
