@@ -30,5 +30,6 @@ INVESTIGATIONS = tuple(
             "the ingester's parse stage on one core: its Python path against its fast path, generator and connector messages",
         ),
         ("watch", "one poll of the kept tables' watcher over N tables, none changed and one new snapshot each"),
+        ("sorted-lookup", "a point lookup on the sort key before and after the sidecar's compactions, sorted and unsorted"),
     )
 )

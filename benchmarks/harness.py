@@ -8,13 +8,14 @@ import os
 import re
 import threading
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from icecdc.bench.harness import BenchStack, clone
 from icecdc.bench.report import markdown_table, pyplot
 
 if TYPE_CHECKING:
@@ -193,6 +194,28 @@ def stage_table(stages: Sequence[StageCost]) -> str:
     )
 
 
+def settled_config(stack: BenchStack, prefix: str, tables: Sequence[dict[str, Any]], batch_records: int, **compactor: Any) -> Any:
+    """The stack's config for ``tables``, with topics, state and consumer group named by ``prefix``,
+    for a sidecar that compacts settled partitions: every partition settled at once, and no
+    portability conversion going first (a feed's equality deletes are older than half the target
+    by the time the sidecar starts)."""
+    return clone(
+        stack.config,
+        tables=list(tables),
+        commit_topic=f"{prefix}-commits-{stack.run_id}",
+        compaction_topic=f"{prefix}-compactions-{stack.run_id}",
+        state_dir=str(Path(stack.config.state_dir) / prefix),
+        ingest={"max_batch_records": batch_records},
+        compactor={
+            "consumer_group": f"{prefix}-{stack.run_id}",
+            "http": {"port": None},
+            "settle": {"min_seconds": 0, "initial_seconds": 0, "max_seconds": 0.001},
+            "portable_within_seconds": 1e6,
+            **compactor,
+        },
+    )
+
+
 def int_partitioned_table(name: str, topic: str) -> dict[str, Any]:
     """A table of tiny rows partitioned by an integer column ``p``: any number of partitions,
     with files as small as the bench wants."""
@@ -204,6 +227,20 @@ def int_partitioned_table(name: str, topic: str) -> dict[str, Any]:
         "schema": {"id": "long", "p": "int", "v": "string"},
         "before_image": "full",
     }
+
+
+@contextlib.contextmanager
+def column_figure(path: Path, ylabel: str, title: str, size: tuple[float, float] = (6, 4)) -> Iterator[Any]:
+    """The axes of one figure of columns (one per setting or stage), saved to ``path`` when the block ends."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=size)
+    yield ax
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3, axis="y")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 def line_plot(

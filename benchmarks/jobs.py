@@ -15,10 +15,10 @@ from typing import Any
 
 import orjson
 
-from benchmarks.harness import int_partitioned_table
+from benchmarks.harness import column_figure, int_partitioned_table, settled_config
 from icecdc.bench import out_argument, positive_integers, print_results
-from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, clone, progress
-from icecdc.bench.report import machine, markdown_table, publish, pyplot
+from icecdc.bench.harness import BenchStack, FeedWriter, bench_stack, progress
+from icecdc.bench.report import machine, markdown_table, publish
 from icecdc.options import state_dir_argument
 
 say = progress("jobs")
@@ -57,24 +57,8 @@ def measure(stack: BenchStack, label: str, partitions: int, rows: int, batches: 
     from icecdc.domain.events import CompactionOutcome
 
     spark = stack.spark
-    config = clone(
-        stack.config,
-        tables=[int_partitioned_table(f"bench.jobs_{label}_{stack.run_id}", f"jobs-{label}-{stack.run_id}")],
-        commit_topic=f"jobs-commits-{label}-{stack.run_id}",
-        compaction_topic=f"jobs-compactions-{label}-{stack.run_id}",
-        state_dir=str(Path(stack.config.state_dir) / f"jobs-{label}"),
-        ingest={"max_batch_records": partitions * rows},
-        compactor={
-            "consumer_group": f"jobs-{label}-{stack.run_id}",
-            "http": {"port": None},
-            "partitions_per_job": per_job,
-            # Settled at once: what is measured is the compaction of settled partitions.
-            "settle": {"min_seconds": 0, "initial_seconds": 0, "max_seconds": 0.001},
-            # Nor the portability target's conversions, which would go first: the feed's
-            # equality deletes are older than half of it by the time the sidecar starts.
-            "portable_within_seconds": 1e6,
-        },
-    )
+    table = int_partitioned_table(f"bench.jobs_{label}_{stack.run_id}", f"jobs-{label}-{stack.run_id}")
+    config = settled_config(stack, f"jobs-{label}", [table], partitions * rows, partitions_per_job=per_job)
     feed = FeedWriter(spark, config, "bench-jobs")
     try:
         for batch in range(batches):
@@ -160,19 +144,13 @@ def summary(results: JobsResults) -> str:
 
 
 def _plot(results: JobsResults, path: Path) -> None:
-    plt = pyplot()
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for i, per_job in enumerate(results.settings):
-        rates = [r.partitions_per_minute for r in results.of(per_job)]
-        ax.scatter([i] * len(rates), rates, alpha=0.6)
-        ax.bar(i, statistics.median(rates), alpha=0.3)
-    ax.set_xticks(range(len(results.settings)), [f"{n} a job" for n in results.settings])
-    ax.set_ylabel("settled partitions compacted per minute")
-    ax.set_title(f"{results.partitions} small partitions: bars medians, dots runs", fontsize=9)
-    ax.grid(alpha=0.3, axis="y")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    title = f"{results.partitions} small partitions: bars medians, dots runs"
+    with column_figure(path, "settled partitions compacted per minute", title) as ax:
+        for i, per_job in enumerate(results.settings):
+            rates = [r.partitions_per_minute for r in results.of(per_job)]
+            ax.scatter([i] * len(rates), rates, alpha=0.6)
+            ax.bar(i, statistics.median(rates), alpha=0.3)
+        ax.set_xticks(range(len(results.settings)), [f"{n} a job" for n in results.settings])
 
 
 # ---- python -m benchmarks jobs ----

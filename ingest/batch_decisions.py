@@ -173,9 +173,13 @@ def topic_positions(layouts: Mapping[str, TableLayout], committed: Mapping[str, 
 
 
 def may_delete_globally(layout: TableLayout, rules: SourceRules) -> bool:
-    """Whether the table's batches may write global deletes (so it needs an unpartitioned spec)."""
+    """Whether the table's batches may write global deletes (so it needs an unpartitioned spec):
+    for keys whose old partition is unknown, or for every key while data files of an older spec
+    are live (``TableLayout.older_spec_data``)."""
+    if layout.append_only:
+        return False
     unknown = rules.unknown_partition is UnknownPartition.GLOBAL_DELETE
-    return unknown and bool(layout.partition) and not layout.append_only and not layout.key_determines_partition
+    return layout.older_spec_data or (unknown and bool(layout.partition) and not layout.key_determines_partition)
 
 
 def reloaded_layout(before: TableLayout, loaded: TableLayout) -> TableLayout:

@@ -389,7 +389,17 @@ def _reduce_table(
         pieces[partition, kind].append(arrow)
     for (partition, kind), records in _reduce_by_key(layout, rows.filter(pc.invert(plain)), passed).items():
         pieces[partition, kind].append(layout.to_arrow(records, key_only=kind is not FileKind.DATA))
-    return pieces
+    return everywhere(pieces) if layout.older_spec_data else pieces
+
+
+def everywhere(pieces: dict[tuple[str, FileKind], list[pa.Table]]) -> dict[tuple[str, FileKind], list[pa.Table]]:
+    """Every partition's deletes as global ones (``TableLayout.older_spec_data``): a key whose
+    row may be in a data file of an older spec is deleted in every partition of every spec."""
+    out: dict[tuple[str, FileKind], list[pa.Table]] = defaultdict(list)
+    for (partition, kind), arrows in pieces.items():
+        at = (GLOBAL_PARTITION, FileKind.GLOBAL_DELETE) if kind is FileKind.DELETE else (partition, kind)
+        out[at].extend(arrows)
+    return out
 
 
 def _reduce_by_key(

@@ -30,7 +30,13 @@ from icecdc.ingest.toast import KeyedTable, RowWriter, ToastResolver
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.jvm.tables import CommittedSnapshot, IcebergTable, write_local_files_in_process
 from icecdc.runtime import failpoints
-from icecdc.runtime.catalog import load_metadata_table, local_warehouse, metadata_call, pyiceberg_catalog
+from icecdc.runtime.catalog import (
+    load_metadata_table,
+    local_warehouse,
+    metadata_call,
+    older_spec_data_live,
+    pyiceberg_catalog,
+)
 from icecdc.runtime.config import Config
 from icecdc.runtime.outages import CatalogRetry
 
@@ -326,7 +332,19 @@ class BatchWriter:
             metadata = metadata_call(self._retry, f"loading {ref}", functools.partial(load_metadata_table, catalog, ref))
             if metadata is None:
                 raise NoSuchTable(missing.format(ref=ref))
-            layouts[name] = layout_from_pyiceberg(name, table.source_topic, table.primary_key, metadata)
+            layout = layout_from_pyiceberg(name, table.source_topic, table.primary_key, metadata)
+            older = not layout.append_only and metadata_call(
+                self._retry, f"listing {ref}'s manifests", functools.partial(older_spec_data_live, metadata)
+            )
+            if older:
+                log.warning(
+                    "%s holds data files of an older partition spec: the ingester writes its deletes as "
+                    "global deletes until the sidecar has rewritten them into the current spec and the "
+                    'ingester restarts (docs/compactor.md, "Older partition specs")',
+                    name,
+                    extra={"table": name},
+                )
+            layouts[name] = replace(layout, older_spec_data=older)
         return layouts
 
     def _reload_layout(self, name: str) -> TableLayout:

@@ -212,6 +212,11 @@ class TableLayout:
     # Set on the layout of an older spec (``of_older_spec``): the current spec, which its
     # rewrites write into.
     output_spec_id: int | None = None
+    # Data files of an older spec were live when the layout was read. A partitioned equality
+    # delete applies only to data files of its own spec (Iceberg spec, "Scan Planning"), so the
+    # ingester then writes every delete as a global delete, which applies to files of every spec,
+    # until the sidecar has rewritten those files into the current spec and the layout is read again.
+    older_spec_data: bool = False
 
     @property
     def is_older_spec(self) -> bool:

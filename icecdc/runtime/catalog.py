@@ -158,6 +158,26 @@ def load_metadata_table(catalog: Catalog, ref: TableRef) -> Table | None:
         return None
 
 
+def older_spec_data_live(table: Table) -> bool:
+    """Whether the table's current snapshot holds live data files of a partition spec other than
+    its current one, from the manifest list alone (each manifest names its spec and counts its
+    live files)."""
+    from pyiceberg.manifest import ManifestContent
+
+    snapshot = table.current_snapshot()
+    if snapshot is None:
+        return False
+    current = table.spec().spec_id
+    with pyiceberg_errors():
+        manifests = snapshot.manifests(table.io)
+    return any(
+        m.content == ManifestContent.DATA
+        and m.partition_spec_id != current
+        and (m.added_files_count or 0) + (m.existing_files_count or 0) > 0
+        for m in manifests
+    )
+
+
 # Readiness probes come every few seconds; the catalog is asked at most this often.
 CATALOG_CHECK_SECONDS = 10.0
 

@@ -259,6 +259,26 @@ def test_jobs_benchmark_harness(tmp_path):
     assert (out / "jobs.png").stat().st_size > 0 and "partitions/min" in (out / "jobs.md").read_text()
 
 
+def test_sorted_lookup_benchmark_harness(tmp_path):
+    """Both tables compacted to a file a partition, which a lookup then reads alone, where each batch
+    file admitted it before; the sorted table's files sorted by id; JSON, plot, summary."""
+    out = tmp_path / "out"
+    run = investigation(
+        "sorted-lookup",
+        *("--state-dir", str(tmp_path / "state"), "--out", str(out)),
+        *("--partitions", "2", "--rows", "200", "--batches", "4", "--keys", "6", "--repeats", "1"),
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    [result] = orjson.loads((out / "sorted-lookup.json").read_bytes())["runs"]
+    assert result["every_file_sorted"]
+    for kind in ("sorted", "unsorted"):
+        before, after = result["lookups"][kind]["before"], result["lookups"][kind]["after"]
+        assert (before["data_files"], after["data_files"]) == (8, 2), result
+        assert before["files_per_lookup"] > 1 and after["files_per_lookup"] == 1, result
+    assert (out / "sorted-lookup.png").stat().st_size > 0 and "files a lookup reads" in (out / "sorted-lookup.md").read_text()
+
+
 def test_ingest_shape_benchmark_harness(tmp_path):
     """A batch-size point and fan-out points (three tables committed one by one and side by side),
     of the real connector's messages, each batch committed to every table it spans

@@ -116,21 +116,22 @@ def test_a_spark_merge_on_read_writer_s_older_spec_partitions_join_the_current_s
     assert_compactions_kept_rows(spark, name, events)
 
 
-@pytest.mark.parametrize("format_version", [2, 3])
+@pytest.mark.parametrize(("format_version", "before_image"), [(2, "key"), (3, "key"), (2, "full"), (3, "full")])
 def test_the_ingester_s_older_spec_partitions_and_global_deletes_join_the_current_spec(
-    spark, stack_config, unique, format_version
+    spark, stack_config, unique, format_version, before_image
 ):
     config = orders_of_format(compactor_config(stack_config, unique, settle=SETTLED), format_version)
-    # Key-only before-images: updates and deletes after the spec change are global deletes, which
-    # reach the old spec's rows (a partitioned delete reaches its own spec only).
-    table = TableConfig.model_validate({**config.tables[0].model_dump(by_alias=True), "before_image": "key"})
+    # Key-only before-images: updates and deletes are global deletes. Full ones: partitioned
+    # deletes before the spec change; after it, while the old spec's files are live, the
+    # restarted ingester writes global deletes, since a partitioned one reaches its own spec only.
+    table = TableConfig.model_validate({**config.tables[0].model_dump(by_alias=True), "before_image": before_image})
     config = config.model_copy(update={"tables": [table]})
     name = qualified(config)
     with batch_writer(spark, config) as write:
         spark.sql(f"ALTER TABLE {name} WRITE ORDERED BY id")
         stream = Stream(spark, config, write)
         src = stream.source
-        src.key_only_before = True
+        src.key_only_before = before_image == "key"
         for n in range(2):
             stream([src.upsert(k, REGIONS[k % 3], 100 * k + n, k % 2) for k in reversed(range(n, 60, 2))])
         stream([src.upsert(k, REGIONS[k % 3], 7 * k, k % 2) for k in range(0, 60, 5)] + [src.delete(k) for k in (3, 13, 23)])
@@ -140,6 +141,7 @@ def test_the_ingester_s_older_spec_partitions_and_global_deletes_join_the_curren
     table = TableConfig.model_validate({**table.model_dump(by_alias=True), "partition_by": partition_by})
     config = config.model_copy(update={"tables": [table]})
     with batch_writer(spark, config) as write:
+        assert write.layouts[table.name].older_spec_data, "it found the old spec's data files"
         stream.write = write
         stream([src.upsert(k, REGIONS[(k + 1) % 3], 9 * k, 1) for k in range(0, 60, 3)] + [src.delete(k) for k in (1, 5, 33)])
         stream([src.upsert(k, REGIONS[k % 3], 11 * k, 0) for k in range(60, 80)])

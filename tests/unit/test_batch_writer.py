@@ -11,6 +11,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 
 import orjson
+import pyarrow as pa
 import pytest
 
 from icecdc.domain import summary
@@ -30,6 +31,8 @@ from icecdc.ingest.batch_decisions import (
 from icecdc.ingest.evolution import ChangeKind, ColumnChange
 from icecdc.ingest.filemeta import FileKind
 from icecdc.ingest.publish import DeliveryError
+from icecdc.ingest.reduce import GLOBAL_PARTITION
+from icecdc.ingest.stages import everywhere
 from icecdc.ingest.writer import BatchRunner
 from icecdc.jvm.tables import CommittedSnapshot
 
@@ -569,3 +572,19 @@ def test_only_a_keyed_table_whose_key_does_not_give_the_partition_needs_a_spec_f
     assert not may_delete_globally(of(("id", "region")), DEFAULT_RULES), "the key gives the old partition"
     assert not may_delete_globally(of(("id",), ()), DEFAULT_RULES), "an unpartitioned table's deletes cover it all"
     assert not may_delete_globally(of(()), DEFAULT_RULES), "a table without a key deletes nothing"
+    older = replace(of(("id", "region")), older_spec_data=True)
+    assert may_delete_globally(older, DEFAULT_RULES), "an older spec's data files: every delete is global"
+    assert not may_delete_globally(replace(of(()), older_spec_data=True), DEFAULT_RULES)
+
+
+def test_while_an_older_spec_holds_data_every_delete_is_global():
+    keys = pa.table({"id": [1, 2, 3]})
+    pieces = {
+        ("eu", FileKind.DATA): [keys.slice(0, 1)],
+        ("eu", FileKind.DELETE): [keys.slice(1, 1)],
+        ("us", FileKind.DELETE): [keys.slice(2, 1)],
+        (GLOBAL_PARTITION, FileKind.GLOBAL_DELETE): [keys.slice(0, 1)],
+    }
+    moved = everywhere(pieces)
+    assert moved.keys() == {("eu", FileKind.DATA), (GLOBAL_PARTITION, FileKind.GLOBAL_DELETE)}
+    assert sorted(pa.concat_tables(moved[GLOBAL_PARTITION, FileKind.GLOBAL_DELETE]).column("id").to_pylist()) == [1, 2, 3]

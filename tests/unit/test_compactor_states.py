@@ -219,12 +219,12 @@ class TrackerMachine(RuleBasedStateMachine):
     def _end(self, job: Job, end: JobEnd) -> None:
         _, outcome, nothing_to_do, seconds = dataclasses.astuple(end)
         self.now += seconds
-        for i, (key, after_write, hot, answers, packs_last) in enumerate(job.partitions):
+        for i, (key, after_write, hot, answers, as_last_pack) in enumerate(job.partitions):
             ended = Outcome.SKIPPED if len(job.partitions) > 1 and nothing_to_do >> i & 1 else outcome
             partition = self.tracker.get(*key)
             assert partition is not None, "a partition under a job is not forgotten"
             resolution = self.tracker.resolve(partition, ended, "why", started=job.started, now=self.now, rng=self.rng)
-            self._expect(key, ended, resolution.outcome, after_write, (hot, answers, packs_last))
+            self._expect(key, ended, resolution.outcome, after_write, (hot, answers, as_last_pack))
             if resolution.outcome is Outcome.COMMITTED:
                 assert partition.last_compaction == self.now
 
