@@ -20,7 +20,6 @@ from icecdc.compactor.policy import (
     OPEN_FILE_COST_BYTES,
     Work,
     budget_for_bytes,
-    compacted_files,
     medium_files_pack,
 )
 from icecdc.compactor.sizes import SizeClass, size_class
@@ -111,7 +110,7 @@ def plan_rewrite(
     files: PartitionFiles, work: Work, settings: CompactorConfig, deletion_vectors: bool = False, *, last_pack: bool = False
 ) -> RewritePlan:
     """The files one compaction of this partition touches. ``last_pack``: a minor compaction packs
-    every file under the large size when that makes fewer files, however few (``policy.last_pack``).
+    the small files however few, two or more (``policy.last_pack``).
     ``deletion_vectors`` (format v3): the
     large files' equality deletes are not converted here but left to a conversion
     (``plan_conversion``, the portability target asks for it): a ``RewriteFiles`` that adds a
@@ -135,13 +134,9 @@ def plan_rewrite(
     rewrite: list[DataFileFacts] = []
     convert: list[DataFileFacts] = []
     if work is Work.MINOR:
-        if last_pack:
-            packable = small + medium
-            if len(packable) >= 2 and compacted_files(sum(f.size for f in packable), settings) < len(packable):
-                rewrite = packable
-        elif packed_medium:
+        if packed_medium:
             rewrite = small + packed_medium
-        elif len(small) >= max(2, settings.min_small_files):
+        elif len(small) >= (2 if last_pack else max(2, settings.min_small_files)):
             rewrite = small
     elif work is Work.DELETE_MERGE:
         large_paths = {f.path for f in large}

@@ -222,14 +222,13 @@ def needed_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work,
 
 def last_pack(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, str] | None:
     """What a partition nobody has written for ``last_pack_after_windows`` settle windows needs
-    once ``needed_work`` finds nothing: its files under the large size packed into target-size
-    files, when that makes fewer of them, however few they are (docs/compactor.md, "The last
-    pack"). ``plans.plan_rewrite`` plans the same files with ``last_pack``."""
-    files = stats.small_files + stats.medium_files
-    packed_bytes = stats.small_bytes + stats.medium_bytes
-    if files < 2 or compacted_files(packed_bytes, settings) >= files:
+    once ``needed_work`` finds nothing: its small files packed, however few (docs/compactor.md,
+    "The last pack"); ``plans.plan_rewrite`` plans them with ``last_pack``. Medium files stay under
+    the usual rule (``medium_files_pack``): packing them on every return of a writer that pauses
+    long would rewrite up to a large file's bytes each time."""
+    if stats.small_files < 2:
         return None
-    return Work.MINOR, f"last pack of {files} files under the large size ({packed_bytes / MIB:.1f} MiB), settled"
+    return Work.MINOR, f"last pack of {stats.small_files} small files, settled"
 
 
 def medium_files_pack(files: int, data_bytes: int, settings: CompactorConfig) -> bool:
@@ -250,11 +249,8 @@ def over_hot_ceiling(stats: PartitionStats, settings: CompactorConfig) -> bool:
     return stats.delete_files >= settings.hot_max_delete_files or stats.small_files >= settings.hot_max_small_files
 
 
-def benefit_and_cost(
-    stats: PartitionStats, work: Work, settings: CompactorConfig, *, last_pack: bool = False
-) -> tuple[float, float]:
-    """Read cost removed (file opens) and bytes rewritten, both estimated from the statistics
-    (``last_pack``: a minor compaction packs the medium files too, ``policy.last_pack``)."""
+def benefit_and_cost(stats: PartitionStats, work: Work, settings: CompactorConfig) -> tuple[float, float]:
+    """Read cost removed (file opens) and bytes rewritten, both estimated from the statistics."""
     target = settings.target_file_size_bytes
     large_files = stats.data_files - stats.small_files - stats.medium_files
     if work is Work.RESOLVE_GLOBAL_DELETES:
@@ -270,7 +266,7 @@ def benefit_and_cost(
         rewritten = 0
     elif work is Work.MINOR:
         packed_files, packed_bytes = stats.small_files, stats.small_bytes
-        if last_pack or medium_files_pack(stats.medium_files, stats.medium_bytes, settings):
+        if medium_files_pack(stats.medium_files, stats.medium_bytes, settings):
             packed_files += stats.medium_files
             packed_bytes += stats.medium_bytes
         files_after = stats.data_files - packed_files + math.ceil(packed_bytes / target)
@@ -300,7 +296,7 @@ class Candidate:
     # (it goes first, the most urgent first). None: work for reads and file counts.
     due_by: float | None = None
     # The last pack of a partition nobody has written for a while (``last_pack``): its plan packs
-    # every file under the large size, and its answer stands until the next write.
+    # its small files however few, and its answer stands until the next write.
     last_pack: bool = False
 
     @property

@@ -418,7 +418,7 @@ class PartitionTracker:
         for p in self._partitions.values():
             due = self._due(p, now)
             if due is not None:
-                benefit, cost = benefit_and_cost(p.stats, due.work, self.settings, last_pack=due.last_pack)
+                benefit, cost = benefit_and_cost(p.stats, due.work, self.settings)
                 out.append(
                     Candidate(
                         p.table,

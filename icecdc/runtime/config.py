@@ -364,7 +364,7 @@ class CompactorConfig(_Strict):
     # Bin-packing is worth a commit from this many small files in a partition.
     min_small_files: int = Field(default=12, ge=2)
     # A settled partition nobody has written for this many settle windows gets one last pack of
-    # its files under the large size, even under ``min_small_files``: nobody will add the files
+    # its small files, even under ``min_small_files``: nobody will add the files
     # that would make the minor compaction worth it. Two windows, not one, so that a writer
     # that pauses once and comes back does not have its partition packed just before it writes
     # more small files (docs/compactor.md, "The last pack").

@@ -324,7 +324,7 @@ def test_a_settled_partition_under_the_minor_trigger_gets_one_last_pack_once_qui
     assert t.candidates(51) == []  # settled, and 3 small files are under the minor trigger
     assert [p.path for p in t.waiting(51)] == ["p=a"]  # the last pack is ahead
     [last] = t.candidates(81)  # two windows quiet
-    assert (last.work, last.hot, last.last_pack) == (Work.MINOR, False, True) and "last pack of 3 files" in last.reason
+    assert (last.work, last.hot, last.last_pack) == (Work.MINOR, False, True) and "last pack of 3 small files" in last.reason
     state = t.get("db.t", "p=a")
     t.begin(state, hot=last.hot, last_pack=last.last_pack)
     finish(t, state, Outcome.SKIPPED, 82)  # even when its plan found nothing, it is not tried again
@@ -351,22 +351,23 @@ def test_the_last_pack_follows_the_settled_work_and_a_compacted_partition_needs_
     [
         (PartitionStats(data_files=1, small_files=1, small_bytes=MB), False),
         (PartitionStats(data_files=3, small_files=3, small_bytes=3 * MB), True),
-        # Two medium files that fill more than a target file together make no fewer files.
-        (PartitionStats(data_files=2, medium_files=2, medium_bytes=200 * MB), False),
-        (PartitionStats(data_files=3, small_files=1, small_bytes=MB, medium_files=2, medium_bytes=100 * MB), True),
+        # Medium files stay under the usual rule: a writer that returns after long pauses would
+        # otherwise have them rewritten on every return.
+        (PartitionStats(data_files=2, medium_files=2, medium_bytes=60 * MB), False),
+        (PartitionStats(data_files=3, small_files=2, small_bytes=2 * MB, medium_files=1, medium_bytes=40 * MB), True),
     ],
 )
-def test_the_last_pack_is_worth_it_when_it_makes_fewer_files(stats: PartitionStats, packs: bool):
+def test_the_last_pack_packs_two_small_files_or_more(stats: PartitionStats, packs: bool):
     assert (last_pack(stats, SETTINGS) is not None) is packs
 
 
-def test_the_last_pack_plans_every_file_under_the_large_size():
+def test_the_last_pack_plans_the_small_files_under_the_minor_trigger():
     small = [DataFileFacts(f"s{i}", MB, 10, i) for i in range(2)]
     medium = [DataFileFacts("m", 40 * MB, 10, 3)]
     large = [DataFileFacts("l", 120 * MB, 10, 4)]
     files = PartitionFiles((*small, *medium, *large), ())
     assert plan_rewrite(files, Work.MINOR, SETTINGS).empty  # two small files: under the minor trigger
-    assert set(plan_rewrite(files, Work.MINOR, SETTINGS, last_pack=True).rewrite) == {"s0", "s1", "m"}
+    assert set(plan_rewrite(files, Work.MINOR, SETTINGS, last_pack=True).rewrite) == {"s0", "s1"}
 
 
 def test_a_write_during_a_compaction_is_not_answered_by_it():
