@@ -18,17 +18,25 @@ from icecdc.compactor.plans import (
     plan_conversion,
     plan_for,
     plan_hot,
+    plan_older_spec,
     plan_resolution,
     plan_rewrite,
 )
-from icecdc.compactor.policy import Work, hot_work, needed_work
+from icecdc.compactor.policy import Work, hot_work, needed_work, older_spec_work
 from icecdc.domain.layout import TableLayout
 from icecdc.domain.sourcespec import SourceRules
 from icecdc.runtime.config import CompactorConfig
 from tests.cdc import REGIONS, Change, SourceDatabase, changes, flavoured_batches, flavoured_history, image
-from tests.model.compaction import global_delete_files, partition_files, partition_stats, partitions, prepare
-from tests.model.iceberg import CommitConflict, EqualityDelete, Partition, Snapshot, SpecViolation, Table
-from tests.model.writer import FULL_BEFORE_IMAGES, KEY_ONLY_BEFORE_IMAGES, commit_batch, orders_layout
+from tests.model.compaction import (
+    global_delete_files,
+    older_spec_partitions,
+    partition_files,
+    partition_stats,
+    partitions,
+    prepare,
+)
+from tests.model.iceberg import PARTITIONED_SPEC_ID, CommitConflict, EqualityDelete, Partition, Snapshot, SpecViolation, Table
+from tests.model.writer import FULL_BEFORE_IMAGES, KEY_ONLY_BEFORE_IMAGES, commit_batch, orders_layout, started
 
 KB = 1024
 EXAMPLES = settings(max_examples=1000, deadline=None)
@@ -62,20 +70,30 @@ def test_every_batch_of_a_random_history_leaves_the_rows_the_stream_implies(hist
 # --- the compactor: writer batches, with maintenance between them and during them ---
 
 PLANNED = ["convert", "hot", "merge", "minor", "policy", "job", "convert-job", "resolve"]
-maintenance = st.tuples(
-    st.sampled_from(PLANNED),
-    st.integers(1, 63),  # which live partitions, by rank: a bit each
-    st.sampled_from([Work.DELETE_MERGE, Work.MINOR]),  # a job's work
-    st.lists(changes(keys=30, days=2, max_size=5), max_size=2),  # writer batches committed while it runs
-    # A compaction of other partitions (another lease: a resolution of the global deletes holds
-    # its own) from the same snapshot, committed after it, as another replica would.
-    st.one_of(
-        st.none(), st.tuples(st.sampled_from(PLANNED), st.integers(1, 63), st.sampled_from([Work.DELETE_MERGE, Work.MINOR]))
-    ),
-)
-compaction_history = st.lists(
-    st.tuples(changes(keys=30, days=2, max_size=10), st.one_of(st.none(), maintenance)), min_size=1, max_size=6
-)
+
+
+def maintenance_of(planned: Sequence[str]) -> st.SearchStrategy[tuple]:
+    """One maintenance step, of one of the ``planned`` kinds."""
+    kinds = st.sampled_from(planned)
+    works = st.sampled_from([Work.DELETE_MERGE, Work.MINOR])  # a job's work
+    return st.tuples(
+        kinds,
+        st.integers(1, 63),  # which live partitions, by rank: a bit each
+        works,
+        st.lists(changes(keys=30, days=2, max_size=5), max_size=2),  # writer batches committed while it runs
+        # A compaction of other partitions (another lease: a resolution of the global deletes holds
+        # its own) from the same snapshot, committed after it, as another replica would.
+        st.one_of(st.none(), st.tuples(kinds, st.integers(1, 63), works)),
+    )
+
+
+def histories(planned: Sequence[str], min_size: int = 1, max_size: int = 6) -> st.SearchStrategy[list]:
+    """Writer batches, each maybe followed by maintenance of one of the ``planned`` kinds."""
+    steps = st.tuples(changes(keys=30, days=2, max_size=10), st.one_of(st.none(), maintenance_of(planned)))
+    return st.lists(steps, min_size=min_size, max_size=max_size)
+
+
+compaction_history = histories(PLANNED)
 TARGET = 16 * KB
 SETTINGS = {
     ratio: CompactorConfig(target_file_size_bytes=TARGET, min_small_files=2, hot_read_budget=2, large_file_ratio=ratio)
@@ -84,22 +102,42 @@ SETTINGS = {
 
 
 def plans_for(
-    kind: str, ranks: int, work: Work, snapshot: Snapshot, config: CompactorConfig, format_version: int = 2
+    kind: str,
+    ranks: int,
+    work: Work,
+    snapshot: Snapshot,
+    config: CompactorConfig,
+    format_version: int = 2,
+    spec_id: int = PARTITIONED_SPEC_ID,
 ) -> list[tuple[RewritePlan, PartitionFiles]]:
-    """The product's plans for one maintenance step, each with the listing it was made from."""
+    """The product's plans for one maintenance step, each with the listing it was made from.
+    ``spec_id``: the table's current spec; the partitions of older ones get their rewrite into
+    it only (``older-spec``, or ``policy`` as the tracker asks for it once they settled)."""
     dv = format_version >= 3
     if kind == "resolve":
         files = global_delete_files(snapshot)
         return [] if files is None else [(plan_resolution(files), files)]
-    live = partitions(snapshot)
+    live = partitions(snapshot, spec_id)
+    older = older_spec_partitions(snapshot, spec_id)
+    if kind == "older-spec":
+        if not older:
+            return []
+        old_spec, partition = older[ranks % len(older)]
+        files = partition_files(snapshot, partition, spec_id=old_spec)
+        return [(plan_older_spec(files), files)]
+    if kind == "policy" and older and (chosen := ranks % (len(live) + len(older))) >= len(live):
+        old_spec, partition = older[chosen - len(live)]
+        files = partition_files(snapshot, partition, spec_id=old_spec)
+        needed = older_spec_work(partition_stats(files, config))
+        return [] if needed is None else [(plan_for(needed[0], files, config), files)]
     if not live:
         return []
     if kind in ("job", "convert-job"):
-        chosen = [partition_files(snapshot, p) for r, p in enumerate(live) if ranks >> r & 1]
+        chosen = [partition_files(snapshot, p, spec_id=spec_id) for r, p in enumerate(live) if ranks >> r & 1]
         if kind == "convert-job":  # the portability target's conversions due together: one RowDelta
             return [(plan_for(Work.CONVERT, files, config, hot=True, portable=True), files) for files in chosen]
         return [(plan_rewrite(files, work, config, dv), files) for files in chosen]
-    files = partition_files(snapshot, live[ranks % len(live)])
+    files = partition_files(snapshot, live[ranks % len(live)], spec_id=spec_id)
     if kind == "convert":
         return [(plan_conversion(files), files)]
     if kind == "hot":
@@ -113,45 +151,47 @@ def plans_for(
     return [] if needed is None else [(plan_for(needed[0], files, config, hot, deletion_vectors=dv), files)]
 
 
-def run_history(
-    steps: Sequence[tuple[list[Change], tuple | None]],
-    layout: TableLayout,
-    rules: SourceRules,
-    source: SourceDatabase,
-    table: Table,
-    config: CompactorConfig,
-) -> tuple[dict[int, list], list[Snapshot]]:
-    """Write the history's batches and run its maintenance on the model; returns the rows the
-    stream implies after each writer snapshot, and the maintenance snapshots."""
-    expected: dict[int, list] = {}
+class ModelHistory:
+    """One history under way on the model: the table's layout (its current spec and sort order,
+    which a compaction reads when it starts), the ingester's (the one it read when it last
+    started), the rows the stream implies after each writer snapshot, and the maintenance
+    snapshots."""
 
-    def write(batch: list[Change]) -> None:
-        pairs = source.apply(batch)
+    def __init__(self, layout: TableLayout, rules: SourceRules, source: SourceDatabase, table: Table, config: CompactorConfig):
+        self.layout, self.rules, self.source, self.table, self.config = layout, rules, source, table, config
+        self.ingester = started(table, layout)
+        self.expected: dict[int, list] = {}
+        self.maintained: list[Snapshot] = []
+
+    def restart(self) -> None:
+        """The ingester starts again: it reads the table's layout, and whether older specs hold data."""
+        self.ingester = started(self.table, self.layout)
+
+    def write(self, batch: list[Change]) -> None:
+        pairs = self.source.apply(batch)
         if pairs:
-            expected[commit_batch(table, layout, rules, pairs).snapshot_id] = source.expected_images()
+            self.expected[commit_batch(self.table, self.ingester, self.rules, pairs).snapshot_id] = self.source.expected_images()
 
-    write([(k, REGIONS[k % 2], k % 2, k) for k in range(1, 31)])
-    maintained = []
-    for batch, maintain in steps:
-        write(batch)
-        if maintain is None:
-            continue
+    def maintain(self, maintain: tuple) -> None:
+        """One maintenance step: its compactions planned from one snapshot, the writer batches
+        committed while they run, then their commits."""
+        table, config = self.table, self.config
         *first, during, overlapping = maintain
         start = table.current
         commits = []
         leased: set[object] = set()
         for kind, ranks, work in (first, *([overlapping] if overlapping else [])):
-            planned = plans_for(kind, ranks, work, start, config, table.format_version)
+            planned = plans_for(kind, ranks, work, start, config, table.format_version, self.layout.spec_id)
             leases = {"global deletes"} if kind == "resolve" else {leased_partition(start, files) for _, files in planned}
             if not planned or leases & leased:
                 continue  # one compaction of a partition at a time (the coordinator's leases)
             leased |= leases
             plans, files = zip(*planned, strict=True)
-            commit = prepare(table, start, plans, files, config)
+            commit = prepare(table, start, plans, files, config, self.layout)
             if commit is not None:
                 commits.append((kind, commit))
         for batch in during:
-            write(batch)
+            self.write(batch)
         # Neither the writer's batches nor a compaction of other partitions refuse a compaction;
         # a resolution of the global deletes touches files of every partition: of it and another
         # compaction that both change one file, the second to commit fails Iceberg's validation,
@@ -165,19 +205,43 @@ def run_history(
                 if currently_in_test_context():
                     event(f"{kind}: refused beside {kinds[0]}")
                 continue
-            maintained.append(committed)
+            self.maintained.append(committed)
             if currently_in_test_context():  # the explicit tests below run it too
                 event(
                     f"{kind}: {committed.operation}{' during writer commits' if during else ''}{' beside another' if n else ''}"
                 )
-    return expected, maintained
+
+    def step(self, batch: list[Change], maintain: tuple | None) -> None:
+        self.write(batch)
+        if maintain is not None:
+            self.maintain(maintain)
 
 
-def leased_partition(snapshot: Snapshot, files: PartitionFiles) -> Partition:
+def run_history(
+    steps: Sequence[tuple[list[Change], tuple | None]],
+    layout: TableLayout,
+    rules: SourceRules,
+    source: SourceDatabase,
+    table: Table,
+    config: CompactorConfig,
+) -> tuple[dict[int, list], list[Snapshot]]:
+    """Write the history's batches and run its maintenance on the model; returns the rows the
+    stream implies after each writer snapshot, and the maintenance snapshots."""
+    history = ModelHistory(layout, rules, source, table, config)
+    history.write(INITIAL)
+    for batch, maintain in steps:
+        history.step(batch, maintain)
+    return history.expected, history.maintained
+
+
+INITIAL = [(k, REGIONS[k % 2], k % 2, k) for k in range(1, 31)]
+
+
+def leased_partition(snapshot: Snapshot, files: PartitionFiles) -> tuple[int, Partition]:
     """The partition a compaction leases: its listing's, whatever the plan rewrites (a conversion
-    rewrites no data file, and a partition may hold only delete files)."""
-    (partition,) = {snapshot.data[f.path].partition for f in files.data} | {
-        snapshot.deletes[d.path].partition for d in files.deletes
+    rewrites no data file, and a partition may hold only delete files), with its spec."""
+    (partition,) = {(snapshot.data[f.path].spec_id, snapshot.data[f.path].partition) for f in files.data} | {
+        (snapshot.deletes[d.path].spec_id, snapshot.deletes[d.path].partition) for d in files.deletes
     }
     return partition
 
