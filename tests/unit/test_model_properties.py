@@ -5,7 +5,9 @@ the real stack; these run the same kinds of history by the thousand on the spec'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+import operator
+from collections.abc import Callable, Sequence
 
 import hypothesis.strategies as st
 import pytest
@@ -24,6 +26,7 @@ from icecdc.compactor.plans import (
 )
 from icecdc.compactor.policy import Work, hot_work, needed_work, older_spec_work
 from icecdc.domain.layout import TableLayout
+from icecdc.domain.sort_order import UNSORTED, SortDirection, SortOrder, sort_order_of
 from icecdc.domain.sourcespec import SourceRules
 from icecdc.runtime.config import CompactorConfig
 from tests.cdc import REGIONS, Change, SourceDatabase, changes, flavoured_batches, flavoured_history, image
@@ -35,7 +38,16 @@ from tests.model.compaction import (
     partitions,
     prepare,
 )
-from tests.model.iceberg import PARTITIONED_SPEC_ID, CommitConflict, EqualityDelete, Partition, Snapshot, SpecViolation, Table
+from tests.model.iceberg import (
+    PARTITIONED_SPEC_ID,
+    CommitConflict,
+    EqualityDelete,
+    Partition,
+    Row,
+    Snapshot,
+    SpecViolation,
+    Table,
+)
 from tests.model.writer import FULL_BEFORE_IMAGES, KEY_ONLY_BEFORE_IMAGES, commit_batch, orders_layout, started
 
 KB = 1024
@@ -343,3 +355,198 @@ def test_a_resolution_and_a_merge_of_the_same_file_leave_one_deletion_vector():
     live = table.current.deletes.values()
     assert not [d for d in live if isinstance(d, EqualityDelete) and (d.partition == ("us",) or d.is_global)]
     assert read(table.current) == source.expected_images()
+
+
+# --- a partition-spec change and a sort-order change in the middle of a history ---
+
+NEW_SPEC_ID = 2  # spec 0 is the first, 1 the unpartitioned one of the global deletes
+SPEC_CHANGES = [
+    (["region"], ["region", "bucket(4, id)"]),
+    (["region", "days(updated_at)"], ["region"]),
+    (["region"], ["days(updated_at)"]),
+    (["bucket(4, id)"], ["region"]),
+    (["region"], ["bucket(4, id)"]),
+]
+# Orders by the columns the model holds as Iceberg holds them (its amounts are strings).
+SORT_ORDERS = [
+    UNSORTED,
+    sort_order_of(1, [("id", "identity", "asc", "nulls-first")]),
+    sort_order_of(2, [("region", "identity", "asc", "nulls-first"), ("updated_at", "identity", "desc", "nulls-last")]),
+    sort_order_of(3, [("updated_at", "identity", "asc", "nulls-last"), ("id", "identity", "desc", "nulls-first")]),
+]
+# Rewrites of older-spec partitions twice as likely as another kind: they are what is new here.
+spec_change_history = histories([*PLANNED, "older-spec", "older-spec"], max_size=4)
+
+
+def in_sort_order(rows: Sequence[Row], order: SortOrder) -> bool:
+    """Whether ``rows`` are in ``order``, by Python's own stable sort: one pass per field, the
+    last field first (the model's rows hold no nulls, so the null order is not at stake)."""
+    ordered = list(rows)
+    for f in reversed(order.fields):
+        ordered.sort(key=operator.itemgetter(f.column), reverse=f.direction is SortDirection.DESC)
+    columns = [f.column for f in order.fields]
+    return [[row[c] for c in columns] for row in ordered] == [[row[c] for c in columns] for row in rows]
+
+
+def rewrite_older_specs(history: ModelHistory) -> None:
+    """The sidecar once every partition of an older spec has settled: each rewritten into the
+    current spec, one job after the other."""
+    for _ in range(100):
+        if not older_spec_partitions(history.table.current, history.layout.spec_id):
+            return
+        history.maintain(("older-spec", 0, Work.REWRITE_OLDER_SPEC, [], None))
+    raise AssertionError("older-spec partitions left after 100 rewrites")
+
+
+def spec_change_example(steps: list, **differences: object) -> Callable:
+    """An ``@example`` of the test below: ``steps``, the spec changed from region to region and
+    bucket before the first, the sort order to ``id`` after the last, and what else
+    ``differences`` says."""
+    plain = {
+        "spec_change": SPEC_CHANGES[0],
+        "spec_change_at": 0,
+        "sort_orders": (UNSORTED, SORT_ORDERS[1]),
+        "sort_change_at": 4,
+        "restarts": frozenset(),
+        "tail": [],
+        "key_only": False,
+        "format_version": 2,
+        "row_bytes": 1024,
+        "large_file_ratio": 0.25,
+    }
+    return example(steps=steps, **{**plain, **differences})
+
+
+@EXAMPLES
+@given(
+    steps=spec_change_history,
+    spec_change=st.sampled_from(SPEC_CHANGES),
+    spec_change_at=st.integers(0, 3),
+    sort_orders=st.tuples(st.sampled_from(SORT_ORDERS), st.sampled_from(SORT_ORDERS[1:])),
+    sort_change_at=st.integers(0, 4),
+    restarts=st.frozensets(st.integers(0, 4)),
+    tail=histories(PLANNED, min_size=0, max_size=2),
+    key_only=st.booleans(),
+    format_version=st.sampled_from([2, 3]),
+    row_bytes=st.sampled_from([256, 1024, 4096]),
+    large_file_ratio=st.sampled_from(sorted(SETTINGS)),
+)
+# A delete committed while an older spec's partition is rewritten: global (older-spec data is
+# live), at a sequence number above the rewrite's start, so it still applies to the moved rows.
+@spec_change_example([([(2, "eu", 0, 5)], ("older-spec", 1, Work.MINOR, [[(1, None, 0, 0)]], None))])
+# A resolution of the global deletes and a rewrite of an older spec's partition, from one
+# snapshot, both touch its file: the second to commit (the rewrite: the resolution's deletion
+# vector names a file it replaces) is refused, and the partition is rewritten at the end.
+@spec_change_example([([(1, "us", 0, 7)], ("resolve", 1, Work.MINOR, [], ("older-spec", 1, Work.MINOR)))], format_version=3)
+# Once the older spec is rewritten, the restarted ingester deletes by partition of the new spec
+# again: a row moved to another region is deleted in the partition the rewrite moved it to, at
+# the rewrite's starting sequence number, below the delete's; with keys alone, by the key's bucket.
+@spec_change_example(
+    [([(3, "us", 0, 3)], ("older-spec", 0, Work.MINOR, [], ("older-spec", 1, Work.MINOR)))],
+    tail=[([(2, "us", 1, 9)], ("merge", 8, Work.DELETE_MERGE, [], None))],
+)
+@spec_change_example(
+    [([(3, "us", 0, 3)], ("older-spec", 0, Work.MINOR, [], ("older-spec", 1, Work.MINOR)))],
+    spec_change=(["region"], ["bucket(4, id)"]),
+    tail=[([(2, None, 0, 0), (4, "apac", 1, 9)], ("convert", 4, Work.DELETE_MERGE, [], None))],
+    key_only=True,
+    format_version=3,
+)
+# The sort order changes between the rewrites of two older-spec partitions, two days of one
+# region that the new spec puts in one partition: the first is sorted by id, the second by region,
+# then time descending.
+@spec_change_example(
+    [
+        ([(2, "eu", 1, 2), (4, "eu", 1, 4), (8, "eu", 1, 8), (3, "us", 0, 3)], None),
+        ([(5, "us", 1, 5)], ("older-spec", 0, Work.MINOR, [], None)),
+        ([(7, "us", 1, 7)], ("older-spec", 0, Work.MINOR, [[(10, "eu", 1, 10)]], None)),
+    ],
+    spec_change=(["region", "days(updated_at)"], ["region"]),
+    spec_change_at=1,
+    sort_orders=(SORT_ORDERS[1], SORT_ORDERS[2]),
+    sort_change_at=2,
+    row_bytes=256,
+    large_file_ratio=0.75,
+)
+def test_random_histories_with_a_spec_change_and_a_sort_order_change_in_the_middle_keep_every_row(
+    steps,
+    spec_change,
+    spec_change_at,
+    sort_orders,
+    sort_change_at,
+    restarts,
+    tail,
+    key_only,
+    format_version,
+    row_bytes,
+    large_file_ratio,
+):
+    """The table's spec changes before step ``spec_change_at`` (after the last: once all are
+    done), and the ingester restarts, as docs/compactor.md asks; it also restarts before the steps
+    in ``restarts``. The sort order changes before step ``sort_change_at``. Then every partition of
+    the old spec is rewritten, the ingester restarts, and the ``tail`` runs. Every snapshot holds
+    the rows the stream implies; once the old spec's partitions are rewritten no file of it is
+    live and the ingester deletes by partition again; every live data file's rows are of its
+    partition; every file a compaction wrote is in the sort order the table had when it started."""
+    before, after = spec_change
+    first_order, second_order = sort_orders
+    source = SourceDatabase(key_only_before=key_only)
+    rules = KEY_ONLY_BEFORE_IMAGES if key_only else FULL_BEFORE_IMAGES
+    table = Table(("id",), format_version, row_bytes)
+    history = ModelHistory(
+        dataclasses.replace(orders_layout(before, format_version), sort_order=first_order),
+        rules,
+        source,
+        table,
+        SETTINGS[large_file_ratio],
+    )
+    history.write(INITIAL)
+    orders = [(0, first_order)]  # from which snapshot on (after it), the order compactions sort by
+    for n, step in enumerate([*steps, None]):
+        if n == min(spec_change_at, len(steps)):
+            new_layout = orders_layout(after, format_version, NEW_SPEC_ID)
+            history.layout = dataclasses.replace(new_layout, sort_order=history.layout.sort_order)
+            history.restart()
+            spec_changed_at = table.current.snapshot_id
+        if n == min(sort_change_at, len(steps)):
+            history.layout = dataclasses.replace(history.layout, sort_order=second_order)
+            orders.append((table.current.snapshot_id, second_order))
+        if n in restarts:
+            history.restart()
+        if step is not None:
+            history.step(*step)
+    if older_spec_partitions(table.current, NEW_SPEC_ID) != older_spec_partitions(table.snapshot(spec_changed_at), NEW_SPEC_ID):
+        event("older-spec partitions rewritten before the end")
+    rewrite_older_specs(history)
+    live = table.current
+    assert not [f for f in (*live.data.values(), *live.deletes.values()) if f.spec_id == PARTITIONED_SPEC_ID]
+    history.restart()
+    assert not history.ingester.older_spec_data
+    for step in tail:
+        history.step(*step)
+    assert read(table.current) == source.expected_images()
+    assert_history_kept_rows(table, history.expected, history.maintained)
+    layouts = {PARTITIONED_SPEC_ID: orders_layout(before), NEW_SPEC_ID: history.layout}
+    for f in {path: f for snapshot in table.snapshots for path, f in snapshot.data.items()}.values():
+        assert {layouts[f.spec_id].partition_of(row) for row in f.rows} <= {f.partition}, f
+    for snapshot in history.maintained:
+        order = next(o for since, o in reversed(orders) if snapshot.snapshot_id > since)
+        assert snapshot.parent_id is not None
+        for path in snapshot.data.keys() - table.snapshot(snapshot.parent_id).data.keys():
+            assert in_sort_order(snapshot.data[path].rows, order), (order, snapshot.data[path])
+
+
+def test_an_ingester_left_running_across_a_spec_change_misses_rows_once_the_old_spec_is_rewritten():
+    """Why the ingester must restart after a spec change (docs/compactor.md, "Limits known
+    today"): one that keeps the layout it read goes on writing the old spec, with deletes by the
+    old spec's partitions; once the sidecar has rewritten those files into the current spec, its
+    next update of a row deletes nothing there, and the old version is read beside the new."""
+    table, source = Table(("id",)), SourceDatabase()
+    history = ModelHistory(orders_layout(["region"]), FULL_BEFORE_IMAGES, source, table, SETTINGS[0.25])
+    history.write(INITIAL)
+    history.layout = orders_layout(["region", "bucket(4, id)"], spec_id=NEW_SPEC_ID)  # and no restart
+    rewrite_older_specs(history)
+    history.write([(1, "us", 0, 7)])
+    assert sorted(amount for key, _, amount, _ in read(table.current) if key == 1) == ["0.01", "0.07"]
+    assert read(table.current) != source.expected_images()
+    assert_history_kept_rows(table, {}, history.maintained)  # the rewrite itself kept every row
