@@ -25,7 +25,7 @@ from icecdc.compactor.plans import (
     plan_rewrite,
 )
 from icecdc.compactor.policy import Work, hot_work, needed_work, older_spec_work
-from icecdc.domain.layout import TableLayout
+from icecdc.domain.layout import OlderSpec, TableLayout
 from icecdc.domain.sort_order import UNSORTED, SortDirection, SortOrder, sort_order_of
 from icecdc.domain.sourcespec import SourceRules
 from icecdc.runtime.config import CompactorConfig
@@ -40,6 +40,7 @@ from tests.model.compaction import (
 )
 from tests.model.iceberg import (
     PARTITIONED_SPEC_ID,
+    UNPARTITIONED_SPEC_ID,
     CommitConflict,
     EqualityDelete,
     Partition,
@@ -504,8 +505,10 @@ def test_random_histories_with_a_spec_change_and_a_sort_order_change_in_the_midd
     orders = [(0, first_order)]  # from which snapshot on (after it), the order compactions sort by
     for n, step in enumerate([*steps, None]):
         if n == min(spec_change_at, len(steps)):
+            # As ``layout_from_pyiceberg`` reads it: the table's other specs, the global deletes' too.
+            older = (OlderSpec(PARTITIONED_SPEC_ID, history.layout.partition), OlderSpec(UNPARTITIONED_SPEC_ID, ()))
             new_layout = orders_layout(after, format_version, NEW_SPEC_ID)
-            history.layout = dataclasses.replace(new_layout, sort_order=history.layout.sort_order)
+            history.layout = dataclasses.replace(new_layout, sort_order=history.layout.sort_order, older_specs=older)
             history.restart()
             spec_changed_at = table.current.snapshot_id
         if n == min(sort_change_at, len(steps)):
@@ -526,9 +529,9 @@ def test_random_histories_with_a_spec_change_and_a_sort_order_change_in_the_midd
         history.step(*step)
     assert read(table.current) == source.expected_images()
     assert_history_kept_rows(table, history.expected, history.maintained)
-    layouts = {PARTITIONED_SPEC_ID: orders_layout(before), NEW_SPEC_ID: history.layout}
     for f in {path: f for snapshot in table.snapshots for path, f in snapshot.data.items()}.values():
-        assert {layouts[f.spec_id].partition_of(row) for row in f.rows} <= {f.partition}, f
+        spec = history.layout.of_spec(f.spec_id)
+        assert spec is not None and {spec.partition_of(row) for row in f.rows} <= {f.partition}, f
     for snapshot in history.maintained:
         order = next(o for since, o in reversed(orders) if snapshot.snapshot_id > since)
         assert snapshot.parent_id is not None
