@@ -4,11 +4,13 @@ with the product: the property tests check the product's pure decisions (what a 
 what a compaction plan touches) against it, thousands of histories in seconds.
 
 What it holds: immutable snapshots, each with a sequence number and the live data files (rows,
-partition, spec id, data sequence number) and delete files of the table. The read rule:
+partition, spec id, data sequence number) and delete files of the table. Every file carries the
+partition spec it was written in: a table whose spec changed holds files of several. The read rule:
 
 - an equality delete of sequence number ``e`` removes the rows whose key it names from the data
-  files of sequence number ``d < e`` of its own spec and partition, or of every partition when it
-  is stored under the unpartitioned spec (a global delete);
+  files of sequence number ``d < e`` of its own spec and partition (not from another spec's files,
+  whatever their partition), or of every partition of every spec when it is stored under the
+  unpartitioned spec (a global delete);
 - a position delete or deletion vector of sequence number ``x`` removes the positions it lists
   from the one data file it names, when that file's ``d <= x``;
 - format v3 allows at most one deletion vector per data file, and no Parquet position deletes.
@@ -138,6 +140,11 @@ class Snapshot:
         """What a full scan of this snapshot reads."""
         return [row for data in self.data.values() for row in self.live_rows(data)]
 
+    def holds_data_of_other_specs(self, spec_id: int) -> bool:
+        """Whether any live data file was written in a spec other than ``spec_id`` (the table's
+        current one): what ``catalog.older_spec_data_live`` reads from the manifest list."""
+        return any(f.spec_id != spec_id for f in self.data.values())
+
 
 @dataclass
 class Table:
@@ -162,8 +169,10 @@ class Table:
     def _path(self, kind: str) -> str:
         return f"{kind}-{next(self._paths)}"
 
-    def new_data_file(self, partition: Partition, rows: Sequence[Row], sequence_number: int) -> DataFile:
-        return DataFile(self._path("data"), partition, sequence_number, tuple(rows), len(rows) * self.row_bytes)
+    def new_data_file(
+        self, partition: Partition, rows: Sequence[Row], sequence_number: int, spec_id: int = PARTITIONED_SPEC_ID
+    ) -> DataFile:
+        return DataFile(self._path("data"), partition, sequence_number, tuple(rows), len(rows) * self.row_bytes, spec_id)
 
     def new_position_delete(self, data: DataFile, positions: Iterable[int], sequence_number: int) -> PositionDelete:
         v3 = self.format_version >= 3
@@ -221,16 +230,17 @@ class Table:
         data: Mapping[Partition, Sequence[Row]],
         deletes: Mapping[Partition, Iterable[Key]],
         global_keys: Iterable[Key] = (),
+        spec_id: int = PARTITIONED_SPEC_ID,
     ) -> Snapshot:
         """The writer's commit of one micro-batch: its data and equality-delete files, all at the
-        commit's sequence number."""
+        commit's sequence number; partitioned ones in ``spec_id``, the spec the writer writes."""
         sequence = self.current.sequence_number + 1
         added_deletes: list[DeleteFile] = [
-            EqualityDelete(self._path("eq-deletes"), p, sequence, frozenset(keys)) for p, keys in deletes.items()
+            EqualityDelete(self._path("eq-deletes"), p, sequence, frozenset(keys), spec_id) for p, keys in deletes.items()
         ]
         if global_keys := frozenset(global_keys):
             added_deletes.append(EqualityDelete(self._path("global-deletes"), (), sequence, global_keys, UNPARTITIONED_SPEC_ID))
-        added = [self.new_data_file(p, rows, sequence) for p, rows in data.items()]
+        added = [self.new_data_file(p, rows, sequence, spec_id) for p, rows in data.items()]
         return self._commit("append", added, added_deletes=added_deletes)
 
     def _added_since(self, start: Snapshot) -> list[DeleteFile]:
@@ -249,13 +259,15 @@ class Table:
         added_positions: Iterable[tuple[str, Iterable[int]]],
         removed_deletes: Sequence[str],
         starting_sequence_number: bool = True,
+        spec_id: int = PARTITIONED_SPEC_ID,
     ) -> Snapshot:
         """A ``RewriteFiles`` validated from ``start``, its new data files at ``start``'s sequence
         number (``use-starting-sequence-number``): equality deletes committed since still apply to
         them, so they do not conflict; a position delete committed since that names a replaced
         file does ("found new position delete for replaced data file"). Without the starting
         sequence number (new files at the commit's), any delete committed since that applies to
-        a replaced file conflicts ("found new delete for replaced data file")."""
+        a replaced file conflicts ("found new delete for replaced data file"). The new data files
+        are written in ``spec_id`` (Iceberg's ``output-spec-id``), whatever the replaced files' spec."""
         self._require_live(rewritten, removed_deletes)
         added = self._added_since(start)
         for path in rewritten:
@@ -271,7 +283,7 @@ class Table:
                 raise CommitConflict(f"found new deletes for replaced data file {path}: {applying}")
         sequence = self.current.sequence_number + 1
         new_sequence = start.sequence_number if starting_sequence_number else sequence
-        data = [self.new_data_file(p, rows, new_sequence) for p, rows in added_data]
+        data = [self.new_data_file(p, rows, new_sequence, spec_id) for p, rows in added_data]
         positions = [self.new_position_delete(start.data[path], pos, sequence) for path, pos in added_positions]
         return self._commit("replace", data, rewritten, positions, removed_deletes)
 

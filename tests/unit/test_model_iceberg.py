@@ -6,6 +6,7 @@ import pytest
 from tests.model.iceberg import CommitConflict, SpecViolation, Table
 
 EU, US = ("eu",), ("us",)
+NEW_SPEC = 2  # a spec the table changed to (0 is its first, 1 the global deletes')
 
 
 def row(key: int, version: int = 0) -> dict:
@@ -28,6 +29,31 @@ def test_a_global_delete_hits_older_files_of_every_partition():
     table.append({EU: [row(1)], US: [row(2)]}, {})
     table.append({US: [row(1, 1)]}, {}, global_keys=[(1,), (2,)])
     assert ids(table) == [(1, 1)]
+
+
+def test_a_partitioned_equality_delete_hits_files_of_its_own_spec_only_and_a_global_one_those_of_every_spec():
+    table = Table(("id",))
+    table.append({EU: [row(1)]}, {})  # spec 0
+    table.append({}, {EU: [(1,)]}, spec_id=NEW_SPEC)  # the same partition values, under another spec
+    assert ids(table) == [(1, 0)]
+    table.append({}, {}, global_keys=[(1,)], spec_id=NEW_SPEC)
+    assert ids(table) == []
+
+
+def test_a_rewrite_into_the_current_spec_takes_the_starting_sequence_number():
+    table = Table(("id",))
+    start = table.append({EU: [row(1), row(2)]}, {})
+    assert start.holds_data_of_other_specs(NEW_SPEC)
+    table.append({}, {}, global_keys=[(2,)], spec_id=NEW_SPEC)  # the writer, while the compaction runs
+    rewritten = table.rewrite(start, list(start.data), [(EU, [row(1), row(2)])], [], [], spec_id=NEW_SPEC)
+    [new] = rewritten.data.values()
+    assert (new.spec_id, new.sequence_number) == (NEW_SPEC, start.sequence_number)
+    assert not rewritten.holds_data_of_other_specs(NEW_SPEC)
+    assert ids(table) == [(1, 0)]
+    table.append({}, {EU: [(1,)]})  # the old spec's delete reaches it no more
+    assert ids(table) == [(1, 0)]
+    table.append({}, {EU: [(1,)]}, spec_id=NEW_SPEC)
+    assert ids(table) == []
 
 
 def test_a_position_delete_hits_the_file_it_names_up_to_its_own_sequence_number():
