@@ -54,6 +54,20 @@ class MissingPartitionSpec(IcebergError):
         self.spec_id = spec_id
 
 
+class PartitionSpecChanged(UserError):
+    """The table's partition spec changed since the ingester read its layout. A batch written in
+    the old spec would commit, but once the sidecar rewrites the old spec's files into the current
+    one, that ingester's later deletes, in the old spec, no longer reach them: so it stops, and
+    reads the new spec when it starts again."""
+
+    def __init__(self, table: str, written: int, current: int) -> None:
+        super().__init__(
+            f"table {table}'s partition spec changed from {written} to {current} while the ingester ran: restart it "
+            "to write the new spec (this batch is not committed; it is read again from the offsets in the table)"
+        )
+        self.written, self.current = written, current
+
+
 class CatalogUnavailable(IcebergError):
     """The catalog or the table's storage did not answer for now: a lock held past the busy
     timeout, a refused or dropped connection, a 5xx, throttling. Worth retrying after a pause."""

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import orjson
 
 from icecdc.domain import summary as summary_keys
-from icecdc.domain.errors import CatalogUnavailable, CommitStateUnknown, MissingPartitionSpec
+from icecdc.domain.errors import CatalogUnavailable, CommitStateUnknown, MissingPartitionSpec, PartitionSpecChanged
 from icecdc.domain.tableref import TableRef
 from icecdc.jvm.bridge import JavaBridge, JavaObject, iterate, java_errors, string_map, translate
 from icecdc.runtime.outages import CatalogRetry
@@ -426,6 +426,14 @@ class IcebergTable:
             int(interleaved),
         )
 
+    def _written_in_current_spec(self, data: Sequence[str]) -> None:
+        """Raises ``PartitionSpecChanged`` when a data file (content-file JSON) names a spec other
+        than the table's current one, as of the attempt's refresh."""
+        current = int(self._java.spec().specId())
+        written = {int(orjson.loads(description)["spec-id"]) for description in data} - {current}
+        if written:
+            raise PartitionSpecChanged(str(self.ref), min(written), current)
+
     def _content_files(self, *groups: Sequence[str]) -> list[str]:
         """Each group of content-file JSON descriptions as one JSON array, for ``IcecdcUpdates`` to
         parse in the JVM, each file under the partition spec it names (as of the last refresh;
@@ -446,9 +454,11 @@ class IcebergTable:
         again; it names its partition spec), validating nothing, as Flink's writer does: a
         concurrent compaction carries older sequence numbers, so these deletes still apply to
         what it rewrote, and Iceberg's own retry re-applies the delta on top of whatever
-        committed meanwhile. Raises ``MissingPartitionSpec`` when a file's spec is gone."""
+        committed meanwhile. Raises ``MissingPartitionSpec`` when a file's spec is gone, and
+        ``PartitionSpecChanged`` when the data files' spec is no longer the table's current one."""
 
         def build(_: JavaObject) -> JavaObject:
+            self._written_in_current_spec(data)
             # A batch's delta writes a manifest or two: its steps run on the committing thread,
             # not the shared pool (``caller_thread_executor`` says why).
             executor = self.bridge.caller_thread_executor
@@ -461,9 +471,10 @@ class IcebergTable:
         """A truncate and what the batch wrote after it, in one commit: an ``OverwriteFiles``
         that removes every data and delete file of the table (a row filter that matches all) and
         adds the batch's data files, given as content-file JSON. Raises ``MissingPartitionSpec``
-        when a file's spec is gone."""
+        when a file's spec is gone, and ``PartitionSpecChanged`` as ``commit_files`` does."""
 
         def build(_: JavaObject) -> JavaObject:
+            self._written_in_current_spec(data)
             (data_files,) = self._content_files(data)
             return self.bridge.updates.overwriteAll(self._java, self.bridge.caller_thread_executor, data_files)
 

@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from icecdc.compactor.sidecar import CompactorSidecar, create_sidecar
+from icecdc.domain.errors import PartitionSpecChanged
 from icecdc.domain.events import CompactionEvent, CompactionKind, CompactionOutcome
 from icecdc.runtime.config import Config, TableConfig
 from tests.cdc import REGIONS, table_rows
@@ -155,3 +156,35 @@ def test_the_ingester_s_older_spec_partitions_and_global_deletes_join_the_curren
     assert table_rows(spark, name) == src.expected_rows()
     assert_sorted_by_id(spark, name)
     assert_compactions_kept_rows(spark, name, events)
+
+
+def test_an_ingester_running_across_a_spec_change_stops_before_it_commits_the_old_spec(spark, stack_config, unique):
+    # Its deletes would stay in the old spec, which the sidecar rewrites away: it stops instead,
+    # and the batch, not committed, is written again in the new spec once it starts again.
+    config = compactor_config(stack_config, unique, settle=SETTLED)
+    name = qualified(config)
+    with batch_writer(spark, config) as write:
+        stream = Stream(spark, config, write)
+        src = stream.source
+        stream([src.upsert(k, REGIONS[k % 3], k, 0) for k in range(30)])
+        spark.sql(f"ALTER TABLE {name} ADD PARTITION FIELD bucket(4, id)")
+        snapshots = spark.sql(f"SELECT count(*) FROM {name}.snapshots").first()[0]
+        pending = [src.upsert(k, REGIONS[(k + 1) % 3], 2 * k, 1) for k in range(0, 30, 2)]
+        with pytest.raises(PartitionSpecChanged, match="partition spec changed from 0 to "):
+            stream(pending)
+        spark.sql(f"REFRESH TABLE {name}")
+        assert spark.sql(f"SELECT count(*) FROM {name}.snapshots").first()[0] == snapshots, "nothing committed"
+    # Started again with the table's new partitioning in its config.
+    table = config.tables[0]
+    table = TableConfig.model_validate(
+        {**table.model_dump(by_alias=True), "partition_by": [*table.partition_by, "bucket(4, id)"]}
+    )
+    config = config.model_copy(update={"tables": [table]})
+    with batch_writer(spark, config) as write:
+        stream.write = write
+        layout = write.layouts[config.tables[0].name]
+        assert layout.older_spec_data
+        stream(pending)  # at the same offsets: the failed call did not move them
+    assert table_rows(spark, name) == src.expected_rows()
+    deletes = live_files_by_spec(spark, name)
+    assert deletes.get((layout.global_spec_id, 2)) and not deletes.get((layout.spec_id, 2)), "its deletes global"

@@ -540,10 +540,11 @@ def test_random_histories_with_a_spec_change_and_a_sort_order_change_in_the_midd
 
 
 def test_an_ingester_left_running_across_a_spec_change_misses_rows_once_the_old_spec_is_rewritten():
-    """Why the ingester must restart after a spec change (docs/compactor.md, "Limits known
-    today"): one that keeps the layout it read goes on writing the old spec, with deletes by the
-    old spec's partitions; once the sidecar has rewritten those files into the current spec, its
-    next update of a row deletes nothing there, and the old version is read beside the new."""
+    """Why the ingester stops at its next commit after a spec change (docs/compactor.md, "Older
+    partition specs"): one that kept the layout it read would go on writing the old spec, with
+    deletes by the old spec's partitions; once the sidecar has rewritten those files into the
+    current spec, its next update of a row deletes nothing there, and the old version is read
+    beside the new."""
     table, source = Table(("id",)), SourceDatabase()
     history = ModelHistory(orders_layout(["region"]), FULL_BEFORE_IMAGES, source, table, SETTINGS[0.25])
     history.write(INITIAL)
