@@ -290,8 +290,8 @@ class IngestConfig(_Strict):
     commit_threads: int = Field(default=8, ge=1, le=64)
     # The shortest time between the starts of two batches: it caps the commits a second per table,
     # and with them the files the sidecar must compact, so a higher floor trades freshness for
-    # fewer files (docs/operations.md, "Freshness against files"). The default is provisional,
-    # until a measurement in docs/BENCHMARKS.md sets it.
+    # fewer files (docs/operations.md, "Freshness against files"). One second, for freshness;
+    # three keep the sidecar's rewriting within its goal (docs/BENCHMARKS.md, row "Commit floor").
     min_commit_interval_seconds: float = Field(default=1.0, gt=0)
     # The longest a record waits in a batch that is still collecting (the direct reader only):
     # a batch is written once its records are all read and the floor has passed, or after this.
