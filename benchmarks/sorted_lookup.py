@@ -135,7 +135,8 @@ def measure(stack: BenchStack, label: str, partitions: int, rows: int, batches: 
             feed.write(records, batch)
     finally:
         feed.close()
-    sample = random.Random(label).sample(range(partitions * rows), keys)
+    written = [p * rows + i for p in range(partitions) for i in range(per_batch * batches)]
+    sample = random.Random(label).sample(written, keys)
     for kind in TABLES:
         run.lookups[kind] = {"before": _lookups(spark, qualified[kind], sample)}
     say(f"{label}: {batches} batches written; compacting both tables")

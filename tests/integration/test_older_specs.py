@@ -61,6 +61,20 @@ def assert_only_the_current_spec(spark: Any, config: Config, before: dict[tuple[
     assert after and {spec for spec, _ in after} == {current}, after
 
 
+def assert_joined_the_current_spec(
+    spark: Any, config: Config, before: dict[tuple[int, int], int], events: list[CompactionEvent]
+) -> None:
+    """The sidecar rewrote older-spec partitions, every job ended committed or with nothing to
+    do, only the current spec's files are live, sorted by id, and every compaction kept its
+    parent's rows."""
+    name = qualified(config)
+    assert older_spec_rewrites(events), events
+    assert {e.outcome for e in events} <= {CompactionOutcome.COMMITTED, CompactionOutcome.SKIPPED}, events
+    assert_only_the_current_spec(spark, config, before)
+    assert_sorted_by_id(spark, name)
+    assert_compactions_kept_rows(spark, name, events)
+
+
 def older_spec_rewrites(events: list[CompactionEvent]) -> list[CompactionEvent]:
     return [e for e in events if e.kind is CompactionKind.REWRITE_OLDER_SPEC and e.outcome is CompactionOutcome.COMMITTED]
 
@@ -108,13 +122,9 @@ def test_a_spark_merge_on_read_writer_s_older_spec_partitions_join_the_current_s
 
     events = compact_until_done(create_sidecar(config, spark))
 
-    assert older_spec_rewrites(events), events
-    assert {e.outcome for e in events} <= {CompactionOutcome.COMMITTED, CompactionOutcome.SKIPPED}, events
-    assert_only_the_current_spec(spark, config, before)
+    assert_joined_the_current_spec(spark, config, before, events)
     expected = sorted((k, r, a) for k, (r, a) in model.items())
     assert sorted(map(tuple, spark.sql(f"SELECT id, region, amount FROM {name}").collect())) == expected
-    assert_sorted_by_id(spark, name)
-    assert_compactions_kept_rows(spark, name, events)
 
 
 @pytest.mark.parametrize(("format_version", "before_image"), [(2, "key"), (3, "key"), (2, "full"), (3, "full")])
@@ -150,12 +160,8 @@ def test_the_ingester_s_older_spec_partitions_and_global_deletes_join_the_curren
         assert before.get((0, 2)), f"no equality delete of the old spec: {before}"
         events = compact_until_done(create_sidecar(config, spark))
 
-    assert older_spec_rewrites(events), events
-    assert {e.outcome for e in events} <= {CompactionOutcome.COMMITTED, CompactionOutcome.SKIPPED}, events
-    assert_only_the_current_spec(spark, config, before)
+    assert_joined_the_current_spec(spark, config, before, events)
     assert table_rows(spark, name) == src.expected_rows()
-    assert_sorted_by_id(spark, name)
-    assert_compactions_kept_rows(spark, name, events)
 
 
 def test_an_ingester_running_across_a_spec_change_stops_before_it_commits_the_old_spec(spark, stack_config, unique):
