@@ -145,7 +145,8 @@ def hot_work(stats: PartitionStats, settings: CompactorConfig) -> tuple[Work, st
 
 
 def global_work(stats: PartitionStats, oldest_write: float | None, now: float) -> tuple[Work, str] | None:
-    """What a table's global equality deletes need: resolving, as soon as there are any."""
+    """What a table's settled global equality deletes need: resolving, while there are any.
+    While the writer writes, the portability target alone calls for their resolution."""
     if not stats.equality_delete_files:
         return None
     age = "" if oldest_write is None else f", the oldest {max(0.0, now - oldest_write):.0f}s old"

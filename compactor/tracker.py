@@ -404,7 +404,13 @@ class PartitionTracker:
         answered_as_settled = settled and partition.answered(settled)
         if isinstance(state, BackingOff) and now < state.retry_at:
             return None
-        if partition.is_global or settled:  # the global deletes are resolved at once, written or not
+        # While the writer writes, the global deletes wait for the portability target as a
+        # partition's equality deletes do: resolving each batch's at once rewrites the position
+        # deletes of every file they hit once a batch, and leaves the loop no time for the read
+        # budget (docs/BENCHMARKS.md, row "Commit-to-visible latency beside the sidecar").
+        if partition.is_global and not settled:
+            return None
+        if settled:
             work = None if answered_as_settled else self._needed(partition, now)
             work = work or (last_pack(stats, self.settings) if last_pack_due else None)
             return None if work is None else _Due(*work, last_pack=last_pack_due)

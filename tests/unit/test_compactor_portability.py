@@ -173,8 +173,9 @@ def test_global_deletes_are_resolved_first_once_due():
     t = PartitionTracker(SETTINGS)
     t.on_commit(commit("p=a", 100.0, 1, deletes=0, global_deletes=1))
     t.on_commit(commit("p=b", 101.0, 2))
-    [c] = [c for c in t.candidates(100.5) if c.partition_path == GLOBAL_DELETES_PATH]
-    assert c.due_by is None  # resolved as soon as there are any, as before
+    # While written, they wait for the portability target, as a partition's deletes do.
+    assert [c for c in t.candidates(100 + SHARE - 0.1) if c.partition_path == GLOBAL_DELETES_PATH] == []
+    assert GLOBAL_DELETES_PATH in {p.path for p in t.waiting(100 + SHARE - 0.1)}
     ranked = t.candidates(100 + SHARE + 1)
     assert [(c.partition_path, c.due_by) for c in ranked] == [(GLOBAL_DELETES_PATH, 100 + TARGET), ("p=b", 101 + TARGET)]
     assert t.portability("db.t") == TablePortability("db.t", 2, 100.0)
