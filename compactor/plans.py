@@ -165,17 +165,20 @@ def plan_rewrite(
 CONVERSIONS = frozenset({Work.CONVERT, Work.RESOLVE_GLOBAL_DELETES})
 
 
-def plan_together(plans: Sequence[RewritePlan]) -> RewritePlan:
+def plan_together(plans: Sequence[RewritePlan], deletion_vectors: bool = False) -> RewritePlan:
     """The one commit of a job that compacts several partitions: every file each partition's plan
     touches. Partitions never share a file, so the plans are simply put side by side. Conversions
-    commit as a ``RowDelta``, rewrites as a ``RewriteFiles``: a job is all conversions (the
-    portability target's, due together after a batch that wrote many partitions) or none; a
-    resolution of the global deletes is one job of its own."""
+    commit as a ``RowDelta``, rewrites as a ``RewriteFiles``. On format v2 the portability
+    target's job may hold both (``plan_portable``): the rewrite carries the conversions' position
+    deletes, as a pack's does for the files it leaves. On format v3 (``deletion_vectors``) a job
+    is all conversions or none, since a ``RewriteFiles`` would add vectors unvalidated
+    (``plan_rewrite``). A resolution of the global deletes is one job of its own."""
     if len(plans) == 1:
         return plans[0]
     works = {p.work for p in plans}
-    if Work.RESOLVE_GLOBAL_DELETES in works or len({w in CONVERSIONS for w in works}) > 1:
-        raise ValueError("conversions are committed together only with conversions of other partitions")
+    mixed = len({w in CONVERSIONS for w in works}) > 1
+    if Work.RESOLVE_GLOBAL_DELETES in works or (mixed and deletion_vectors):
+        raise ValueError("a resolution, or a conversion on format v3, is committed together only with conversions")
     return RewritePlan(
         plans[0].work if len(works) == 1 else Work.DELETE_MERGE,
         tuple(path for p in plans for path in p.rewrite),
@@ -372,14 +375,33 @@ def plan_hot(files: PartitionFiles, settings: CompactorConfig, deletion_vectors:
     """The cheapest work that brings a partition still being written back within its read
     budget (``policy.read_budget``): converting its equality deletes (no data rewritten); else
     packing its smallest files, tier by tier, and converting the rest; else a full delete merge."""
+    cheap = _conversion_or_pack_within_budget(files, settings, deletion_vectors)
+    return cheap or plan_rewrite(files, Work.DELETE_MERGE, settings, deletion_vectors)
+
+
+def plan_portable(files: PartitionFiles, settings: CompactorConfig, hot: bool, deletion_vectors: bool = False) -> RewritePlan:
+    """The portability target's work on a partition: its conversion. On a partition still being
+    written (``hot``) that the conversion alone leaves over its read budget, the tier pack the
+    budget asks for, the rest converted in the same commit: conversions come due every half
+    target and go first, so a budget's own work would otherwise wait until the writer stops.
+    Never a full delete merge, which could take a large partition past the deadline. Never on
+    format v3 (``deletion_vectors``): a pack there leaves the other files' equality deletes to a
+    conversion anyway, and could not share the conversions' commit (``plan_together``)."""
+    if hot and not deletion_vectors and (cheap := _conversion_or_pack_within_budget(files, settings, False)) is not None:
+        return cheap
+    return plan_conversion(files)
+
+
+def _conversion_or_pack_within_budget(
+    files: PartitionFiles, settings: CompactorConfig, deletion_vectors: bool
+) -> RewritePlan | None:
+    """The conversion, if it brings the partition within its read budget; else the lowest tiers'
+    pack that does (``plan_tier_pack``); else None."""
     budget = budget_for_bytes(sum(f.size for f in files.data), settings)
     conversion = plan_conversion(files)
     if not conversion.empty and read_cost_after(files, conversion, settings) <= budget:
         return conversion
-    packed = plan_tier_pack(files, settings, budget, deletion_vectors)
-    if packed is not None:
-        return packed
-    return plan_rewrite(files, Work.DELETE_MERGE, settings, deletion_vectors)
+    return plan_tier_pack(files, settings, budget, deletion_vectors)
 
 
 def plan_for(
@@ -392,8 +414,8 @@ def plan_for(
     deletion_vectors: bool = False,
     last_pack: bool = False,
 ) -> RewritePlan:
-    """The plan of a candidate: a conversion alone for the portability target (``portable``:
-    conversions, never data rewrites, whatever the partition's phase); against its read budget
+    """The plan of a candidate: for the portability target (``portable``) ``plan_portable``, a
+    conversion with at most the pack a hot partition's budget asks for; against its read budget
     for a partition still being written; else the plan of its kind of work (``last_pack``: the
     last pack of a partition settled long ago). ``deletion_vectors``: the table is format v3
     (``plan_rewrite``)."""
@@ -401,7 +423,9 @@ def plan_for(
         return plan_resolution(files)
     if work is Work.REWRITE_OLDER_SPEC:
         return plan_older_spec(files)
-    if work is Work.CONVERT and (portable or not hot):
+    if work is Work.CONVERT and portable:
+        return plan_portable(files, settings, hot, deletion_vectors)
+    if work is Work.CONVERT and not hot:
         return plan_conversion(files)
     if hot:
         return plan_hot(files, settings, deletion_vectors)

@@ -128,7 +128,7 @@ class CompactionJob:
             raise ValueError(f"{len(plans)} plans for {len(listings)} partitions")
         start = listings[0].snapshot
         at_start = CompactionCounts(starting_snapshot_id=start.snapshot_id, starting_sequence_number=start.sequence_number)
-        plan = plan_together(plans)
+        plan = plan_together(plans, self._layout.format_version >= 3)
         if plan.empty:
             return [CompactionResult(p.work, at_start) for p in plans]
         rewrite = PartitionRewrite(listings, self._target, merge_manifests=self._merge_manifests)
@@ -144,7 +144,7 @@ class CompactionJob:
                 rewrite.add_position_deletes([c for c in converted if c.path])
                 unchanged = {c.data_file for c in converted if not c.path}
                 plans = [keep_deletes_of_unchanged(p, f, unchanged) for p, f in zip(plans, files, strict=True)]
-                plan = plan_together(plans)
+                plan = plan_together(plans, self._layout.format_version >= 3)
             failpoints.hit("compactor-before-commit")
             summary_tags = {**tags, summary.COMPACTION: plan.work.value}
             if plan.work in CONVERSIONS:

@@ -384,8 +384,9 @@ class PartitionTracker:
 
     def _due(self, partition: TrackedPartition, now: float) -> _Due | None:
         """What a partition needs now. The portability target first: a partition whose oldest
-        equality delete is due gets a conversion, hot or settled (which answers no write: the
-        rules below judge what it leaves). Otherwise a settled partition gets what it needs, and
+        equality delete is due gets a conversion, hot or settled, hot with the pack its read
+        budget asks for (``plans.plan_portable``); it answers no write: the rules below judge what
+        it leaves. Otherwise a settled partition gets what it needs, and
         once quiet long enough its last pack; one still being written only what keeps it within
         its read budget."""
         state, stats, settled = partition.state, partition.stats, self._settled(partition, now)
@@ -397,7 +398,8 @@ class PartitionTracker:
             portable = portability_work(stats, partition.oldest_write, now, self.settings, is_global=partition.is_global)
             if portable is not None:
                 oldest = partition.oldest_write
-                return _Due(*portable, True, now if oldest is None else oldest + self.settings.portable_within_seconds)
+                due_by = now if oldest is None else oldest + self.settings.portable_within_seconds
+                return _Due(*portable, hot=not settled, due_by=due_by)
         if isinstance(state, Compacting) or partition.answered(settled, last_pack_due):
             return None
         # Answered as settled, and quiet long enough since: only the last pack is left to ask.

@@ -159,7 +159,7 @@ def prepare(
     first). None: nothing to commit. ``layout``: the table's as the job read it at its start (its
     current spec, which the rows of an older spec's files are partitioned by, and its sort order);
     None: one spec, unsorted."""
-    plan = plan_together(plans)
+    plan = plan_together(plans, table.format_version >= 3)
     if plan.empty:
         return None
     target_rows = max(1, settings.target_file_size_bytes // table.row_bytes)
@@ -185,7 +185,7 @@ def prepare(
             unchanged.add(path)
     if unchanged:
         plans = [keep_deletes_of_unchanged(p, f, unchanged) for p, f in zip(plans, files, strict=True)]
-        plan = plan_together(plans)
+        plan = plan_together(plans, table.format_version >= 3)
     if plan.work in CONVERSIONS:
         examined = (*plan.convert, *plan.examined)
         return lambda: table.row_delta(start, positions, plan.remove_deletes, examined)

@@ -303,6 +303,12 @@ def test_conversions_are_committed_together_only_with_conversions():
         Work.CONVERT, convert=("a1", "b1"), remove_deletes=("ea", "eb", "pb")
     )
     resolution = RewritePlan(Work.RESOLVE_GLOBAL_DELETES, convert=("b1",), remove_deletes=("g",))
-    for mixed in ([conversion, RewritePlan(Work.MINOR, ("b1", "b2"))], [conversion, resolution]):
-        with pytest.raises(ValueError, match="only with conversions"):
-            plan_together(mixed)
+    pack = RewritePlan(Work.DELETE_MERGE, ("b1", "b2"), remove_deletes=("eb",))
+    with pytest.raises(ValueError, match="only with conversions"):
+        plan_together([conversion, resolution])
+    with pytest.raises(ValueError, match="only with conversions"):
+        plan_together([conversion, pack], deletion_vectors=True)
+    # On format v2 the rewrite's commit carries the conversion's position deletes.
+    assert plan_together([conversion, pack]) == RewritePlan(
+        Work.DELETE_MERGE, ("b1", "b2"), convert=("a1",), remove_deletes=("ea", "eb")
+    )

@@ -202,10 +202,27 @@ EQ = LiveDeleteFile("eq", DataFileContent.EQUALITY_DELETES, 1, 10, 5, None, (1,)
 HOT_FILES = PartitionFiles.of([LiveDataFile(f"f{i}", 100, 10, i) for i in range(1, 4)], [EQ])
 
 
-def test_the_targets_conversion_rewrites_no_data_even_on_a_hot_partition():
-    plan = plan_for(Work.CONVERT, HOT_FILES, SETTINGS, hot=True, portable=True)
+def test_the_targets_conversion_rewrites_no_data_on_a_settled_partition():
+    plan = plan_for(Work.CONVERT, HOT_FILES, SETTINGS, hot=False, portable=True)
     assert plan.work is Work.CONVERT and plan.rewrite == () and set(plan.convert) == {"f1", "f2", "f3"}
     assert plan.remove_deletes == ("eq",)
+
+
+def test_on_a_hot_partition_over_its_budget_the_targets_conversion_packs_what_the_budget_asks():
+    # Three small files and their position deletes after a conversion cost six opens, over the
+    # budget of three: the pack takes them into one and leaves no equality delete.
+    plan = plan_for(Work.CONVERT, HOT_FILES, SETTINGS.model_copy(update={"hot_read_budget": 3}), hot=True, portable=True)
+    assert plan.work is Work.DELETE_MERGE and set(plan.rewrite) == {"f1", "f2", "f3"} and plan.convert == ()
+    assert plan.remove_deletes == ("eq",)
+
+
+def test_on_a_hot_partition_the_targets_work_is_never_a_full_delete_merge():
+    settings = SETTINGS.model_copy(update={"target_file_size_bytes": 100, "large_file_ratio": 0.5, "hot_read_budget": 1})
+    # Large files only: no pack helps, so the budget's own work would rewrite them all.
+    files = PartitionFiles.of([LiveDataFile(f"big{i}", 100, 10, i) for i in range(1, 5)], [EQ])
+    assert plan_for(Work.CONVERT, files, settings, hot=True).work is Work.DELETE_MERGE  # the budget's own work
+    plan = plan_for(Work.CONVERT, files, settings, hot=True, portable=True)
+    assert plan.work is Work.CONVERT and plan.rewrite == ()
 
 
 def test_on_format_v3_a_merge_converts_nothing():

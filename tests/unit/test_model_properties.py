@@ -147,8 +147,11 @@ def plans_for(
         return []
     if kind in ("job", "convert-job"):
         chosen = [partition_files(snapshot, p, spec_id=spec_id) for r, p in enumerate(live) if ranks >> r & 1]
-        if kind == "convert-job":  # the portability target's conversions due together: one RowDelta
-            return [(plan_for(Work.CONVERT, files, config, hot=True, portable=True), files) for files in chosen]
+        if kind == "convert-job":  # the portability target's work due together: one commit
+            hot = ranks & 1 == 0  # on a hot partition with the pack its read budget asks for
+            return [
+                (plan_for(Work.CONVERT, files, config, hot=hot, portable=True, deletion_vectors=dv), files) for files in chosen
+            ]
         return [(plan_rewrite(files, work, config, dv), files) for files in chosen]
     files = partition_files(snapshot, live[ranks % len(live)], spec_id=spec_id)
     if kind == "convert":
