@@ -60,6 +60,22 @@ def iso_timestamps(draw: st.DrawFn) -> Any:
     return draw(iso_dates(("",))) + draw(st.sampled_from(["T", " ", "t"])) + draw(iso_times(ZONES))
 
 
+def connect_decimal(precision: int, scale: int) -> dict[str, Any]:
+    parameters = {"scale": str(scale), "connect.decimal.precision": str(precision)}
+    return {"type": "bytes", "name": "org.apache.kafka.connect.data.Decimal", "parameters": parameters}
+
+
+def connect_decimals(largest: int) -> st.SearchStrategy[Any]:
+    """Unscaled values as Connect sends them, mostly within the column's precision, some past it,
+    and texts that are not such a value."""
+
+    def encoded(unscaled: int) -> str:
+        return base64.b64encode(unscaled.to_bytes(max(1, (unscaled.bit_length() + 8) // 8), "big", signed=True)).decode()
+
+    unscaled = st.one_of(st.integers(-largest, largest), st.integers(-(2**70), 2**70), st.sampled_from([0, 1, -1, largest + 1]))
+    return st.one_of(unscaled.map(encoded), st.sampled_from(["", "!!", "AQ", UNAVAILABLE_PLACEHOLDER_BASE64, 5, "1.50"]))
+
+
 # Column type -> (Connect field schema, a strategy of the JSON values a source may send for it:
 # mostly canonical, some the fast path must hand over, some the Python path rejects).
 BIG = 2**63
@@ -78,6 +94,10 @@ VALUES: dict[str, tuple[dict[str, Any], st.SearchStrategy[Any]]] = {
             st.integers(-5, 5),
         ),
     ),
+    # Debezium's default decimal mode (precise): base64 of the unscaled two's-complement value.
+    "decimal(5, 2) as Decimal": (connect_decimal(5, 2), connect_decimals(999_99)),
+    "decimal(5, 2) as Decimal of scale 1": (connect_decimal(5, 1), connect_decimals(9999)),
+    "decimal(10, 8) as Decimal": (connect_decimal(10, 8), connect_decimals(99_99999999)),  # 1E-8 is how Python writes 10^-8
     "timestamp": (
         {"type": "int64", "name": "io.debezium.time.MicroTimestamp"},
         st.one_of(st.integers(-(2**45), 2**45), st.sampled_from(["2025-01-01T00:00:00Z", 1.5])),
@@ -321,6 +341,33 @@ def test_the_common_records_take_the_fast_path(wrapped: bool) -> None:
     assert orjson.loads(change["after"]) == {"id": 0, "region": "eu", "amount": "12.50", "at": at}
     assert (change["key"], change["partition"], change["prior"]) == ('{"id":0}', f'["eu",{day}]', [f'["eu",{day}]'])
     assert change["global_delete"] is False
+
+
+def test_connect_decimals_take_the_fast_path_as_the_python_path_decodes_them() -> None:
+    schema = json.loads(json.dumps(WRAPPER))
+    schema["fields"][0]["fields"][2] = {**connect_decimal(12, 2), "optional": True, "field": "amount"}
+
+    def record(key: int, unscaled: int) -> bytes:
+        amount = base64.b64encode(unscaled.to_bytes(8, "big", signed=True)).decode()
+        row = {"id": key, "region": "eu", "amount": amount, "at": 1_735_689_600_000}
+        return orjson.dumps({"schema": schema, "payload": {"op": "c", "before": None, "after": row, "source": {"lsn": key}}})
+
+    # 12.50, -0.01, 0 and one past decimal(12, 2), which the Python path dead-letters.
+    values = [record(0, 1250), record(1, -1), record(2, 0), record(3, 10**12)]
+    parsed = FastParser(orders(), SourceRules()).parse(values)
+    assert sorted(parsed.positions) == [0, 1, 2]
+    amounts = {r["index"]: orjson.loads(r["after"])["amount"] for r in parsed.taken.to_pylist()}
+    assert amounts == {0: "12.50", 1: "-0.01", 2: "0.00"}
+    # At scale 8 Python writes 10^-8 as 1E-8: the fast path writes what the Python path does.
+    small = TableLayout(
+        "db.t", TOPIC, (Column("id", "long", True), Column("c", "decimal(10, 8)")), {"id": 1, "c": 2}, ("id",), (), 0, "/w"
+    )
+    row = {"type": "struct", "fields": [{"type": "int64", "field": "id"}, {**connect_decimal(10, 8), "field": "c"}]}
+    envelope = {"type": "struct", "fields": [{**row, "field": "before"}, {**row, "field": "after"}]}
+    after = {"id": 1, "c": base64.b64encode(b"\x01").decode()}
+    value = orjson.dumps({"schema": envelope, "payload": {"op": "c", "before": None, "after": after, "source": {"lsn": 1}}})
+    [taken] = FastParser(small, SourceRules()).parse([value]).taken.to_pylist()
+    assert orjson.loads(taken["after"])["c"] == "1E-8"
 
 
 def test_the_records_it_cannot_take_are_handed_over_one_by_one() -> None:
