@@ -26,6 +26,7 @@ from icecdc.runtime.kafka import ensure_topics, producer
 from icecdc.testbed.connector import EngineSpec
 
 log = logging.getLogger("icecdc.testbed.engine_process")
+TEXT_HEADERS_KEPT = 1_000  # converted text headers kept (Debezium's context headers are four)
 
 
 class ConnectProducer(BasePythonChangeHandler):
@@ -48,10 +49,25 @@ class ConnectProducer(BasePythonChangeHandler):
         # Java's default partitioner for keyed records; acks from every replica, as Connect's producer.
         self._producer = producer(spec.kafka, partitioner="murmur2_random", acks="all")
         self._failures: list[str] = []
+        self._text_headers: dict[tuple[str, str], tuple[str, bytes | None]] = {}
 
     @staticmethod
     def _bytes(java_bytes: Any) -> bytes | None:
         return None if java_bytes is None else bytes(java_bytes)
+
+    def _header(self, topic: str, header: Any) -> tuple[str, bytes | None]:
+        """A Connect header as Kafka carries it. Debezium's context headers repeat on every record,
+        and each Java call costs microseconds: a text value's bytes are converted once."""
+        name, value = str(header.key()), header.value()
+        if not isinstance(value, jpype.JString):
+            return name, self._bytes(self._header_converter.fromConnectHeader(topic, header.key(), header.schema(), value))
+        text = str(value)
+        cached = self._text_headers.get((name, text))
+        if cached is None:
+            cached = (name, self._bytes(self._header_converter.fromConnectHeader(topic, header.key(), header.schema(), value)))
+            if len(self._text_headers) < TEXT_HEADERS_KEPT:  # a header whose text varies is not kept
+                self._text_headers[(name, text)] = cached
+        return cached
 
     def _on_delivery(self, error: Any, _message: Any) -> None:
         if error is not None:
@@ -64,10 +80,7 @@ class ConnectProducer(BasePythonChangeHandler):
             if topic not in self._known_topics:
                 ensure_topics(self._kafka, [topic], partitions=self._topic_partitions)
                 self._known_topics.add(topic)
-            headers: list[tuple[str, str | bytes | None]] = [
-                (str(h.key()), self._bytes(self._header_converter.fromConnectHeader(topic, h.key(), h.schema(), h.value())))
-                for h in record.headers()
-            ]
+            headers = [self._header(topic, h) for h in record.headers()]
             key = self._bytes(self._key_converter.fromConnectData(topic, record.keySchema(), record.key()))
             value = self._bytes(self._value_converter.fromConnectData(topic, record.valueSchema(), record.value()))
             extra: dict[str, Any] = {}
