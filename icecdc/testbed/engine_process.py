@@ -49,13 +49,13 @@ class ConnectProducer(BasePythonChangeHandler):
         # Java's default partitioner for keyed records; acks from every replica, as Connect's producer.
         self._producer = producer(spec.kafka, partitioner="murmur2_random", acks="all")
         self._failures: list[str] = []
-        self._text_headers: dict[tuple[str, str], tuple[str, bytes | None]] = {}
+        self._text_headers: dict[tuple[str, str], tuple[str, str | bytes | None]] = {}
 
     @staticmethod
     def _bytes(java_bytes: Any) -> bytes | None:
         return None if java_bytes is None else bytes(java_bytes)
 
-    def _header(self, topic: str, header: Any) -> tuple[str, bytes | None]:
+    def _header(self, topic: str, header: Any) -> tuple[str, str | bytes | None]:
         """A Connect header as Kafka carries it. Debezium's context headers repeat on every record,
         and each Java call costs microseconds: a text value's bytes are converted once."""
         name, value = str(header.key()), header.value()
