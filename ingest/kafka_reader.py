@@ -31,6 +31,7 @@ from icecdc.ingest import metrics
 from icecdc.ingest.batch_cadence import Cadence, Collecting, batch_end, next_check
 from icecdc.ingest.debezium import NEW_KEY_HEADER, OLD_KEY_HEADER
 from icecdc.ingest.records import PolledRecords
+from icecdc.ingest.writer import BatchTiming
 from icecdc.jvm.bridge import JavaBridge
 from icecdc.runtime import kafka
 from icecdc.runtime.config import Config
@@ -211,9 +212,11 @@ def run_direct(
     stop: threading.Event | None = None,
     health: Health | None = None,
     catalog_waits: Callable[[], CatalogWaits] = CatalogWaits,
+    observe: Callable[[BatchTiming], None] | None = None,
 ) -> int:
     """Poll, write, repeat; returns the number of batches written. ``catalog_waits`` (the
-    command's ``CatalogRetry.waits``) keeps time blocked on the catalog out of ``until_idle``."""
+    command's ``CatalogRetry.waits``) keeps time blocked on the catalog out of ``until_idle``;
+    ``observe`` is handed each written batch's timing (the latency bench splits its path with it)."""
     run = uuid.uuid4().hex[:8]
     batches = 0
     idle = UntilIdle(until_idle, catalog_waits)
@@ -224,7 +227,10 @@ def run_direct(
         health.beat()
         records = source.poll_batch(cadence)
         if records:
-            write(PolledRecords(spark, records), f"{run}-{batches}")
+            polled_at = time.time()
+            result = write(PolledRecords(spark, records), f"{run}-{batches}")
+            if observe is not None:
+                observe(BatchTiming(polled_at, result))
             source.commit_group_offsets()
             batches += 1
             idle.active()

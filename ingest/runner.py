@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from icecdc.domain.errors import UserError
@@ -15,7 +16,7 @@ from icecdc.ingest.kafka_reader import (
     run_streaming,
 )
 from icecdc.ingest.publish import CommitEventPublisher
-from icecdc.ingest.writer import BatchWriter, IngestStats
+from icecdc.ingest.writer import BatchTiming, BatchWriter, IngestStats
 from icecdc.runtime import kafka
 from icecdc.runtime.catalog import catalog_check, ensure_tables
 from icecdc.runtime.config import Config
@@ -31,19 +32,31 @@ log = logging.getLogger(__name__)
 
 
 def run_ingest(
-    config: Config, until_idle: float | None = None, spark: SparkSession | None = None, stop: threading.Event | None = None
+    config: Config,
+    until_idle: float | None = None,
+    spark: SparkSession | None = None,
+    stop: threading.Event | None = None,
+    observe: Callable[[BatchTiming], None] | None = None,
 ) -> IngestStats:
-    """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle."""
+    """Ingest until stopped (SIGTERM/SIGINT finish the current batch first) or idle; ``observe``
+    sees each batch the direct reader writes."""
     if not config.ingested_tables:
         raise UserError("the configuration lists no table with a topic to ingest")
     with (
         serving(config.ingest.http, {"catalog": catalog_check(config)}, pending={"source": "not reading yet"}) as health,
         spark_session(config, "icecdc-ingest", spark) as session,
     ):
-        return _ingest(config, until_idle, session, stop or stop_on_signals(), health)
+        return _ingest(config, until_idle, session, stop or stop_on_signals(), health, observe)
 
 
-def _ingest(config: Config, until_idle: float | None, spark: SparkSession, stop: threading.Event, health: Health) -> IngestStats:
+def _ingest(
+    config: Config,
+    until_idle: float | None,
+    spark: SparkSession,
+    stop: threading.Event,
+    health: Health,
+    observe: Callable[[BatchTiming], None] | None,
+) -> IngestStats:
     retry = CatalogRetry(config.catalog.retry, "ingest", health)
     ensure_tables(spark, config, retry)
     kafka.ensure_topics(config.kafka, [config.commit_topic, config.dead_letter_topic])
@@ -70,7 +83,7 @@ def _ingest(config: Config, until_idle: float | None, spark: SparkSession, stop:
             log.info("ingesting with the direct Kafka reader (no spark-sql-kafka connector on the classpath)")
             source = DirectKafkaSource(config, start)
             try:
-                run_direct(spark, config, source, writer, until_idle, stop, health, retry.waits)
+                run_direct(spark, config, source, writer, until_idle, stop, health, retry.waits, observe)
             finally:
                 source.close()
     finally:

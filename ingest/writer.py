@@ -80,6 +80,19 @@ class BatchResult:
     job_in_driver: bool = False  # the job ran in the driver, not on Spark (``job.BatchJob``)
 
 
+@dataclass(frozen=True)
+class BatchTiming:
+    """A written batch as an observer of the direct reader sees it (``run_direct``'s ``observe``)."""
+
+    polled_at: float  # epoch seconds: when the poll returned the batch
+    result: BatchResult
+
+    @property
+    def commits_started_at(self) -> float:
+        """Epoch seconds: when the batch's commits began, after its job, dead letters and TOAST."""
+        return self.polled_at + self.result.seconds - self.result.commits_wall_seconds
+
+
 class BatchRunner:
     """Runs micro-batches through the tables, job, dead-letter topic and commit events it is
     given; ``load_layout`` reads a table's layout again after a schema change. A batch's steps:

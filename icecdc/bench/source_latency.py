@@ -12,9 +12,11 @@ import argparse
 import statistics
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from icecdc.bench import out_argument, print_results
 from icecdc.bench.e2e.snapshots import amplification_between, snapshot_log
@@ -27,6 +29,10 @@ from icecdc.testbed.orders import OrdersTransactions
 from icecdc.testbed.postgres import ThrowawayPostgres
 from icecdc.workload import ORDERS_SCHEMA, orders_table
 
+if TYPE_CHECKING:
+    from icecdc.ingest.writer import BatchTiming
+    from icecdc.runtime.config import Config
+
 NAME = "source-latency"
 say = progress(NAME)
 CATCH_UP_SECONDS = 300  # for the table to catch up with the database once the load stops
@@ -37,6 +43,46 @@ KEYS_PER_CONNECTION = 1_000_000_000
 # share of the first third's.
 KEPT_RATE_SHARE = 0.98
 FLAT_WITHIN = 0.2
+WATCH_SECONDS = 0.1  # how often the visibility watcher loads the table afresh: its resolution
+READBACK_QUIET_SECONDS = 2.0  # a consume this long returning nothing ends the read-back of a topic already complete
+
+
+class Piece(Enum):
+    """A stretch of a row version's path from PostgreSQL to a reader."""
+
+    DEBEZIUM = "debezium"  # the row's stamp to its Kafka record's timestamp (the engine's producer sets CreateTime)
+    KAFKA = "kafka"  # the record's timestamp to the ingester's poll returning it
+    BATCH = "batch"  # the poll to the batch's commits starting: parse, write files, dead letters
+    COMMIT = "commit"  # the commits' start to the snapshot's commit time
+    VISIBILITY = "visibility"  # the snapshot's commit time to a fresh reader seeing it: after the measured latency
+
+
+# The pieces that add up to a row's measured latency (its snapshot's commit time minus its stamp).
+PATH = (Piece.DEBEZIUM, Piece.KAFKA, Piece.BATCH, Piece.COMMIT)
+
+
+@dataclass(frozen=True)
+class Moments:
+    """Epoch seconds a row version passed on its way (nan where not known)."""
+
+    stamped: float
+    produced: float  # its Kafka record's timestamp
+    polled: float
+    commits_started: float
+    committed: float  # its snapshot's commit time
+    seen: float  # a fresh reader first saw the snapshot
+
+
+def pieces(moments: Moments) -> dict[Piece, float]:
+    """Each piece's seconds: consecutive moments' differences, so ``PATH``'s add up to committed minus stamped."""
+    m = moments
+    return {
+        Piece.DEBEZIUM: m.produced - m.stamped,
+        Piece.KAFKA: m.polled - m.produced,
+        Piece.BATCH: m.commits_started - m.polled,
+        Piece.COMMIT: m.committed - m.commits_started,
+        Piece.VISIBILITY: m.seen - m.committed,
+    }
 
 
 @dataclass
@@ -58,6 +104,12 @@ class RunResult:
     writer_commits: int = 0  # the ingester's commits while the load ran
     sidecar: CompactorCounts | None = None  # None: run without the sidecar
     write_amplification: float | None = None  # bytes written by both over the ingester's, while the load ran
+    # Piece.value -> each measured row's seconds in that piece, beside ``latencies`` (None: not known).
+    pieces: dict[str, list[float | None]] = field(default_factory=lambda: {p.value: [] for p in Piece})
+
+    def piece(self, which: Piece, share: float) -> float:
+        known = [v for v in self.pieces[which.value] if v is not None]
+        return percentile(known, share) if known else float("nan")
 
     @property
     def writer_commits_per_second(self) -> float:
@@ -171,6 +223,85 @@ class PacedLoad:
         return sum(w.counts.rows_changed for w in self.workloads)
 
 
+class SnapshotWatcher:
+    """Loads the table afresh from the catalog every ``WATCH_SECONDS`` in its own thread, noting
+    when it first saw each snapshot (epoch seconds), as a new reader would."""
+
+    def __init__(self, config: Config, table_name: str) -> None:
+        self._config, self._name = config, table_name
+        self.seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="snapshot-watcher", daemon=True)
+
+    def _watch(self) -> None:
+        from icecdc.runtime.catalog import pyiceberg_catalog
+
+        catalog = pyiceberg_catalog(self._config)
+        while not self._stop.wait(WATCH_SECONDS):
+            if not catalog.table_exists(self._name):
+                continue
+            loaded = catalog.load_table(self._name)
+            at = time.time()  # after the load: a reader sees the snapshot once its load returns
+            for snapshot in loaded.snapshots():
+                self.seen.setdefault(snapshot.snapshot_id, at)
+
+    def __enter__(self) -> SnapshotWatcher:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def change_after(value: bytes | None) -> dict[str, Any] | None:
+    """A Debezium record's row after the change (None for a delete or a tombstone), with or
+    without the JSON converter's schema wrapper."""
+    import orjson
+
+    if value is None:
+        return None
+    envelope = orjson.loads(value)
+    if isinstance(envelope, dict) and "payload" in envelope and "schema" in envelope:
+        envelope = envelope["payload"]
+    after = envelope.get("after") if isinstance(envelope, dict) else None
+    return after if isinstance(after, dict) else None
+
+
+def produced_at(
+    config: Config, topic: str, identity: Callable[[dict[str, Any]], tuple[Any, ...]]
+) -> dict[tuple[Any, ...], float]:
+    """Each row version's Kafka record timestamp (epoch seconds), by ``identity`` of its row
+    after the change, read back from the whole topic once every record is in it."""
+    from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+
+    from icecdc.runtime import kafka
+
+    client = kafka.consumer(config.kafka, f"latency-readback-{topic}")
+    try:
+        partitions = range(kafka.partition_count(config.kafka, topic))
+        ends = {p: client.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        client.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        times: dict[tuple[Any, ...], float] = {}
+        pending = {p for p, end in ends.items() if end > 0}
+        deadline = time.monotonic() + CATCH_UP_SECONDS
+        while pending and time.monotonic() < deadline:
+            messages = client.consume(10_000, timeout=READBACK_QUIET_SECONDS)
+            if not messages:
+                break  # the embedded broker's watermarks can be a few records off
+            for message in messages:
+                if message.error() is not None:
+                    continue
+                if (message.offset() or 0) + 1 >= ends.get(message.partition() or 0, 0):
+                    pending.discard(message.partition() or 0)
+                after = change_after(message.value())
+                if after is not None:
+                    times.setdefault(identity(after), message.timestamp()[1] / 1000)
+        return times
+    finally:
+        client.close()
+
+
 def _wait_until(condition: Any, timeout: float, what: str) -> float:
     begun = time.monotonic()
     while not condition():
@@ -239,9 +370,10 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
     # Debezium creates it on its first record; the ingester reads it from the start.
     kafka.ensure_topics(config.kafka, [source.topic(source_table)])
     stop_ingest = threading.Event()
-    with source:
+    timings: list[BatchTiming] = []
+    with source, SnapshotWatcher(config, spec["name"]) as watcher:
         source.wait_streaming()
-        stopping = {"spark": stack.spark, "stop": stop_ingest}
+        stopping = {"spark": stack.spark, "stop": stop_ingest, "observe": timings.append}
         ingester = threading.Thread(target=run_ingest, args=(config,), kwargs=stopping, name="ingest", daemon=True)
         ingester.start()
         catalog = pyiceberg_catalog(config)
@@ -287,8 +419,36 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
     result.rows_match = True
     if matched is not None:  # the table matched, so it has a snapshot
         result.catch_up_seconds = max(0.0, matched.timestamp_ms / 1000 - (load.started + load.elapsed))
-    _measure(stack, spec["name"], load.started + args.warmup_seconds, load.started, result)
+    produced = produced_at(config, source.topic(source_table), lambda after: (after["id"], after["updated_at"]))
+    path = PathTimes(timings, watcher.seen, produced, spec["name"])
+    _measure(stack, spec["name"], load.started + args.warmup_seconds, load.started, result, path)
     return result
+
+
+@dataclass
+class PathTimes:
+    """What the bench saw of the path besides the rows: the ingester's batches, the watcher's
+    first sight of each snapshot, and each row version's Kafka record timestamp."""
+
+    batches: list[BatchTiming]
+    seen: dict[int, float]
+    produced: dict[tuple[Any, ...], float]
+    table: str
+
+    def __post_init__(self) -> None:
+        self._by_snapshot = {t.result.commits[self.table].snapshot_id: t for t in self.batches if self.table in t.result.commits}
+
+    def moments(self, snapshot_id: int, committed: float, identity: tuple[Any, ...], stamped: float) -> Moments:
+        nan = float("nan")
+        batch = self._by_snapshot.get(snapshot_id)
+        return Moments(
+            stamped,
+            self.produced.get(identity, nan),
+            nan if batch is None else batch.polled_at,
+            nan if batch is None else batch.commits_started_at,
+            committed,
+            self.seen.get(snapshot_id, nan),
+        )
 
 
 def _rows(stack: BenchStack, name: str) -> list[tuple[Any, ...]]:
@@ -302,7 +462,9 @@ def _newest_stamp(stack: BenchStack, name: str) -> Any:
     return newest, count
 
 
-def _measure(stack: BenchStack, table_name: str, measured_from: float, load_started: float, result: RunResult) -> None:
+def _measure(
+    stack: BenchStack, table_name: str, measured_from: float, load_started: float, result: RunResult, path: PathTimes
+) -> None:
     """Each row version's latency: the commit of the ingester's snapshot that added its data
     file, minus its stamp; and the ingester's commits and the write amplification while the
     load ran."""
@@ -328,13 +490,17 @@ def _measure(stack: BenchStack, table_name: str, measured_from: float, load_star
                 if entry.snapshot_id != snapshot.snapshot_id or DataFileContent(data_file.content) is not DataFileContent.DATA:
                     continue
                 with table.io.new_input(data_file.file_path).open() as stream:
-                    stamps = pq.read_table(stream, columns=["updated_at"]).column(0).cast("int64").to_pylist()
-                for stamp_us in stamps:
+                    read = pq.read_table(stream, columns=["id", "updated_at"])
+                ids, stamps = read.column("id").to_pylist(), read.column("updated_at").cast("int64").to_pylist()
+                for key, stamp_us in zip(ids, stamps, strict=True):
                     stamped = stamp_us / 1e6
                     if stamped < measured_from:
                         continue
                     result.latencies.append(committed - stamped)
                     result.committed_at.append(stamped - load_started)
+                    split = pieces(path.moments(snapshot.snapshot_id, committed, (key, stamp_us), stamped))
+                    for piece, seconds in split.items():
+                        result.pieces[piece.value].append(seconds if seconds == seconds else None)  # nan: not known
                     visible_in.add(snapshot.snapshot_id)
     result.snapshots = len(visible_in)
     result.write_amplification = amplification_between(snapshot_log(table), load_started, load_ended + result.catch_up_seconds)
@@ -450,13 +616,45 @@ def summary(results: LatencyResults) -> str:
         f"{verdict(results)}\n\n"
         "The table followed: PostgreSQL's rate, times the time between the mean commits of the run's first and last "
         "thirds, over the time between the mean moments their rows became visible. Catch-up: from the load's end "
-        "to the commit that made the table match.\n\n" + markdown_table(header, rows) + "\n"
+        "to the commit that made the table match.\n\n" + markdown_table(header, rows) + "\n\n" + pieces_summary(results)
     )
+
+
+PIECE_NAMES = {
+    Piece.DEBEZIUM: "Debezium: stamp to Kafka record timestamp",
+    Piece.KAFKA: "Kafka: record timestamp to the ingester's poll",
+    Piece.BATCH: "batch: poll to the commits' start (parse, write files)",
+    Piece.COMMIT: "commit: the catalog commit",
+    Piece.VISIBILITY: "visibility: commit to a fresh reader seeing it",
+}
+
+
+def pieces_summary(results: LatencyResults) -> str:
+    """Each piece's p50 and p95 in each run."""
+    rows = [
+        [PIECE_NAMES[piece], *(f"{r.piece(piece, 0.5):.3f} / {r.piece(piece, 0.95):.3f}" for r in results.runs)]
+        for piece in Piece
+    ]
+    header = " | ".join(["piece", *(f"run {r.run} p50 / p95 s" for r in results.runs)])
+    return (
+        "The path in pieces: the first four add up to each row's latency; visibility follows it (the watcher "
+        f"loads the table every {WATCH_SECONDS:g} s, its resolution).\n\n" + markdown_table(header, rows) + "\n"
+    )
+
+
+def binned_medians(at: list[float], values: list[float | None], width: float) -> tuple[list[float], list[float]]:
+    """The median of ``values`` in each ``width``-second bin of ``at`` (bins' middles), unknown values left out."""
+    bins: dict[int, list[float]] = {}
+    for when, value in zip(at, values, strict=True):
+        if value is not None:
+            bins.setdefault(int(when // width), []).append(value)
+    ordered = sorted(bins)
+    return [(b + 0.5) * width for b in ordered], [statistics.median(bins[b]) for b in ordered]
 
 
 def _plot(results: LatencyResults, path: Path) -> None:
     plt = pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    fig, ((left, right), (over_run, bars)) = plt.subplots(2, 2, figsize=(11, 8))
     for r in results.runs:
         step = max(1, len(r.latencies) // 3_000)  # a readable scatter
         left.scatter(r.committed_at[::step], r.latencies[::step], s=2, alpha=0.4, label=f"run {r.run}")
@@ -472,7 +670,30 @@ def _plot(results: LatencyResults, path: Path) -> None:
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, markerscale=4)
-    save(plt, fig, path)
+    _plot_pieces(results, over_run, bars)
+    save(plt, fig, path, over_run, bars, legend=7)
+
+
+def _plot_pieces(results: LatencyResults, over_run: Any, bars: Any) -> None:
+    """Each piece's median over the run (5 s bins), and its p50 and p95 (the first run's)."""
+    styles = ["-", "--", ":", "-."]
+    for number, r in enumerate(results.runs):
+        for colour, piece in enumerate(Piece):
+            xs, ys = binned_medians(r.committed_at, r.pieces[piece.value], 5.0)
+            label = piece.value if number == 0 else None
+            over_run.plot(xs, ys, styles[number % len(styles)], color=f"C{colour}", label=label)
+    over_run.set_xlabel("commit, seconds into the run")
+    over_run.set_ylabel("median seconds in the piece (5 s bins)")
+    over_run.set_title("the path in pieces over the run (runs by line style)", fontsize=9)
+    if results.runs:
+        first = results.runs[0]
+        names = [p.value for p in Piece]
+        spots = range(len(names))
+        bars.bar([x - 0.2 for x in spots], [first.piece(p, 0.5) for p in Piece], width=0.4, label="p50")
+        bars.bar([x + 0.2 for x in spots], [first.piece(p, 0.95) for p in Piece], width=0.4, label="p95")
+        bars.set_xticks(list(spots), names, fontsize=8)
+    bars.set_ylabel("seconds")
+    bars.set_title(f"each piece, run {results.runs[0].run if results.runs else '-'}", fontsize=9)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -369,6 +369,12 @@ def test_source_latency_benchmark_harness(tmp_path):
     # The sidecar ran beside the ingester, whose commits are counted.
     assert result["sidecar"] is not None and result["writer_commits"] >= 1
     assert result["write_amplification"] is not None and result["write_amplification"] >= 1
+    # Each row's path in pieces, all known, adding up to its latency (the broker's and the snapshot's ms).
+    path = [result["pieces"][p] for p in ("debezium", "kafka", "batch", "commit")]
+    assert all(len(p) == len(result["latencies"]) and None not in p for p in path)
+    for latency, *split in zip(result["latencies"], *path, strict=True):
+        assert abs(sum(split) - latency) < 1e-6
+    assert None not in result["pieces"]["visibility"] and min(result["pieces"]["visibility"]) >= 0
     assert (out / "source-latency.png").stat().st_size > 0
     assert "| 1 |" in (out / "source-latency.md").read_text()
 

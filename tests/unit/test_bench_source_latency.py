@@ -49,3 +49,26 @@ def test_each_half_of_the_verdict_is_its_own():
     falling = run(1, start=3.0, end=1.5)
     assert falling.kept_rate() and not falling.stayed_flat(), "flat is within the bound either way"
     assert "did not stay flat" in (text := verdict(results(falling))) and "2.75 s to 1.75 s, -36%" in text
+
+
+def test_the_pieces_of_a_row_add_up_to_its_latency():
+    """Moments as a run sees them (epoch seconds, the broker's and snapshot's in whole ms): the
+    path's pieces add up to the snapshot's commit minus the stamp, and visibility follows it."""
+    from icecdc.bench.source_latency import PATH, Moments, Piece, pieces
+
+    stamped = 1_800_000_000.123456
+    moments = Moments(stamped, 1_800_000_000.401, 1_800_000_001.052, 1_800_000_001.9, 1_800_000_002.117, 1_800_000_002.2)
+    split = pieces(moments)
+    assert abs(sum(split[p] for p in PATH) - (moments.committed - stamped)) < 1e-6
+    assert split[Piece.VISIBILITY] == moments.seen - moments.committed
+    assert all(seconds >= 0 for seconds in split.values())
+
+
+def test_a_runs_pieces_leave_out_what_is_not_known():
+    from icecdc.bench.source_latency import Piece, pieces_summary
+
+    result = run(1)
+    for piece in Piece:
+        result.pieces[piece.value] = [0.5] * (len(result.latencies) - 1) + [None]
+    assert result.piece(Piece.KAFKA, 0.5) == 0.5
+    assert "visibility" in pieces_summary(results(result))
