@@ -171,7 +171,7 @@ def ratio_range(samples: list[ReadSample], query: Query, writing: bool) -> tuple
 
 
 def reads_said(samples: list[ReadSample], writing: bool) -> str:
-    """ "count 1.20x (1.10-1.31), aggregation ..." over the probes while writing or after; "-" with none."""
+    """Each query's median ratio (lowest-highest) over the probes while writing or after; "-" with none."""
     ranges = [(q, ratio_range(samples, q, writing)) for q in Query]
     said = [f"{q.value} {r[0]:.2f}x" + (f" ({r[1]:.2f}-{r[2]:.2f})" if r[1] != r[2] else "") for q, r in ranges if r]
     return ", ".join(said) if said else "-"
