@@ -9,6 +9,7 @@ rewrote them since changes nothing.
 from __future__ import annotations
 
 import argparse
+import random
 import statistics
 import threading
 import time
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from icecdc.bench import out_argument, print_results
 from icecdc.bench.e2e.snapshots import amplification_between, snapshot_log
 from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, bench_stack, clone, progress
+from icecdc.bench.read_probe import LOOKUPS, ReadProbes, ReadSample, plot_ratios, reads_said, reads_verdict
 from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot, save
 from icecdc.domain.errors import UserError
 from icecdc.options import state_dir_argument
@@ -106,6 +108,7 @@ class RunResult:
     write_amplification: float | None = None  # bytes written by both over the ingester's, while the load ran
     # Piece.value -> each measured row's seconds in that piece, beside ``latencies`` (None: not known).
     pieces: dict[str, list[float | None]] = field(default_factory=lambda: {p.value: [] for p in Piece})
+    reads: list[ReadSample] = field(default_factory=list)  # against a compacted copy, while the load ran and after
 
     def piece(self, which: Piece, share: float) -> float:
         known = [v for v in self.pieces[which.value] if v is not None]
@@ -172,6 +175,7 @@ class LatencyResults:
     max_commit_delay_seconds: float
     connections: int
     sidecar: bool = True
+    probe_seconds: float = 0.0  # between read probes; 0: none
     runs: list[RunResult] = field(default_factory=list)
 
 
@@ -391,10 +395,17 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
         if args.sidecar:  # beside the ingester from its first commit, as deployed
             sidecar = CompactorProcess(compactor_config, f"latency-{run}", out)
         load = PacedLoad(postgres, workloads, args.rate, args.seconds)
+        probes = _read_probes(stack, name, run, workloads, catalog.load_table(spec["name"]).format_version, args)
         say(
             f"run {run}: {args.rate:g} transactions/s for {args.seconds:g}s into {source_table} on {args.connections} connections"
         )
-        load.run()
+        if probes is not None:
+            probes.start(time.monotonic())
+        try:
+            load.run()
+        finally:
+            if probes is not None:
+                probes.stop()
         say(f"run {run}: {load.committed} transactions in {load.elapsed:.1f}s ({load.committed / load.elapsed:.0f}/s)")
         with postgres.connect() as db:
             expected = table_rows(db, source_table)
@@ -410,13 +421,18 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
             # The check's own reads are not the pipeline's: the catch-up ends at the matching commit.
             matched = catalog.load_table(spec["name"]).current_snapshot()
             counts = sidecar.counts(spec["name"]) if sidecar is not None else None
+            if probes is not None:
+                probes.after()
         finally:
+            if probes is not None:
+                probes.drop_copy()
             if sidecar is not None:
                 sidecar.stop()
             stop_ingest.set()
             ingester.join()
     result = RunResult(run, args.rate, load.elapsed, load.committed, load.rows_changed, rows=len(expected), sidecar=counts)
     result.rows_match = True
+    result.reads = probes.samples if probes is not None else []
     if matched is not None:  # the table matched, so it has a snapshot
         result.catch_up_seconds = max(0.0, matched.timestamp_ms / 1000 - (load.started + load.elapsed))
     produced = produced_at(config, source.topic(source_table), lambda after: (after["id"], after["updated_at"]))
@@ -449,6 +465,21 @@ class PathTimes:
             committed,
             self.seen.get(snapshot_id, nan),
         )
+
+
+def _read_probes(
+    stack: BenchStack, name: str, run: int, workloads: list[OrdersTransactions], format_version: int, args: argparse.Namespace
+) -> ReadProbes | None:
+    """Probes of the table against a compacted copy, looking up keys the load has inserted; None: off."""
+    if not args.probe_seconds:
+        return None
+    copy = stack.config.table_ref(f"bench.latency_copy_{stack.run_id}_{run}").qualified
+
+    def keys(rng: random.Random) -> list[int]:
+        inserted = [(i * KEYS_PER_CONNECTION + 1, w.next_key) for i, w in enumerate(workloads)]
+        return [rng.randrange(*rng.choice([(low, high) for low, high in inserted if high > low])) for _ in range(LOOKUPS)]
+
+    return ReadProbes(stack.spark, name, copy, keys, args.probe_seconds, "region", format_version)
 
 
 def _rows(stack: BenchStack, name: str) -> list[tuple[Any, ...]]:
@@ -516,16 +547,19 @@ def run(args: argparse.Namespace) -> LatencyResults:
         args.max_commit_delay,
         args.connections,
         sidecar=args.sidecar,
+        probe_seconds=args.probe_seconds,
     )
     state_dir = args.state_dir.resolve()
-    with bench_stack(NAME, state_dir) as stack, ThrowawayPostgres() as postgres:
+    # Fair scheduling, the probes' jobs in a pool of their own: the ingester's do not queue behind them.
+    with bench_stack(NAME, state_dir, spark={"conf": {"spark.scheduler.mode": "FAIR"}}) as stack, ThrowawayPostgres() as postgres:
         for number in range(1, args.runs + 1):
             result = run_once(stack, postgres, number, args, state_dir)
             results.runs.append(result)
             say(
                 f"run {number}: PostgreSQL took {result.rate:.0f} transactions/s, the table followed "
                 f"{result.pipeline_rate:.0f}/s; latency p50 {result.latency(0.5):.2f}s, p95 {result.latency(0.95):.2f}s, "
-                f"p99 {result.latency(0.99):.2f}s over {len(result.latencies)} rows; {_beside(result)}"
+                f"p99 {result.latency(0.99):.2f}s over {len(result.latencies)} rows; {_beside(result)}; "
+                f"reads over the compacted copy while writing: {reads_said(result.reads, True)}"
             )
     publish(args.out, NAME, results, _plot, summary)
     return results
@@ -597,13 +631,23 @@ def summary(results: LatencyResults) -> str:
             f"{r.writer_commits_per_second:.2f}",
             "-" if r.sidecar is None else f"{r.sidecar.compactions} ({r.sidecar.commit_conflicts}/{r.sidecar.commit_attempts})",
             "-" if r.write_amplification is None else f"{r.write_amplification:.2f}",
+            reads_said(r.reads, True),
+            reads_said(r.reads, False),
         ]
         for r in runs
     ]
     header = (
         "run | tx/s into PostgreSQL | tx/s the table followed | transactions | row versions measured | snapshots | p50 s | "
         "p95 s | p99 s | max s | p50 s by third of the run | catch-up s | ingester commits/s | "
-        "sidecar compactions (conflicts/attempts) | write amplification"
+        "sidecar compactions (conflicts/attempts) | write amplification | reads while writing, x the compacted copy | "
+        "reads after catch-up"
+    )
+    reads = (
+        f"{reads_verdict([s for r in runs for s in r.reads])} Reads: a full count, an aggregation and point lookups, "
+        f"every {results.probe_seconds:g} s while the load ran and once after catch-up, each the table's median latency "
+        "over that of a copy of its rows at that moment in one file per partition."
+        if results.probe_seconds
+        else "Reads not probed (--probe-seconds 0)."
     )
     return (
         f"{len(runs)} runs of {results.seconds:g} s at {results.rate:,.0f} transactions/s on {results.connections} connections "
@@ -613,7 +657,7 @@ def summary(results: LatencyResults) -> str:
         f"PostgreSQL commit to visible in Iceberg, median of the runs (range): p50 {_spread([r.latency(0.5) for r in runs])}, "
         f"p95 {_spread([r.latency(0.95) for r in runs])}, p99 {_spread([r.latency(0.99) for r in runs])}, "
         f"max {_spread([max(r.latencies) for r in runs])}. "
-        f"{verdict(results)}\n\n"
+        f"{verdict(results)} {reads}\n\n"
         "The table followed: PostgreSQL's rate, times the time between the mean commits of the run's first and last "
         "thirds, over the time between the mean moments their rows became visible. Catch-up: from the load's end "
         "to the commit that made the table match.\n\n" + markdown_table(header, rows) + "\n\n" + pieces_summary(results)
@@ -654,7 +698,8 @@ def binned_medians(at: list[float], values: list[float | None], width: float) ->
 
 def _plot(results: LatencyResults, path: Path) -> None:
     plt = pyplot()
-    fig, ((left, right), (over_run, bars)) = plt.subplots(2, 2, figsize=(11, 8))
+    fig, ((left, right, reads), (over_run, bars, unused)) = plt.subplots(2, 3, figsize=(16, 8))
+    fig.delaxes(unused)
     for r in results.runs:
         step = max(1, len(r.latencies) // 3_000)  # a readable scatter
         left.scatter(r.committed_at[::step], r.latencies[::step], s=2, alpha=0.4, label=f"run {r.run}")
@@ -666,7 +711,8 @@ def _plot(results: LatencyResults, path: Path) -> None:
     right.set_xlabel("seconds from PostgreSQL commit to visible in Iceberg")
     right.set_ylabel("share of rows")
     right.set_title("cumulative distribution", fontsize=9)
-    for ax in (left, right):
+    plot_ratios(reads, {f"run {r.run}": r.reads for r in results.runs})
+    for ax in (left, right, reads):
         ax.set_xlim(left=0)
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8, markerscale=4)
@@ -724,6 +770,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=True,
         help="run icecdc compact beside the ingester, in its own process (default: on)",
     )
+    parser.add_argument(
+        "--probe-seconds",
+        type=float,
+        default=15,
+        help="seconds between read probes against a compacted copy while the load runs; 0: no reads (default: 15)",
+    )
     out_argument(parser)
 
 
@@ -732,10 +784,11 @@ def main(args: argparse.Namespace) -> int:
         min(args.rate, args.seconds, args.runs, args.connections, args.min_commit_interval) <= 0
         or not 0 <= args.warmup_seconds < args.seconds
         or args.max_commit_delay < args.min_commit_interval
+        or args.probe_seconds < 0
     ):
         raise UserError(
             "--rate, --seconds, --runs, --connections and --min-commit-interval must be above 0, --warmup-seconds "
-            "below --seconds, --max-commit-delay at least --min-commit-interval"
+            "below --seconds, --max-commit-delay at least --min-commit-interval, --probe-seconds at least 0"
         )
     print_results(args.out, NAME, summary(run(args)))
     return 0

@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from icecdc.bench import out_argument, positive_integers, print_results
-from icecdc.bench.e2e.probe import query_latency
 from icecdc.bench.e2e.snapshots import amplification_between, snapshot_log
 from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, bench_stack, clone, progress
+from icecdc.bench.read_probe import LOOKUPS, READ_RATIO_GOAL, read_ratios, reader_session
 from icecdc.bench.report import machine, markdown_table, publish, pyplot, save
 from icecdc.domain.errors import UserError
 from icecdc.options import embedded_stack_arguments
@@ -42,12 +42,8 @@ from icecdc.testbed.writers.table_checks import (
 # After the writes stop, every partition ends compacted within its settle window and this bound
 # (issue "beside other writers": a watch interval, the sidecar's turn, one job per partition).
 COMPACTED_WITHIN_SECONDS = 60.0
-# The goals of docs/BENCHMARKS.md, rows "Beside other writers" and "Reads beside other writers".
+# The goal of docs/BENCHMARKS.md's row "Beside other writers" (the reads' is ``read_probe``'s).
 CONFLICT_SHARE_GOAL = 0.05
-READ_RATIO_GOAL = 1.5
-# Enough queries a probe that the writer's jobs on the same cores fall on the table and the copy alike.
-LOOKUPS = 12  # point lookups a probe
-REPEATS = 5  # aggregations a probe
 say = progress("writers")
 
 
@@ -125,19 +121,14 @@ def _config(base: Config, table: str, run_id: int, settle_seconds: float) -> Con
 
 
 def _probe(reader: Any, name: str, copy: str, keys: list[int], t: float, writing: bool, format_version: int) -> ReadPoint:
-    """The table against a copy of its rows in one file per partition, read by the same session."""
-    reader.sql(f"REFRESH TABLE {name}")
-    reader.sql(
-        f"CREATE OR REPLACE TABLE {copy} USING iceberg PARTITIONED BY (region) "
-        f"TBLPROPERTIES ('format-version' = '{format_version}') AS SELECT * FROM {name}"
-    )
-    latency = query_latency(reader, {"table": name, "copy": copy}, keys, REPEATS)
+    """The table against a compacted copy of its rows (``read_probe``) and its files."""
+    ratios = read_ratios(reader, name, copy, keys, "region", format_version)
     files = live_files(reader, name)
     return ReadPoint(
         round(t, 1),
         writing,
-        latency["table"]["aggregate_ms"] / latency["copy"]["aggregate_ms"],
-        latency["table"]["lookup_ms"] / latency["copy"]["lookup_ms"],
+        ratios.aggregation,
+        ratios.lookup,
         sum(n for (_, content), n in files.items() if content == 0),
         sum(n for (_, content), n in files.items() if content != 0),
         most_deletes_on_a_data_file(reader, name),
@@ -160,8 +151,7 @@ def run_case(stack: BenchStack, writer: Writer, format_version: int, run: int, s
     )
     job = writer_job(writer, spark, name, out / "writers" / slug, job_settings)
     # Reads and checks go through a session of their own, so that the writer keeps its catalog cache.
-    reader = spark.newSession()
-    reader.conf.set("spark.sql.iceberg.aggregate-push-down.enabled", "false")
+    reader = reader_session(spark)
     rng = random.Random(run)
     job.begin()
     # The sidecar joins a writer already running, as beside a user's job: its history tells what
@@ -342,7 +332,7 @@ def plot(results: WritersResults, path: Path) -> None:
         for case in results.cases:
             points = [p for p in case.reads if p.writing]
             ax.plot([p.t for p in points], [getattr(p, metric) for p in points], label=f"{case.name} #{case.run}", lw=1)
-        ax.axhline(1.5, color="grey", ls="--", lw=0.8)
+        ax.axhline(READ_RATIO_GOAL, color="grey", ls="--", lw=0.8)
         ax.set_title(f"{title}: table over compacted copy, while writing")
         ax.set_xlabel("seconds into the writes")
     axes[0].set_ylabel("latency ratio")

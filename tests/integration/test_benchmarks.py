@@ -331,7 +331,7 @@ def test_ingest_benchmark_harness(tmp_path):
 def test_source_latency_benchmark_harness(tmp_path):
     """A short ``icecdc bench source-latency`` at a low rate, the sidecar beside the ingester: the
     table ends equal to PostgreSQL's rows (the run fails otherwise), every measured row version
-    has a latency, and JSON, plot and summary are written."""
+    has a latency, reads are probed against a compacted copy, and JSON, plot and summary are written."""
     if postgres_missing():
         pytest.skip(postgres_missing())
     out = tmp_path / "out"
@@ -355,6 +355,8 @@ def test_source_latency_benchmark_harness(tmp_path):
         "2",
         "--min-commit-interval",
         "1",
+        "--probe-seconds",
+        "3",
         timeout=900,
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
@@ -375,8 +377,14 @@ def test_source_latency_benchmark_harness(tmp_path):
     for latency, *split in zip(result["latencies"], *path, strict=True):
         assert abs(sum(split) - latency) < 1e-6
     assert None not in result["pieces"]["visibility"] and min(result["pieces"]["visibility"]) >= 0
+    # Reads probed while the load ran and once after catch-up, each ratio a plausible one of two
+    # reads of the same rows (a wrong copy or a failed timing would be far off or 0).
+    writing = [read["writing"] for read in result["reads"]]
+    assert writing.count(True) >= 1 and writing[-1:] == [False] and writing.count(False) == 1
+    assert all(0.1 < ratio < 20 for read in result["reads"] for ratio in read["ratios"].values()), result["reads"]
     assert (out / "source-latency.png").stat().st_size > 0
-    assert "| 1 |" in (out / "source-latency.md").read_text()
+    summary = (out / "source-latency.md").read_text()
+    assert "| 1 |" in summary and "Reads while writing were" in summary
 
 
 def test_contention_benchmark_harness(tmp_path):

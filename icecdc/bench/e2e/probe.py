@@ -5,10 +5,8 @@ sidecar table's oldest live equality delete."""
 from __future__ import annotations
 
 import random
-import statistics
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +15,7 @@ from pyiceberg.manifest import ManifestContent
 
 from icecdc.bench.harness import progress
 from icecdc.bench.portability import KeyDigest, ReadOutcome, digest_exactness, oldest_equality_delete_age
+from icecdc.bench.read_probe import copy_compacted, query_latency
 from icecdc.bench.strategies import ICECDC
 from icecdc.compactor.sizes import SizeClass, size_class
 from icecdc.domain.files import DataFileContent
@@ -101,28 +100,6 @@ def file_counts(table: Any, settings: CompactorConfig) -> dict[str, int]:
     return counts
 
 
-def _ms(query: str, spark: Any) -> float:
-    started = time.perf_counter()
-    spark.sql(query).collect()
-    return (time.perf_counter() - started) * 1000
-
-
-def query_latency(spark: Any, names: dict[str, str], keys: list[int], repeats: int) -> dict[str, dict[str, float]]:
-    """Median latency, per table, of a full count (deletes applied), an aggregation and point
-    lookups; the tables take turns, so that the machine's other work falls on all of them alike."""
-    queries: dict[str, list[str]] = {  # {t}: the table
-        "count_ms": ["SELECT count(*) FROM {t}"] * repeats,
-        "aggregate_ms": ["SELECT region, status, count(*), sum(amount) FROM {t} GROUP BY region, status"] * repeats,
-        "lookup_ms": [f"SELECT * FROM {{t}} WHERE id = {k}" for k in keys],
-    }
-    timings: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in names}
-    for metric, runs in queries.items():
-        for query in runs:
-            for strategy, name in names.items():
-                timings[strategy][metric].append(_ms(query.format(t=name), spark))
-    return {s: {metric: statistics.median(values) for metric, values in t.items()} for s, t in timings.items()}
-
-
 class Probe:
     """Measures every strategy's table and a compacted copy of the current data."""
 
@@ -154,10 +131,7 @@ class Probe:
         # Keys of the stream's final state: a key that does not exist yet costs a lookup all the same.
         keys = self._orders.sample_keys(random.Random(len(self.series[REFERENCE])), self._lookups)
         # Copied from the sidecar's table at this moment: the same rows, each partition in one file.
-        self._spark.sql(
-            f"CREATE OR REPLACE TABLE {self.reference} USING iceberg PARTITIONED BY ({self._partitioning}) "
-            f"TBLPROPERTIES ('format-version' = '2') AS SELECT * FROM {self._names[ICECDC]}"
-        )
+        copy_compacted(self._spark, self._names[ICECDC], self.reference, self._partitioning, 2)
         files = {}
         for strategy, name in self._names.items():
             self._spark.sql(f"REFRESH TABLE {name}")
