@@ -45,7 +45,10 @@ KEYS_PER_CONNECTION = 1_000_000_000
 # share of the first third's.
 KEPT_RATE_SHARE = 0.98
 FLAT_WITHIN = 0.2
-WATCH_SECONDS = 0.1  # how often the visibility watcher loads the table afresh: its resolution
+# The visibility watcher loads the table afresh when the ingester reports a commit, and at least
+# this often. Not on a short timer: a load parses the whole metadata file in the bench's process,
+# whose GIL the ingester's thread shares.
+WATCH_SECONDS = 1.0
 READBACK_QUIET_SECONDS = 2.0  # a consume this long returning nothing ends the read-back of a topic already complete
 
 
@@ -228,20 +231,26 @@ class PacedLoad:
 
 
 class SnapshotWatcher:
-    """Loads the table afresh from the catalog every ``WATCH_SECONDS`` in its own thread, noting
-    when it first saw each snapshot (epoch seconds), as a new reader would."""
+    """Loads the table afresh from the catalog in its own thread each time it is woken (the
+    ingester reported a commit) and at least every ``WATCH_SECONDS``, noting when it first saw
+    each snapshot (epoch seconds), as a new reader would."""
 
     def __init__(self, config: Config, table_name: str) -> None:
         self._config, self._name = config, table_name
         self.seen: dict[int, float] = {}
-        self._stop = threading.Event()
+        self._stop, self._woken = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._watch, name="snapshot-watcher", daemon=True)
+
+    def wake(self) -> None:
+        self._woken.set()
 
     def _watch(self) -> None:
         from icecdc.runtime.catalog import pyiceberg_catalog
 
         catalog = pyiceberg_catalog(self._config)
-        while not self._stop.wait(WATCH_SECONDS):
+        while not self._stop.is_set():
+            self._woken.wait(WATCH_SECONDS)
+            self._woken.clear()
             if not catalog.table_exists(self._name):
                 continue
             loaded = catalog.load_table(self._name)
@@ -255,6 +264,7 @@ class SnapshotWatcher:
 
     def __exit__(self, *_: object) -> None:
         self._stop.set()
+        self._woken.set()
         self._thread.join()
 
 
@@ -377,7 +387,12 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
     timings: list[BatchTiming] = []
     with source, SnapshotWatcher(config, spec["name"]) as watcher:
         source.wait_streaming()
-        stopping = {"spark": stack.spark, "stop": stop_ingest, "observe": timings.append}
+
+        def observed(timing: BatchTiming) -> None:
+            timings.append(timing)
+            watcher.wake()
+
+        stopping = {"spark": stack.spark, "stop": stop_ingest, "observe": observed}
         ingester = threading.Thread(target=run_ingest, args=(config,), kwargs=stopping, name="ingest", daemon=True)
         ingester.start()
         catalog = pyiceberg_catalog(config)
@@ -773,8 +788,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--probe-seconds",
         type=float,
-        default=15,
-        help="seconds between read probes against a compacted copy while the load runs; 0: no reads (default: 15)",
+        default=0,
+        # Off by default: a probe's copy and queries take the cores the latency is measured on.
+        help="seconds between read probes against a compacted copy while the load runs; 0: no reads (default: 0)",
     )
     out_argument(parser)
 
