@@ -173,14 +173,15 @@ class CompactorProcess:
             for sample in family.samples
         }
 
-    def counts(self, table: str) -> CompactorCounts:
+    def counts(self, *tables: str) -> CompactorCounts:
+        """The sidecar's figures over ``tables``."""
         metrics = self.metrics()
 
         def total(name: str, **labels: str) -> float:
             return sum(
                 v
                 for (n, ls), v in metrics.items()
-                if n == name and dict(ls).get("table") == table and all(dict(ls).get(k) == x for k, x in labels.items())
+                if n == name and dict(ls).get("table") in tables and all(dict(ls).get(k) == x for k, x in labels.items())
             )
 
         attempts = total("icecdc_compactor_commit_attempts_total")

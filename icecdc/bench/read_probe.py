@@ -24,6 +24,19 @@ REPEATS = 5  # counts and aggregations a probe
 PROBE_POOL = "read-probe"
 
 
+@dataclass(frozen=True)
+class ReadShape:
+    """What the probes read of a table: its partition column, the aggregation ({t}: the table)
+    and the key column the lookups pick rows by."""
+
+    partition_by: str
+    aggregation: str
+    key: str
+
+
+ORDERS_READS = ReadShape("region", "SELECT region, status, count(*), sum(amount) FROM {t} GROUP BY region, status", "id")
+
+
 class Query(Enum):
     COUNT = "count"
     AGGREGATION = "aggregation"
@@ -48,13 +61,15 @@ def _ms(query: str, spark: Any) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-def query_latency(spark: Any, names: dict[str, str], keys: list[int], repeats: int) -> dict[str, dict[str, float]]:
+def query_latency(
+    spark: Any, names: dict[str, str], keys: list[int], repeats: int, shape: ReadShape = ORDERS_READS
+) -> dict[str, dict[str, float]]:
     """Median latency, per table, of a full count (deletes applied), an aggregation and point
     lookups; the tables take turns, so that the machine's other work falls on all of them alike."""
     queries: dict[str, list[str]] = {  # {t}: the table
         "count_ms": ["SELECT count(*) FROM {t}"] * repeats,
-        "aggregate_ms": ["SELECT region, status, count(*), sum(amount) FROM {t} GROUP BY region, status"] * repeats,
-        "lookup_ms": [f"SELECT * FROM {{t}} WHERE id = {k}" for k in keys],
+        "aggregate_ms": [shape.aggregation] * repeats,
+        "lookup_ms": [f"SELECT * FROM {{t}} WHERE {shape.key} = {k}" for k in keys],
     }
     timings: dict[str, dict[str, list[float]]] = {s: defaultdict(list) for s in names}
     for metric, runs in queries.items():
@@ -72,12 +87,12 @@ def copy_compacted(spark: Any, source: str, copy: str, partition_by: str, format
     )
 
 
-def read_ratios(reader: Any, name: str, copy: str, keys: list[int], partition_by: str, format_version: int) -> ReadRatios:
+def read_ratios(reader: Any, name: str, copy: str, keys: list[int], shape: ReadShape, format_version: int) -> ReadRatios:
     """The table against a copy of its rows at this moment, rewritten into one file per partition
     (rebuilt at every probe, so that both hold the same rows)."""
     reader.sql(f"REFRESH TABLE {name}")
-    copy_compacted(reader, name, copy, partition_by, format_version)
-    latency = query_latency(reader, {"table": name, "copy": copy}, keys, REPEATS)
+    copy_compacted(reader, name, copy, shape.partition_by, format_version)
+    latency = query_latency(reader, {"table": name, "copy": copy}, keys, REPEATS, shape)
     table, compacted = latency["table"], latency["copy"]
     return ReadRatios(
         table["count_ms"] / compacted["count_ms"],
@@ -113,11 +128,11 @@ class ReadProbes:
         copy: str,
         keys: Callable[[random.Random], list[int]],
         every_seconds: float,
-        partition_by: str,
+        shape: ReadShape,
         format_version: int,
     ) -> None:
         self._reader, self._name, self._copy, self._keys = reader_session(spark), name, copy, keys
-        self._every, self._partition_by, self._format_version = every_seconds, partition_by, format_version
+        self._every, self._shape, self._format_version = every_seconds, shape, format_version
         self._random = random.Random(0)
         self.samples: list[ReadSample] = []
         self._started = 0.0
@@ -131,7 +146,7 @@ class ReadProbes:
         try:
             began = time.monotonic() - self._started
             ratios = read_ratios(
-                self._reader, self._name, self._copy, self._keys(self._random), self._partition_by, self._format_version
+                self._reader, self._name, self._copy, self._keys(self._random), self._shape, self._format_version
             )
             self.samples.append(ReadSample(round(began, 1), writing, ratios))
         finally:

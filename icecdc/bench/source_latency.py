@@ -1,18 +1,20 @@
-"""``icecdc bench source-latency``: from a PostgreSQL commit to the first Iceberg snapshot that
-shows it, through the real Debezium connector and ``icecdc ingest``, at a steady rate, with
-``icecdc compact`` beside the ingester in its own process unless ``--no-sidecar``. A row
-version's latency is the commit time of the ingester's snapshot that added its data file minus
-its statement's clock; the files are read as that snapshot added them, so a compaction that
-rewrote them since changes nothing.
+"""``icecdc bench source-latency``: from a PostgreSQL commit to the Iceberg snapshots that show
+it, through the real Debezium connector and ``icecdc ingest``, at a steady rate, with ``icecdc
+compact`` beside the ingester in its own process unless ``--no-sidecar``. The load is icecdc's
+orders transactions or pgbench's TPC-B-like script (``source_loads``).
+
+A row version's latency is when the ingester's batch that added its data file had committed
+every table of the load, minus the clock its transaction stamped on it. The files are read as
+that batch's snapshot added them, so a compaction that rewrote them since changes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
-import random
 import statistics
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -20,16 +22,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from icecdc.bench import out_argument, print_results
-from icecdc.bench.e2e.snapshots import amplification_between, snapshot_log
+from icecdc.bench.e2e.snapshots import amplification_across, snapshot_log
 from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, bench_stack, clone, progress
-from icecdc.bench.read_probe import LOOKUPS, ReadProbes, ReadSample, plot_ratios, reads_said, reads_verdict
+from icecdc.bench.read_probe import ReadProbes, ReadSample, plot_ratios, reads_said, reads_verdict
 from icecdc.bench.report import machine, markdown_table, percentile, publish, pyplot, save
+from icecdc.bench.source_loads import Load, LoadKind, make_load
 from icecdc.domain.errors import UserError
 from icecdc.options import state_dir_argument
 from icecdc.runtime.config import IngestConfig
-from icecdc.testbed.orders import OrdersTransactions
 from icecdc.testbed.postgres import ThrowawayPostgres
-from icecdc.workload import ORDERS_SCHEMA, orders_table
 
 if TYPE_CHECKING:
     from icecdc.ingest.writer import BatchTiming
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 NAME = "source-latency"
 say = progress(NAME)
 CATCH_UP_SECONDS = 300  # for the table to catch up with the database once the load stops
-TICKS_PER_SECOND = 100  # the pacer's
-KEYS_PER_CONNECTION = 1_000_000_000
 # The verdict's bounds. The pipeline kept the rate when the table followed at least this share of
 # the target rate; the latency stayed flat when the last third's median latency is within this
 # share of the first third's.
@@ -112,6 +111,7 @@ class RunResult:
     # Piece.value -> each measured row's seconds in that piece, beside ``latencies`` (None: not known).
     pieces: dict[str, list[float | None]] = field(default_factory=lambda: {p.value: [] for p in Piece})
     reads: list[ReadSample] = field(default_factory=list)  # against a compacted copy, while the load ran and after
+    load_detail: str = ""  # what the load's own tool said of its run
 
     def piece(self, which: Piece, share: float) -> float:
         known = [v for v in self.pieces[which.value] if v is not None]
@@ -176,58 +176,10 @@ class LatencyResults:
     warmup_seconds: float
     min_commit_interval_seconds: float
     max_commit_delay_seconds: float
-    connections: int
+    load: str  # Load.describe()
     sidecar: bool = True
     probe_seconds: float = 0.0  # between read probes; 0: none
     runs: list[RunResult] = field(default_factory=list)
-
-
-class PacedLoad:
-    """``rate`` transactions a second for ``seconds`` over one connection and thread per workload;
-    behind schedule each runs as fast as it can."""
-
-    def __init__(self, postgres: ThrowawayPostgres, workloads: list[OrdersTransactions], rate: float, seconds: float) -> None:
-        self._postgres, self.workloads, self._seconds = postgres, workloads, seconds
-        self._rate = rate / len(workloads)
-        self.started, self.elapsed = 0.0, 0.0  # started: wall clock (epoch seconds)
-        self._start = threading.Barrier(len(workloads) + 1)
-        self._threads = [threading.Thread(target=self._run, args=(w,), name="paced-load", daemon=True) for w in workloads]
-        self.errors: list[BaseException] = []
-
-    def _run(self, workload: OrdersTransactions) -> None:
-        try:
-            with self._postgres.connect() as db:
-                self._start.wait()
-                begun, done = time.monotonic(), 0
-                while (now := time.monotonic() - begun) < self._seconds:
-                    due = int(now * self._rate)
-                    if done >= due:
-                        time.sleep(1 / TICKS_PER_SECOND)
-                        continue
-                    for _ in range(min(due - done, int(self._rate / TICKS_PER_SECOND) + 1)):
-                        workload.transaction(db)
-                        done += 1
-        except BaseException as exc:  # noqa: BLE001 - carried to the bench's thread, which raises it
-            self.errors.append(exc)
-
-    def run(self) -> None:
-        for thread in self._threads:
-            thread.start()
-        self._start.wait()
-        self.started, begun = time.time(), time.monotonic()
-        for thread in self._threads:
-            thread.join()
-        self.elapsed = time.monotonic() - begun
-        if self.errors:
-            raise self.errors[0]
-
-    @property
-    def committed(self) -> int:
-        return sum(w.counts.committed for w in self.workloads)
-
-    @property
-    def rows_changed(self) -> int:
-        return sum(w.counts.rows_changed for w in self.workloads)
 
 
 class SnapshotWatcher:
@@ -328,40 +280,22 @@ def _wait_until(condition: Any, timeout: float, what: str) -> float:
 def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: argparse.Namespace, out: Path) -> RunResult:
     from icecdc.ingest.runner import run_ingest
     from icecdc.runtime import kafka
-    from icecdc.runtime.catalog import pyiceberg_catalog
     from icecdc.testbed.connector import DebeziumPostgresSource
-    from icecdc.testbed.orders import table_rows
 
-    source_table = f"orders_{stack.run_id}_{run}"
-    # One key range per connection: a connection's updates and deletes pick among its own keys.
-    workloads = [
-        OrdersTransactions(
-            table=source_table,
-            seed=run * 1_000 + i,
-            next_key=i * KEYS_PER_CONNECTION + 1,
-            max_statements=1,
-            rollback_share=0.0,
-            multi_row=0.1,
-            clock=True,
-            recent_keys=5_000,
-        )
-        for i in range(args.connections)
-    ]
-    with postgres.connect() as db:
-        workloads[0].create(db)
+    load = make_load(args.load, run, args.connections, args.scale)
+    load.prepare(postgres)
     source = DebeziumPostgresSource(
         out / f"debezium-{run}",
         postgres,
         stack.config.kafka,
         topic_prefix=f"bench{stack.run_id}r{run}",
         slot_name=f"bench_{stack.run_id}_{run}",
-        properties={"table.include.list": f"public.{source_table}"},
+        properties={"table.include.list": ",".join(f"public.{t}" for t in load.source_tables)},
     )
-    spec = {**orders_table(f"bench.latency_{stack.run_id}_{run}", source.topic(source_table)), "before_image": "key"}
-    spec["partition_by"] = ["region"]
+    specs = load.specs(f"bench.latency_{stack.run_id}_{run}", source.topic)
     config = clone(
         stack.config,
-        tables=[spec],
+        tables=specs,
         commit_topic=f"commits-{stack.run_id}-{run}",
         dead_letter_topic=f"dlq-{stack.run_id}-{run}",
         ingest=stack.config.ingest.model_copy(
@@ -372,7 +306,7 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
             }
         ),
     )
-    name = config.table_ref(spec["name"]).qualified
+    mirror = Mirror(stack, config, load)
     compactor_config = clone(
         config,
         compaction_topic=f"compactions-{stack.run_id}-{run}",
@@ -381,11 +315,11 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
         coordinator={**config.coordinator.model_dump(by_alias=True), "lease_topic": f"latency-leases-{stack.run_id}-{run}"},
     )
     sidecar: CompactorProcess | None = None
-    # Debezium creates it on its first record; the ingester reads it from the start.
-    kafka.ensure_topics(config.kafka, [source.topic(source_table)])
+    # Debezium creates them on its first record; the ingester reads them from the start.
+    kafka.ensure_topics(config.kafka, [spec["topic"] for spec in specs])
     stop_ingest = threading.Event()
     timings: list[BatchTiming] = []
-    with source, SnapshotWatcher(config, spec["name"]) as watcher:
+    with source, SnapshotWatcher(config, mirror.stamped_spec) as watcher:
         source.wait_streaming()
 
         def observed(timing: BatchTiming) -> None:
@@ -395,47 +329,26 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
         stopping = {"spark": stack.spark, "stop": stop_ingest, "observe": observed}
         ingester = threading.Thread(target=run_ingest, args=(config,), kwargs=stopping, name="ingest", daemon=True)
         ingester.start()
-        catalog = pyiceberg_catalog(config)
-        # One transaction first, seen through to Iceberg: the first Spark jobs are slow.
-        with postgres.connect() as db:
-            workloads[0].transaction(db)  # a workload's first statement inserts
-        _wait_until(
-            lambda: (
-                not ingester.is_alive()
-                or (catalog.table_exists(spec["name"]) and catalog.load_table(spec["name"]).current_snapshot())
-            ),
-            300,
-            "the ingester did not commit the first transaction",
-        )
-        if args.sidecar:  # beside the ingester from its first commit, as deployed
+        # The tables' first rows and one transaction, seen through to Iceberg: the first Spark jobs are slow.
+        load.first(postgres)
+        _wait_until(mirror.matcher(postgres, ingester), CATCH_UP_SECONDS, "the ingester did not mirror the tables' first rows")
+        if args.sidecar:  # beside the ingester from its first commits, as deployed
             sidecar = CompactorProcess(compactor_config, f"latency-{run}", out)
-        load = PacedLoad(postgres, workloads, args.rate, args.seconds)
-        probes = _read_probes(stack, name, run, workloads, catalog.load_table(spec["name"]).format_version, args)
-        say(
-            f"run {run}: {args.rate:g} transactions/s for {args.seconds:g}s into {source_table} on {args.connections} connections"
-        )
+        probes = _read_probes(stack, mirror, run, args)
+        say(f"run {run}: {args.rate:g} transactions/s for {args.seconds:g}s, {load.describe()}")
         if probes is not None:
             probes.start(time.monotonic())
         try:
-            load.run()
+            driven = load.drive(postgres, args.rate, args.seconds)
         finally:
             if probes is not None:
                 probes.stop()
-        say(f"run {run}: {load.committed} transactions in {load.elapsed:.1f}s ({load.committed / load.elapsed:.0f}/s)")
-        with postgres.connect() as db:
-            expected = table_rows(db, source_table)
-        newest = max(r[4] for r in expected)
-
-        def caught_up() -> bool:
-            if not ingester.is_alive():
-                raise RuntimeError("the ingester stopped with an error (see the log above)")
-            return _newest_stamp(stack, name) == (newest, len(expected)) and _rows(stack, name) == expected
-
+        say(f"run {run}: {driven.committed} transactions in {driven.elapsed:.1f}s ({driven.committed / driven.elapsed:.0f}/s)")
         try:
-            _wait_until(caught_up, CATCH_UP_SECONDS, "the table did not catch up with the database")
-            # The check's own reads are not the pipeline's: the catch-up ends at the matching commit.
-            matched = catalog.load_table(spec["name"]).current_snapshot()
-            counts = sidecar.counts(spec["name"]) if sidecar is not None else None
+            _wait_until(mirror.matcher(postgres, ingester), CATCH_UP_SECONDS, "the tables did not catch up with the database")
+            # The check's own reads are not the pipeline's: the catch-up ends at the matching commits.
+            matched = mirror.current_commit()
+            counts = sidecar.counts(*mirror.names) if sidecar is not None else None
             if probes is not None:
                 probes.after()
         finally:
@@ -445,29 +358,102 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
                 sidecar.stop()
             stop_ingest.set()
             ingester.join()
-    result = RunResult(run, args.rate, load.elapsed, load.committed, load.rows_changed, rows=len(expected), sidecar=counts)
-    result.rows_match = True
+    result = RunResult(run, args.rate, driven.elapsed, driven.committed, driven.rows_changed, rows=mirror.rows, sidecar=counts)
+    result.rows_match, result.load_detail = True, driven.detail
     result.reads = probes.samples if probes is not None else []
-    if matched is not None:  # the table matched, so it has a snapshot
-        result.catch_up_seconds = max(0.0, matched.timestamp_ms / 1000 - (load.started + load.elapsed))
-    produced = produced_at(config, source.topic(source_table), lambda after: (after["id"], after["updated_at"]))
-    path = PathTimes(timings, watcher.seen, produced, spec["name"])
-    _measure(stack, spec["name"], load.started + args.warmup_seconds, load.started, result, path)
+    result.catch_up_seconds = max(0.0, matched - (driven.started + driven.elapsed))
+    identity = load.stamped.identity
+    produced = produced_at(config, source.topic(load.stamped.table), lambda after: tuple(after[c] for c in identity))
+    path = PathTimes(timings, watcher.seen, produced, mirror.names)
+    _measure(mirror, driven.started + args.warmup_seconds, driven.started, result, path)
     return result
+
+
+class Mirror:
+    """The load's tables as the bench reads them back, by source table: their Iceberg names, and
+    whether they hold what PostgreSQL holds."""
+
+    def __init__(self, stack: BenchStack, config: Config, load: Load) -> None:
+        self._stack, self.config, self.load = stack, config, load
+        self._tables = dict(zip(load.source_tables, config.tables, strict=True))  # specs() keeps that order
+        self.names = [table.name for table in self._tables.values()]
+        self.stamped_spec = self._tables[load.stamped.table].name
+        self.rows = 0  # the source tables' rows at the last match
+
+    def spec_name(self, source_table: str) -> str:
+        return self._tables[source_table].name
+
+    def qualified(self, source_table: str) -> str:
+        return self.config.table_ref(self.spec_name(source_table)).qualified
+
+    def _columns(self, source_table: str) -> list[str]:
+        return list(self._tables[source_table].schema_ or {})  # a mirrored table has its schema
+
+    def _select(self, source_table: str) -> str:
+        return f"SELECT {', '.join(self._columns(source_table))} FROM {{t}}"
+
+    def matcher(self, postgres: ThrowawayPostgres, ingester: threading.Thread) -> Callable[[], bool]:
+        """Whether every table holds the rows its source table holds now (as multisets: history
+        has no key); raises if the ingester stopped."""
+        with postgres.connect() as db:
+            expected = {t: Counter(tuple(r) for r in db.execute(self._select(t).format(t=t)).fetchall()) for t in self._tables}
+        stamped = self.load.stamped
+        at = self._columns(stamped.table).index(stamped.stamp)
+        newest = (max((row[at] for row in expected[stamped.table]), default=None), expected[stamped.table].total())
+        spark = self._stack.spark
+
+        def matches() -> bool:
+            if not ingester.is_alive():
+                raise RuntimeError("the ingester stopped with an error (see the log above)")
+            # The ingester makes a table on its first batch for it.
+            if not all(spark.catalog.tableExists(self.qualified(table)) for table in self._tables):
+                return False
+            # The session's catalog caches a table while it is read; the ingester commits through the Java API.
+            for table in self._tables:
+                spark.sql(f"REFRESH TABLE {self.qualified(table)}")
+            # The stamped table's newest row first: a cheap test that fails until the last batch is in.
+            query = f"SELECT max({stamped.stamp}), count(*) FROM {self.qualified(stamped.table)}"
+            if tuple(spark.sql(query).collect()[0]) != newest:
+                return False
+            for table, rows in expected.items():
+                if Counter(tuple(r) for r in spark.sql(self._select(table).format(t=self.qualified(table))).collect()) != rows:
+                    return False
+            self.rows = sum(rows.total() for rows in expected.values())
+            return True
+
+        return matches
+
+    def current_commit(self) -> float:
+        """Epoch seconds: the newest of the tables' current snapshots' commits."""
+        from icecdc.runtime.catalog import pyiceberg_catalog
+
+        catalog = pyiceberg_catalog(self.config)
+        snapshots = [catalog.load_table(name).current_snapshot() for name in self.names]
+        return max(s.timestamp_ms / 1000 for s in snapshots if s is not None)
 
 
 @dataclass
 class PathTimes:
     """What the bench saw of the path besides the rows: the ingester's batches, the watcher's
-    first sight of each snapshot, and each row version's Kafka record timestamp."""
+    first sight of each snapshot of the stamped table, and each row version's Kafka record
+    timestamp. ``tables``: the load's tables, the stamped one first."""
 
     batches: list[BatchTiming]
     seen: dict[int, float]
     produced: dict[tuple[Any, ...], float]
-    table: str
+    tables: list[str]
 
     def __post_init__(self) -> None:
-        self._by_snapshot = {t.result.commits[self.table].snapshot_id: t for t in self.batches if self.table in t.result.commits}
+        stamped = self.tables[0]
+        self._by_snapshot = {t.result.commits[stamped].snapshot_id: t for t in self.batches if stamped in t.result.commits}
+
+    def visible_at(self, snapshot_id: int, committed: float) -> float:
+        """When the transactions of the batch that committed ``snapshot_id`` were in every table:
+        its last commit among the load's tables (``committed`` where the batch is not known)."""
+        batch = self._by_snapshot.get(snapshot_id)
+        if batch is None:
+            return committed
+        return max(c.timestamp_ms / 1000 for t, c in batch.result.commits.items() if t in self.tables)
 
     def moments(self, snapshot_id: int, committed: float, identity: tuple[Any, ...], stamped: float) -> Moments:
         nan = float("nan")
@@ -482,52 +468,40 @@ class PathTimes:
         )
 
 
-def _read_probes(
-    stack: BenchStack, name: str, run: int, workloads: list[OrdersTransactions], format_version: int, args: argparse.Namespace
-) -> ReadProbes | None:
-    """Probes of the table against a compacted copy, looking up keys the load has inserted; None: off."""
+def _read_probes(stack: BenchStack, mirror: Mirror, run: int, args: argparse.Namespace) -> ReadProbes | None:
+    """Probes of the load's probed table against a compacted copy; None: off."""
+    from icecdc.runtime.catalog import pyiceberg_catalog
+
     if not args.probe_seconds:
         return None
+    probed = mirror.load.probed()
+    name = mirror.qualified(probed.table)
+    format_version = pyiceberg_catalog(stack.config).load_table(mirror.spec_name(probed.table)).format_version
     copy = stack.config.table_ref(f"bench.latency_copy_{stack.run_id}_{run}").qualified
-
-    def keys(rng: random.Random) -> list[int]:
-        inserted = [(i * KEYS_PER_CONNECTION + 1, w.next_key) for i, w in enumerate(workloads)]
-        return [rng.randrange(*rng.choice([(low, high) for low, high in inserted if high > low])) for _ in range(LOOKUPS)]
-
-    return ReadProbes(stack.spark, name, copy, keys, args.probe_seconds, "region", format_version)
+    return ReadProbes(stack.spark, name, copy, probed.keys, args.probe_seconds, probed.shape, format_version)
 
 
-def _rows(stack: BenchStack, name: str) -> list[tuple[Any, ...]]:
-    return sorted(tuple(r) for r in stack.spark.table(name).select(*ORDERS_SCHEMA).collect())
-
-
-def _newest_stamp(stack: BenchStack, name: str) -> Any:
-    # The session's catalog caches the table while it is read; the ingester commits through the Java API.
-    stack.spark.sql(f"REFRESH TABLE {name}")
-    newest, count = stack.spark.sql(f"SELECT max(updated_at), count(*) FROM {name}").collect()[0]
-    return newest, count
-
-
-def _measure(
-    stack: BenchStack, table_name: str, measured_from: float, load_started: float, result: RunResult, path: PathTimes
-) -> None:
-    """Each row version's latency: the commit of the ingester's snapshot that added its data
-    file, minus its stamp; and the ingester's commits and the write amplification while the
-    load ran."""
+def _measure(mirror: Mirror, measured_from: float, load_started: float, result: RunResult, path: PathTimes) -> None:
+    """Each stamped row version's latency: when the ingester's batch that added its data file had
+    committed every table, minus its stamp; and the ingester's commits and the write
+    amplification over all the tables while the load ran."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
     from icecdc.domain import summary as summary_keys
     from icecdc.domain.files import DataFileContent
     from icecdc.runtime.catalog import pyiceberg_catalog
 
-    table = pyiceberg_catalog(stack.config).load_table(stack.ref(table_name).identifier)
+    catalog = pyiceberg_catalog(mirror.config)
+    stamped = mirror.load.stamped
+    table = catalog.load_table(mirror.stamped_spec)
     load_ended = load_started + result.seconds
     visible_in = set()
     for snapshot in table.snapshots():
         if snapshot.summary is not None and snapshot.summary.get(summary_keys.COMPACTOR) is not None:
             continue
-        committed = snapshot.timestamp_ms / 1000
-        result.writer_commits += load_started <= committed <= load_ended
+        committed = path.visible_at(snapshot.snapshot_id, snapshot.timestamp_ms / 1000)
+        result.writer_commits += load_started <= snapshot.timestamp_ms / 1000 <= load_ended
         for manifest in snapshot.manifests(table.io):
             if manifest.added_snapshot_id != snapshot.snapshot_id:
                 continue
@@ -536,20 +510,22 @@ def _measure(
                 if entry.snapshot_id != snapshot.snapshot_id or DataFileContent(data_file.content) is not DataFileContent.DATA:
                     continue
                 with table.io.new_input(data_file.file_path).open() as stream:
-                    read = pq.read_table(stream, columns=["id", "updated_at"])
-                ids, stamps = read.column("id").to_pylist(), read.column("updated_at").cast("int64").to_pylist()
-                for key, stamp_us in zip(ids, stamps, strict=True):
-                    stamped = stamp_us / 1e6
-                    if stamped < measured_from:
+                    read = pq.read_table(stream, columns=list(stamped.identity))
+                # Timestamps as the Debezium records carry them: microseconds.
+                columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in read.columns]
+                for identity in zip(*(c.to_pylist() for c in columns), strict=True):
+                    stamp = identity[stamped.identity.index(stamped.stamp)] / 1e6
+                    if stamp < measured_from:
                         continue
-                    result.latencies.append(committed - stamped)
-                    result.committed_at.append(stamped - load_started)
-                    split = pieces(path.moments(snapshot.snapshot_id, committed, (key, stamp_us), stamped))
+                    result.latencies.append(committed - stamp)
+                    result.committed_at.append(stamp - load_started)
+                    split = pieces(path.moments(snapshot.snapshot_id, committed, identity, stamp))
                     for piece, seconds in split.items():
                         result.pieces[piece.value].append(seconds if seconds == seconds else None)  # nan: not known
                     visible_in.add(snapshot.snapshot_id)
     result.snapshots = len(visible_in)
-    result.write_amplification = amplification_between(snapshot_log(table), load_started, load_ended + result.catch_up_seconds)
+    logs = [snapshot_log(catalog.load_table(name)) for name in mirror.names]
+    result.write_amplification = amplification_across(logs, load_started, load_ended + result.catch_up_seconds)
 
 
 def run(args: argparse.Namespace) -> LatencyResults:
@@ -560,7 +536,7 @@ def run(args: argparse.Namespace) -> LatencyResults:
         args.warmup_seconds,
         args.min_commit_interval,
         args.max_commit_delay,
-        args.connections,
+        make_load(args.load, 0, args.connections, args.scale).describe(),
         sidecar=args.sidecar,
         probe_seconds=args.probe_seconds,
     )
@@ -665,18 +641,24 @@ def summary(results: LatencyResults) -> str:
         else "Reads not probed (--probe-seconds 0)."
     )
     return (
-        f"{len(runs)} runs of {results.seconds:g} s at {results.rate:,.0f} transactions/s on {results.connections} connections "
+        f"{len(runs)} runs of {results.seconds:g} s at {results.rate:,.0f} transactions/s, {results.load} "
         f"(the first {results.warmup_seconds:g} s of each not measured), ingester min commit interval "
         f"{results.min_commit_interval_seconds:g} s, max commit delay {results.max_commit_delay_seconds:g} s, "
         f"{'icecdc compact beside it' if results.sidecar else 'no sidecar'}; {results.machine}.\n\n"
         f"PostgreSQL commit to visible in Iceberg, median of the runs (range): p50 {_spread([r.latency(0.5) for r in runs])}, "
         f"p95 {_spread([r.latency(0.95) for r in runs])}, p99 {_spread([r.latency(0.99) for r in runs])}, "
         f"max {_spread([max(r.latencies) for r in runs])}. "
-        f"{verdict(results)} {reads}\n\n"
+        f"{verdict(results)} {reads}{_load_details(runs)}\n\n"
         "The table followed: PostgreSQL's rate, times the time between the mean commits of the run's first and last "
         "thirds, over the time between the mean moments their rows became visible. Catch-up: from the load's end "
         "to the commit that made the table match.\n\n" + markdown_table(header, rows) + "\n\n" + pieces_summary(results)
     )
+
+
+def _load_details(runs: list[RunResult]) -> str:
+    """What the load's own tool said of each run ("" when it said nothing)."""
+    said = "; ".join(f"run {r.run}: {r.load_detail}" for r in runs if r.load_detail)
+    return f" The load's own figures: {said}." if said else ""
 
 
 PIECE_NAMES = {
@@ -764,8 +746,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup-seconds", type=float, default=10, help="commits not measured at each run's start (default: 10)")
     parser.add_argument("--runs", type=int, default=3, help="runs, each with its own table and connector (default: 3)")
     parser.add_argument(
-        "--connections", type=int, default=8, help="PostgreSQL connections sharing the rate, one thread each (default: 8)"
+        "--connections",
+        type=int,
+        default=8,
+        help="PostgreSQL connections sharing the rate: one thread each, or pgbench's clients (default: 8)",
     )
+    parser.add_argument(
+        "--load",
+        type=LoadKind,
+        choices=list(LoadKind),
+        default=LoadKind.ORDERS,
+        help="orders: icecdc's orders transactions; pgbench: pgbench -R RATE, its TPC-B-like script (default: orders)",
+    )
+    parser.add_argument("--scale", type=int, default=1, help="pgbench -i's scale factor, with --load pgbench (default: 1)")
     defaults = IngestConfig()
     parser.add_argument(
         "--min-commit-interval",
@@ -797,13 +790,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     if (
-        min(args.rate, args.seconds, args.runs, args.connections, args.min_commit_interval) <= 0
+        min(args.rate, args.seconds, args.runs, args.connections, args.min_commit_interval, args.scale) <= 0
         or not 0 <= args.warmup_seconds < args.seconds
         or args.max_commit_delay < args.min_commit_interval
         or args.probe_seconds < 0
     ):
         raise UserError(
-            "--rate, --seconds, --runs, --connections and --min-commit-interval must be above 0, --warmup-seconds "
+            "--rate, --seconds, --runs, --connections, --min-commit-interval and --scale must be above 0, --warmup-seconds "
             "below --seconds, --max-commit-delay at least --min-commit-interval, --probe-seconds at least 0"
         )
     print_results(args.out, NAME, summary(run(args)))

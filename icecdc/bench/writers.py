@@ -24,7 +24,7 @@ from typing import Any
 from icecdc.bench import out_argument, positive_integers, print_results
 from icecdc.bench.e2e.snapshots import amplification_between, snapshot_log
 from icecdc.bench.harness import BenchStack, CompactorCounts, CompactorProcess, bench_stack, clone, progress
-from icecdc.bench.read_probe import LOOKUPS, READ_RATIO_GOAL, read_ratios, reader_session
+from icecdc.bench.read_probe import LOOKUPS, ORDERS_READS, READ_RATIO_GOAL, read_ratios, reader_session
 from icecdc.bench.report import machine, markdown_table, publish, pyplot, save
 from icecdc.domain.errors import UserError
 from icecdc.options import embedded_stack_arguments
@@ -122,7 +122,7 @@ def _config(base: Config, table: str, run_id: int, settle_seconds: float) -> Con
 
 def _probe(reader: Any, name: str, copy: str, keys: list[int], t: float, writing: bool, format_version: int) -> ReadPoint:
     """The table against a compacted copy of its rows (``read_probe``) and its files."""
-    ratios = read_ratios(reader, name, copy, keys, "region", format_version)
+    ratios = read_ratios(reader, name, copy, keys, ORDERS_READS, format_version)
     files = live_files(reader, name)
     return ReadPoint(
         round(t, 1),

@@ -20,7 +20,7 @@ def run(number: int, *, committed: int = 60_000, seconds: float = 60.0, start: f
 
 
 def results(*runs: RunResult) -> LatencyResults:
-    return LatencyResults("2 cores", 1_000, 60, 1, 1.0, 5.0, 8, runs=list(runs))
+    return LatencyResults("2 cores", 1_000, 60, 1, 1.0, 5.0, "icecdc's orders transactions on 8 connections", runs=list(runs))
 
 
 def test_the_issues_run_kept_neither_the_rate_nor_a_flat_latency():

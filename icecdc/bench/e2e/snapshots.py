@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import statistics
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -85,16 +86,25 @@ def snapshot_log(table: Any) -> SnapshotLog:
 
 def amplification_between(log: SnapshotLog, start: float, end: float) -> float | None:
     """``portability.write_amplification`` of the commits from ``start`` to ``end`` (epoch seconds)."""
-    series = amplification_so_far(log, start, end)
+    return amplification_across([log], start, end)
+
+
+def amplification_across(logs: Iterable[SnapshotLog], start: float, end: float) -> float | None:
+    """``amplification_between`` over several tables' commits, their bytes taken together."""
+    series = _amplification_series([added for log in logs for added in log.added], start, end)
     return series[-1][1] if series else None
 
 
 def amplification_so_far(log: SnapshotLog, start: float, end: float) -> list[tuple[float, float]]:
     """``amplification_between`` from ``start`` to each commit up to ``end``: (seconds since
     ``start``, the amplification so far), once the writer has committed."""
+    return _amplification_series(log.added, start, end)
+
+
+def _amplification_series(added: list[tuple[float, int, bool]], start: float, end: float) -> list[tuple[float, float]]:
     writer = maintenance = 0
     series: list[tuple[float, float]] = []
-    for when, size, by_maintenance in sorted(log.added):
+    for when, size, by_maintenance in sorted(added):
         if not start <= when <= end:
             continue
         if by_maintenance:
