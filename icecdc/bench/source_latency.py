@@ -364,7 +364,7 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
     result.catch_up_seconds = max(0.0, matched - (driven.started + driven.elapsed))
     identity = load.stamped.identity
     produced = produced_at(config, source.topic(load.stamped.table), lambda after: tuple(after[c] for c in identity))
-    path = PathTimes(timings, watcher.seen, produced, mirror.names)
+    path = PathTimes(timings, watcher.seen, produced, mirror.stamped_spec, mirror.names)
     _measure(mirror, driven.started + args.warmup_seconds, driven.started, result, path)
     return result
 
@@ -436,15 +436,16 @@ class Mirror:
 class PathTimes:
     """What the bench saw of the path besides the rows: the ingester's batches, the watcher's
     first sight of each snapshot of the stamped table, and each row version's Kafka record
-    timestamp. ``tables``: the load's tables, the stamped one first."""
+    timestamp. ``stamped``: the table the rows are read from; ``tables``: all of the load's."""
 
     batches: list[BatchTiming]
     seen: dict[int, float]
     produced: dict[tuple[Any, ...], float]
+    stamped: str
     tables: list[str]
 
     def __post_init__(self) -> None:
-        stamped = self.tables[0]
+        stamped = self.stamped
         self._by_snapshot = {t.result.commits[stamped].snapshot_id: t for t in self.batches if stamped in t.result.commits}
 
     def visible_at(self, snapshot_id: int, committed: float) -> float:

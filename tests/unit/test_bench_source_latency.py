@@ -72,3 +72,22 @@ def test_a_runs_pieces_leave_out_what_is_not_known():
         result.pieces[piece.value] = [0.5] * (len(result.latencies) - 1) + [None]
     assert result.piece(Piece.KAFKA, 0.5) == 0.5
     assert "visibility" in pieces_summary(results(result))
+
+
+def test_a_stamped_row_is_visible_when_its_batch_committed_every_table():
+    """pgbench's rows are read from history, but a transaction is in place once its batch
+    committed the last of the load's tables; a table not of the load does not count."""
+    from icecdc.bench.source_latency import PathTimes
+    from icecdc.ingest.writer import BatchResult, BatchTiming
+    from icecdc.jvm.tables import CommittedSnapshot
+
+    def snapshot(snapshot_id: int, at: float) -> CommittedSnapshot:
+        return CommittedSnapshot(snapshot_id, None, 1, int(at * 1000), "overwrite")
+
+    commits = {"history": snapshot(7, 100.0), "accounts": snapshot(8, 100.4), "other": snapshot(9, 105.0)}
+    batch = BatchTiming(99.0, BatchResult("b1", 10, 0, commits, 1.2, commits_wall_seconds=0.5))
+    path = PathTimes([batch], {7: 100.6}, {("k",): 99.5}, "history", ["accounts", "history"])
+    assert path.visible_at(7, 100.0) == 100.4
+    assert path.visible_at(6, 90.0) == 90.0, "a snapshot of no known batch: its own commit"
+    moments = path.moments(7, 100.4, ("k",), 98.0)
+    assert (moments.produced, moments.polled, moments.commits_started, moments.seen) == (99.5, 99.0, 99.7, 100.6)
