@@ -496,6 +496,7 @@ def _measure(mirror: Mirror, measured_from: float, load_started: float, result: 
     catalog = pyiceberg_catalog(mirror.config)
     stamped = mirror.load.stamped
     table = catalog.load_table(mirror.stamped_spec)
+    stamp_at = stamped.identity.index(stamped.stamp)
     load_ended = load_started + result.seconds
     visible_in = set()
     for snapshot in table.snapshots():
@@ -515,7 +516,7 @@ def _measure(mirror: Mirror, measured_from: float, load_started: float, result: 
                 # Timestamps as the Debezium records carry them: microseconds.
                 columns = [c.cast(pa.int64()) if pa.types.is_timestamp(c.type) else c for c in read.columns]
                 for identity in zip(*(c.to_pylist() for c in columns), strict=True):
-                    stamp = identity[stamped.identity.index(stamped.stamp)] / 1e6
+                    stamp = identity[stamp_at] / 1e6
                     if stamp < measured_from:
                         continue
                     result.latencies.append(committed - stamp)
