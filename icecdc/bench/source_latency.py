@@ -333,22 +333,28 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
         stopping = {"spark": stack.spark, "stop": stop_ingest, "observe": observed}
         ingester = threading.Thread(target=run_ingest, args=(config,), kwargs=stopping, name="ingest", daemon=True)
         ingester.start()
-        # The tables' first rows and one transaction, seen through to Iceberg: the first Spark jobs are slow.
-        load.first(postgres)
-        _wait_until(mirror.matcher(postgres, ingester), CATCH_UP_SECONDS, "the ingester did not mirror the tables' first rows")
-        if args.sidecar:  # beside the ingester from its first commits, as deployed
-            sidecar = CompactorProcess(compactor_config, f"latency-{run}", out)
-        probes = _read_probes(stack, mirror, run, args)
-        say(f"run {run}: {args.rate:g} transactions/s for {args.seconds:g}s, {load.describe()}")
-        if probes is not None:
-            probes.start(time.monotonic())
+        probes: ReadProbes | None = None
+        # Whatever fails, the sidecar's process and the ingester stop with the run.
         try:
-            driven = load.drive(postgres, args.rate, args.seconds)
-        finally:
+            # The tables' first rows and one transaction, seen through to Iceberg: the first Spark jobs are slow.
+            load.first(postgres)
+            _wait_until(
+                mirror.matcher(postgres, ingester), CATCH_UP_SECONDS, "the ingester did not mirror the tables' first rows"
+            )
+            if args.sidecar:  # beside the ingester from its first commits, as deployed
+                sidecar = CompactorProcess(compactor_config, f"latency-{run}", out)
+            probes = _read_probes(stack, mirror, run, args)
+            say(f"run {run}: {args.rate:g} transactions/s for {args.seconds:g}s, {load.describe()}")
             if probes is not None:
-                probes.stop()
-        say(f"run {run}: {driven.committed} transactions in {driven.elapsed:.1f}s ({driven.committed / driven.elapsed:.0f}/s)")
-        try:
+                probes.start(time.monotonic())
+            try:
+                driven = load.drive(postgres, args.rate, args.seconds)
+            finally:
+                if probes is not None:
+                    probes.stop()
+            say(
+                f"run {run}: {driven.committed} transactions in {driven.elapsed:.1f}s ({driven.committed / driven.elapsed:.0f}/s)"
+            )
             _wait_until(mirror.matcher(postgres, ingester), CATCH_UP_SECONDS, "the tables did not catch up with the database")
             # The check's own reads are not the pipeline's: the catch-up ends at the matching commits.
             matched = mirror.current_commit()
