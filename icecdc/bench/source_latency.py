@@ -183,12 +183,12 @@ class LatencyResults:
 
 
 class SnapshotWatcher:
-    """Loads the table afresh from the catalog in its own thread each time it is woken (the
+    """Loads the tables afresh from the catalog in its own thread each time it is woken (the
     ingester reported a commit) and at least every ``WATCH_SECONDS``, noting when it first saw
     each snapshot (epoch seconds), as a new reader would."""
 
-    def __init__(self, config: Config, table_name: str) -> None:
-        self._config, self._name = config, table_name
+    def __init__(self, config: Config, table_names: list[str]) -> None:
+        self._config, self._names = config, table_names
         self.seen: dict[int, float] = {}
         self._stop, self._woken = threading.Event(), threading.Event()
         self._thread = threading.Thread(target=self._watch, name="snapshot-watcher", daemon=True)
@@ -203,12 +203,13 @@ class SnapshotWatcher:
         while not self._stop.is_set():
             self._woken.wait(WATCH_SECONDS)
             self._woken.clear()
-            if not catalog.table_exists(self._name):
-                continue
-            loaded = catalog.load_table(self._name)
-            at = time.time()  # after the load: a reader sees the snapshot once its load returns
-            for snapshot in loaded.snapshots():
-                self.seen.setdefault(snapshot.snapshot_id, at)
+            for name in self._names:
+                if not catalog.table_exists(name):
+                    continue
+                loaded = catalog.load_table(name)
+                at = time.time()  # after the load: a reader sees the snapshot once its load returns
+                for snapshot in loaded.snapshots():
+                    self.seen.setdefault(snapshot.snapshot_id, at)
 
     def __enter__(self) -> SnapshotWatcher:
         self._thread.start()
@@ -323,7 +324,7 @@ def run_once(stack: BenchStack, postgres: ThrowawayPostgres, run: int, args: arg
     kafka.ensure_topics(config.kafka, [spec["topic"] for spec in specs])
     stop_ingest = threading.Event()
     timings: list[BatchTiming] = []
-    with source, SnapshotWatcher(config, mirror.stamped_spec) as watcher:
+    with source, SnapshotWatcher(config, mirror.names) as watcher:
         source.wait_streaming()
 
         def observed(timing: BatchTiming) -> None:
@@ -445,7 +446,7 @@ class Mirror:
 @dataclass
 class PathTimes:
     """What the bench saw of the path besides the rows: the ingester's batches, the watcher's
-    first sight of each snapshot of the stamped table, and each row version's Kafka record
+    first sight of each snapshot of the load's tables, and each row version's Kafka record
     timestamp. ``stamped``: the table the rows are read from; ``tables``: all of the load's."""
 
     batches: list[BatchTiming]
@@ -466,6 +467,14 @@ class PathTimes:
             return committed
         return max(c.timestamp_ms / 1000 for t, c in batch.result.commits.items() if t in self.tables)
 
+    def seen_at(self, snapshot_id: int) -> float:
+        """When a fresh reader had seen every table's snapshot of the batch that committed
+        ``snapshot_id`` (nan until it saw them all)."""
+        batch = self._by_snapshot.get(snapshot_id)
+        ids = [snapshot_id] if batch is None else [c.snapshot_id for t, c in batch.result.commits.items() if t in self.tables]
+        seen = [self.seen[i] for i in ids if i in self.seen]
+        return max(seen) if len(seen) == len(ids) else float("nan")
+
     def moments(self, snapshot_id: int, committed: float, identity: tuple[Any, ...], stamped: float) -> Moments:
         nan = float("nan")
         batch = self._by_snapshot.get(snapshot_id)
@@ -475,7 +484,7 @@ class PathTimes:
             nan if batch is None else batch.polled_at,
             nan if batch is None else batch.commits_started_at,
             committed,
-            self.seen.get(snapshot_id, nan),
+            self.seen_at(snapshot_id),
         )
 
 

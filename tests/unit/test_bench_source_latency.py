@@ -76,7 +76,8 @@ def test_a_runs_pieces_leave_out_what_is_not_known():
 
 def test_a_stamped_row_is_visible_when_its_batch_committed_every_table():
     """pgbench's rows are read from history, but a transaction is in place once its batch
-    committed the last of the load's tables; a table not of the load does not count."""
+    committed the last of the load's tables, and seen once a reader saw every one of them; a
+    table not of the load does not count."""
     from icecdc.bench.source_latency import PathTimes
     from icecdc.ingest.writer import BatchResult, BatchTiming
     from icecdc.jvm.tables import CommittedSnapshot
@@ -86,8 +87,10 @@ def test_a_stamped_row_is_visible_when_its_batch_committed_every_table():
 
     commits = {"history": snapshot(7, 100.0), "accounts": snapshot(8, 100.4), "other": snapshot(9, 105.0)}
     batch = BatchTiming(99.0, BatchResult("b1", 10, 0, commits, 1.2, commits_wall_seconds=0.5))
-    path = PathTimes([batch], {7: 100.6}, {("k",): 99.5}, "history", ["accounts", "history"])
+    path = PathTimes([batch], {7: 100.6, 8: 100.9}, {("k",): 99.5}, "history", ["accounts", "history"])
     assert path.visible_at(7, 100.0) == 100.4
     assert path.visible_at(6, 90.0) == 90.0, "a snapshot of no known batch: its own commit"
     moments = path.moments(7, 100.4, ("k",), 98.0)
-    assert (moments.produced, moments.polled, moments.commits_started, moments.seen) == (99.5, 99.0, 99.7, 100.6)
+    assert (moments.produced, moments.polled, moments.commits_started, moments.seen) == (99.5, 99.0, 99.7, 100.9)
+    path.seen.pop(8)
+    assert path.moments(7, 100.4, ("k",), 98.0).seen != path.moments(7, 100.4, ("k",), 98.0).seen, "nan: not all seen"
